@@ -1,0 +1,160 @@
+//! The TOML file layer of configuration.
+//!
+//! Configuration merges in three layers, later wins: this file, then
+//! environment variables (`GPUMON_*`), then command-line flags. The binary
+//! does the merge; the agent and coordinator crates validate the result into
+//! their runtime configs. Every field is optional here; the defaults are the
+//! documented consts of the crate that uses them. Unknown keys are an error,
+//! so a typo never silently falls back to a default.
+//!
+//! ```toml
+//! [agent]
+//! coordinators = ["http://10.0.0.1:7070"]
+//! source = "nvml"
+//! sample_interval_ms = 500
+//! window_ms = 2000
+//!
+//! [coordinator]
+//! id = 1
+//! listen = "0.0.0.0:7070"
+//! data_dir = "/var/lib/gpumon"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[agent]`.
+    #[serde(default)]
+    pub agent: AgentFile,
+    /// `[coordinator]`.
+    #[serde(default)]
+    pub coordinator: CoordinatorFile,
+}
+
+/// `[agent]`: see `gpumon agent --help` for each field's meaning and default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFile {
+    /// Coordinator base URLs.
+    pub coordinators: Option<Vec<String>>,
+    /// `nvml`, `sim[:SCENARIO]` or `none`.
+    pub source: Option<String>,
+    /// Agent identity; defaults to the node name.
+    pub agent_id: Option<String>,
+    /// Node name; defaults to the host name.
+    pub node_name: Option<String>,
+    /// Sampling period, ms.
+    pub sample_interval_ms: Option<u64>,
+    /// Window length, ms.
+    pub window_ms: Option<u64>,
+    /// Unacknowledged batches kept before the oldest is dropped.
+    pub max_buffered_batches: Option<usize>,
+    /// Largest batch pushed, bytes.
+    pub max_batch_bytes: Option<usize>,
+    /// Simulator: nodes in the simulated job.
+    pub sim_nodes: Option<u32>,
+    /// Simulator: which of those nodes this agent is.
+    pub sim_node_index: Option<u32>,
+    /// Simulator: GPUs per node.
+    pub sim_gpus: Option<u32>,
+    /// Simulator: random seed.
+    pub sim_seed: Option<u64>,
+}
+
+/// `[coordinator]`: see `gpumon coordinator --help`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorFile {
+    /// Raft node id.
+    pub id: Option<u64>,
+    /// API and Raft listen address.
+    pub listen: Option<String>,
+    /// Address peers and agents should use to reach this node, when `listen` is a wildcard.
+    pub advertise: Option<String>,
+    /// Where the Raft log, vote and snapshots live.
+    pub data_dir: Option<PathBuf>,
+    /// Largest push accepted, bytes.
+    pub max_push_bytes: Option<usize>,
+    /// Windows kept per memory series.
+    pub history_windows: Option<usize>,
+    /// Log entries between snapshots.
+    pub snapshot_every_entries: Option<u64>,
+}
+
+/// Why the file could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid gpumon TOML.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's explanation, with line and column.
+        message: String,
+    },
+}
+
+impl FileConfig {
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = FileConfig::parse(
+            "[agent]\ncoordinators = [\"http://a:1\"]\nsample_interval_ms = 250\n[coordinator]\nid = 2\n",
+        )
+        .unwrap();
+        assert_eq!(c.agent.coordinators, Some(vec!["http://a:1".to_owned()]));
+        assert_eq!(c.agent.sample_interval_ms, Some(250));
+        assert_eq!(c.coordinator.id, Some(2));
+        assert_eq!(c.agent.window_ms, None);
+    }
+
+    #[test]
+    fn refuses_unknown_keys_naming_them() {
+        let err = FileConfig::parse("[agent]\nsample_interval = 250\n").unwrap_err();
+        assert!(err.contains("sample_interval"), "{err}");
+    }
+
+    #[test]
+    fn names_the_file_it_cannot_read() {
+        let err = FileConfig::load(Path::new("/nonexistent/gpumon.toml")).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/gpumon.toml"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! What the gpumon agent, coordinator and replay share: pure and deterministic.
+//!
+//! - [`window`]: folds raw GPU samples into the windows agents push;
+//! - [`view`]: the cluster view (agents, nodes, GPUs, jobs, ranks, bounded
+//!   histories) that the coordinator's state machine applies batches to and
+//!   that `gpumon replay` will drive over a trace: time comes only from the
+//!   data, never from a clock, so every replica computes the same state;
+//! - [`config`]: the TOML file layer of agent and coordinator configuration;
+//! - [`units`]: byte and time formatting;
+//! - [`logging`]: the one tracing setup every binary uses.
+//!
+//! ```
+//! use gpumon_common::view::{ClusterState, Limits};
+//! let state = ClusterState::new(Limits::default());
+//! assert_eq!(state.cluster_view().gpus, 0);
+//! ```
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod logging;
+pub mod units;
+pub mod view;
+pub mod window;

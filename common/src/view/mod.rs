@@ -1,0 +1,161 @@
+//! The cluster view: agents, nodes, GPUs, jobs and ranks with bounded history.
+//!
+//! [`ClusterState`] is what the coordinator's Raft state machine holds and what
+//! its snapshots serialize. Applying the same messages in the same order gives
+//! the same state on every replica: nothing here reads a clock, a random
+//! source or the environment, and every map is ordered.
+//!
+//! Delivery from agents is at-least-once; [`ClusterState::apply_push`] drops a
+//! batch whose `seq` was already applied for its `(agent_id, incarnation)`,
+//! which makes the effect exactly-once.
+//!
+//! Everything is bounded by [`Limits`]: history per series, ended jobs kept
+//! for post-mortems, ranks, GPUs and agents; past a bound the state skips and
+//! counts rather than grows.
+
+mod apply;
+mod read;
+mod ring;
+mod validate;
+
+use std::collections::BTreeMap;
+
+use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
+use gpumon_proto::{GpuInfo, RankInfo};
+use serde::{Deserialize, Serialize};
+
+pub use apply::{PushApplied, ViewEvent};
+pub use ring::Ring;
+pub use validate::InvalidWindow;
+
+/// Default windows kept per memory series (at the default 2 s window: 34 min).
+pub const DEFAULT_HISTORY_WINDOWS: usize = 1024;
+/// Default number of ended jobs kept for post-mortems.
+pub const DEFAULT_MAX_ENDED_JOBS: usize = 64;
+/// Default cap on ranks tracked at once (live and ended).
+pub const DEFAULT_MAX_RANKS: usize = 16_384;
+/// Default cap on GPUs tracked.
+pub const DEFAULT_MAX_GPUS: usize = 8_192;
+/// Default cap on agents tracked.
+pub const DEFAULT_MAX_AGENTS: usize = 2_048;
+/// Incarnations remembered per agent for de-duplication.
+pub const INCARNATIONS_REMEMBERED: usize = 4;
+
+/// Bounds on the state's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Windows kept per GPU and per rank series.
+    pub history_windows: usize,
+    /// Ended jobs kept; the oldest-ended is forgotten first.
+    pub max_ended_jobs: usize,
+    /// Ranks tracked at once.
+    pub max_ranks: usize,
+    /// GPUs tracked.
+    pub max_gpus: usize,
+    /// Agents tracked.
+    pub max_agents: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            history_windows: DEFAULT_HISTORY_WINDOWS,
+            max_ended_jobs: DEFAULT_MAX_ENDED_JOBS,
+            max_ranks: DEFAULT_MAX_RANKS,
+            max_gpus: DEFAULT_MAX_GPUS,
+            max_agents: DEFAULT_MAX_AGENTS,
+        }
+    }
+}
+
+/// The replicated cluster view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    limits: Limits,
+    now_ms: u64,
+    agents: BTreeMap<String, AgentEntry>,
+    gpus: BTreeMap<String, GpuEntry>,
+    ranks: BTreeMap<RankKey, RankEntry>,
+    counters: IngestCounters,
+}
+
+/// `(job, rank)`.
+type RankKey = (String, u32);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct AgentEntry {
+    node: String,
+    incarnation: u64,
+    agent_version: String,
+    source: String,
+    last_seen_ms: u64,
+    dropped_batches: u64,
+    /// `(incarnation, last applied seq)`, newest first, at most
+    /// [`INCARNATIONS_REMEMBERED`].
+    seqs: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct GpuEntry {
+    node: String,
+    info: GpuInfo,
+    last_end_ms: u64,
+    used_bytes: u64,
+    peak_used_bytes: u64,
+    util_pct: Option<f32>,
+    sm_clock_mhz: Option<f32>,
+    power_w: Option<f32>,
+    processes: Vec<ProcessView>,
+    /// Ranks whose process was on this GPU in its newest window.
+    live_ranks: Vec<RankKey>,
+    history: Ring<HistoryPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RankEntry {
+    info: RankInfo,
+    node: String,
+    gpu_uuid: String,
+    gpu_index: u32,
+    pid: u32,
+    used_bytes: u64,
+    peak_used_bytes: u64,
+    total_bytes: u64,
+    gpu_used_bytes: u64,
+    first_seen_ms: u64,
+    last_seen_ms: u64,
+    ended_ms: Option<u64>,
+    history: Ring<HistoryPoint>,
+}
+
+impl ClusterState {
+    /// An empty cluster with these bounds.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            now_ms: 0,
+            agents: BTreeMap::new(),
+            gpus: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+            counters: IngestCounters::default(),
+        }
+    }
+
+    /// The bounds in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Newest window end applied, ms since the Unix epoch (agent clocks).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The replicated ingest counters.
+    pub fn counters(&self) -> IngestCounters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests;

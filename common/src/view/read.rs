@@ -1,0 +1,146 @@
+//! Reading the view as the API's documents.
+
+use std::collections::BTreeSet;
+
+use gpumon_proto::api::{
+    AgentView, ClusterView, GpuView, JobDetail, JobView, JobsView, NodeView, NodesView, RankDetail,
+    RankView,
+};
+
+use super::{ClusterState, RankEntry};
+
+impl ClusterState {
+    /// `GET /api/v1/cluster`.
+    pub fn cluster_view(&self) -> ClusterView {
+        let live: Vec<&RankEntry> = self
+            .ranks
+            .values()
+            .filter(|r| r.ended_ms.is_none())
+            .collect();
+        let live_jobs: BTreeSet<&str> = live.iter().map(|r| r.info.job.as_str()).collect();
+        let nodes: BTreeSet<&str> = self
+            .agents
+            .values()
+            .map(|a| a.node.as_str())
+            .chain(self.gpus.values().map(|g| g.node.as_str()))
+            .collect();
+        ClusterView {
+            now_ms: self.now_ms,
+            agents: self
+                .agents
+                .iter()
+                .map(|(id, a)| AgentView {
+                    agent_id: id.clone(),
+                    node: a.node.clone(),
+                    incarnation: a.incarnation,
+                    agent_version: a.agent_version.clone(),
+                    source: a.source.clone(),
+                    last_seen_ms: a.last_seen_ms,
+                    last_seq: a.seqs.first().map_or(0, |(_, s)| *s),
+                    dropped_batches: a.dropped_batches,
+                })
+                .collect(),
+            nodes: nodes.len(),
+            gpus: self.gpus.len(),
+            live_jobs: live_jobs.len(),
+            live_ranks: live.len(),
+            ingest: self.counters,
+        }
+    }
+
+    /// `GET /api/v1/nodes`: nodes by name, GPUs by index.
+    pub fn nodes_view(&self) -> NodesView {
+        let mut nodes: Vec<NodeView> = Vec::new();
+        let mut gpus: Vec<_> = self.gpus.values().collect();
+        gpus.sort_by(|a, b| (&a.node, a.info.index).cmp(&(&b.node, b.info.index)));
+        for g in gpus {
+            if nodes.last().is_none_or(|n| n.node != g.node) {
+                let agent = self.agents.iter().find(|(_, a)| a.node == g.node);
+                nodes.push(NodeView {
+                    node: g.node.clone(),
+                    agent_id: agent.map(|(id, _)| id.clone()).unwrap_or_default(),
+                    last_seen_ms: agent.map_or(0, |(_, a)| a.last_seen_ms),
+                    gpus: Vec::new(),
+                });
+            }
+            let node = nodes.last_mut().expect("pushed above");
+            node.gpus.push(GpuView {
+                uuid: g.info.uuid.clone(),
+                index: g.info.index,
+                name: g.info.name.clone(),
+                total_bytes: g.info.total_bytes,
+                used_bytes: g.used_bytes,
+                peak_used_bytes: g.peak_used_bytes,
+                util_pct: g.util_pct,
+                sm_clock_mhz: g.sm_clock_mhz,
+                power_w: g.power_w,
+                processes: g.processes.clone(),
+            });
+        }
+        NodesView { nodes }
+    }
+
+    /// `GET /api/v1/jobs`: live jobs first, then by id.
+    pub fn jobs_view(&self) -> JobsView {
+        let mut jobs: Vec<JobView> = Vec::new();
+        for ((job, _), r) in &self.ranks {
+            if jobs.last().is_none_or(|j| &j.job != job) {
+                jobs.push(JobView {
+                    job: job.clone(),
+                    world_size: 0,
+                    ranks: Vec::new(),
+                    live: false,
+                });
+            }
+            let view = jobs.last_mut().expect("pushed above");
+            view.world_size = view.world_size.max(r.info.world_size);
+            view.live |= r.ended_ms.is_none();
+            view.ranks.push(rank_view(r));
+        }
+        jobs.sort_by(|a, b| b.live.cmp(&a.live).then_with(|| a.job.cmp(&b.job)));
+        JobsView { jobs }
+    }
+
+    /// `GET /api/v1/jobs/{job}`; `None` for a job never seen (or forgotten).
+    pub fn job_detail(&self, job: &str) -> Option<JobDetail> {
+        let ranks: Vec<RankDetail> = self
+            .job_ranks(job)
+            .map(|(_, r)| RankDetail {
+                view: rank_view(r),
+                history: r.history.iter().copied().collect(),
+            })
+            .collect();
+        if ranks.is_empty() {
+            return None;
+        }
+        Some(JobDetail {
+            job: job.to_owned(),
+            world_size: self
+                .job_ranks(job)
+                .map(|(_, r)| r.info.world_size)
+                .max()
+                .unwrap_or(0),
+            live: ranks.iter().any(|r| r.view.ended_ms.is_none()),
+            ranks,
+        })
+    }
+}
+
+fn rank_view(r: &RankEntry) -> RankView {
+    RankView {
+        job: r.info.job.clone(),
+        rank: r.info.rank,
+        local_rank: r.info.local_rank,
+        node: r.node.clone(),
+        gpu: r.gpu_index,
+        gpu_uuid: r.gpu_uuid.clone(),
+        pid: r.pid,
+        used_bytes: r.used_bytes,
+        peak_used_bytes: r.peak_used_bytes,
+        total_bytes: r.total_bytes,
+        gpu_used_bytes: r.gpu_used_bytes,
+        first_seen_ms: r.first_seen_ms,
+        last_seen_ms: r.last_seen_ms,
+        ended_ms: r.ended_ms,
+    }
+}

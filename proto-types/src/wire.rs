@@ -1,0 +1,228 @@
+//! The postcard wire codec, with a size limit and a version check.
+
+use serde::{de::DeserializeOwned, Serialize};
+use thiserror::Error;
+
+use crate::uplink::{AgentMessage, CoordinatorReply};
+
+/// A top-level message: an enum whose variant index is `version - 1`.
+pub trait Versioned: Serialize + DeserializeOwned {
+    /// What the message is, for error texts.
+    const NAME: &'static str;
+    /// The highest version this build decodes (versions run 1..=MAX_VERSION).
+    const MAX_VERSION: u32;
+}
+
+impl Versioned for AgentMessage {
+    const NAME: &'static str = "agent message";
+    const MAX_VERSION: u32 = 1;
+}
+
+impl Versioned for CoordinatorReply {
+    const NAME: &'static str = "coordinator reply";
+    const MAX_VERSION: u32 = 1;
+}
+
+/// Why bytes could not be decoded.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The message is larger than the receiver accepts.
+    #[error("{what} of {size} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// What was being decoded.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The sender speaks a protocol version this build does not know.
+    #[error("{what} has protocol version {got}; this build speaks versions 1..={max}: upgrade the older side")]
+    UnsupportedVersion {
+        /// What was being decoded.
+        what: &'static str,
+        /// The version found.
+        got: u64,
+        /// The highest version known here.
+        max: u32,
+    },
+    /// The bytes are not a valid message.
+    #[error("malformed {what}: {reason}")]
+    Malformed {
+        /// What was being decoded.
+        what: &'static str,
+        /// postcard's reason.
+        reason: String,
+    },
+    /// A valid message followed by extra bytes.
+    #[error("{what} has {extra} trailing bytes after a complete message")]
+    TrailingBytes {
+        /// What was being decoded.
+        what: &'static str,
+        /// How many bytes were left over.
+        extra: usize,
+    },
+}
+
+/// Encodes a message with postcard.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // postcard fails only for types it cannot represent (e.g. unsized
+    // sequences), which none of ours are.
+    postcard::to_allocvec(msg).expect("gpumon wire types are postcard-serializable")
+}
+
+/// Decodes a top-level message, refusing more than `max_bytes`, unknown
+/// versions, malformed bodies and trailing bytes.
+pub fn decode<T: Versioned>(bytes: &[u8], max_bytes: usize) -> Result<T, DecodeError> {
+    if bytes.len() > max_bytes {
+        return Err(DecodeError::TooLarge {
+            what: T::NAME,
+            size: bytes.len(),
+            max: max_bytes,
+        });
+    }
+    let malformed = |e: postcard::Error| DecodeError::Malformed {
+        what: T::NAME,
+        reason: e.to_string(),
+    };
+    // postcard writes an enum's variant index as a leading varint.
+    let (variant, _) = postcard::take_from_bytes::<u64>(bytes).map_err(malformed)?;
+    if variant >= u64::from(T::MAX_VERSION) {
+        return Err(DecodeError::UnsupportedVersion {
+            what: T::NAME,
+            got: variant + 1,
+            max: T::MAX_VERSION,
+        });
+    }
+    let (msg, rest) = postcard::take_from_bytes::<T>(bytes).map_err(malformed)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes {
+            what: T::NAME,
+            extra: rest.len(),
+        });
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
+    use crate::uplink::{AgentMessageV1, PushBatch};
+
+    fn push() -> AgentMessage {
+        let gpu = GpuInfo {
+            uuid: "GPU-1".into(),
+            index: 0,
+            name: "H100".into(),
+            total_bytes: 80 << 30,
+        };
+        AgentMessage::V1(AgentMessageV1::Push(PushBatch {
+            agent_id: "a".into(),
+            incarnation: 9,
+            seq: 3,
+            node: "n".into(),
+            dropped_batches: 0,
+            windows: vec![GpuWindow {
+                gpu,
+                start_ms: 1,
+                end_ms: 2001,
+                samples: 4,
+                used_bytes: BytesStat {
+                    min: 1,
+                    max: 9,
+                    last: 5,
+                    mean: 4,
+                },
+                reserved_bytes: None,
+                util_pct: None,
+                sm_clock_mhz: None,
+                power_w: None,
+                procs: vec![ProcWindow {
+                    pid: 42,
+                    used_bytes: BytesStat::single(7),
+                    rank: Some(RankInfo {
+                        job: "j".into(),
+                        rank: 3,
+                        local_rank: 3,
+                        world_size: 8,
+                        master_addr: None,
+                        master_port: Some(29500),
+                    }),
+                }],
+            }],
+        }))
+    }
+
+    #[test]
+    fn round_trips() {
+        let msg = push();
+        assert_eq!(decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap(), msg);
+    }
+
+    #[test]
+    fn refuses_oversized_before_decoding() {
+        let bytes = encode(&push());
+        let err = decode::<AgentMessage>(&bytes, 10).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::TooLarge { max: 10, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_an_unknown_version() {
+        let mut bytes = encode(&push());
+        bytes[0] = 1; // variant 1 = protocol version 2
+        let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::UnsupportedVersion {
+                what: "agent message",
+                got: 2,
+                max: 1
+            }
+        );
+        assert!(err.to_string().contains("version 2"));
+    }
+
+    #[test]
+    fn rejects_truncated_and_trailing_bytes() {
+        let bytes = encode(&push());
+        for cut in [1, bytes.len() / 2, bytes.len() - 1] {
+            let err = decode::<AgentMessage>(&bytes[..cut], 1 << 20).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::Malformed { .. }),
+                "cut {cut}: {err}"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let err = decode::<AgentMessage>(&longer, 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::TrailingBytes {
+                what: "agent message",
+                extra: 1
+            }
+        );
+    }
+
+    #[test]
+    fn never_panics_on_arbitrary_bytes() {
+        // A small deterministic fuzz: every prefix and every single-byte mutation.
+        let bytes = encode(&push());
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..bytes.len() {
+            let _ = decode::<AgentMessage>(&bytes[..i], 1 << 20);
+            for _ in 0..16 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let mut m = bytes.clone();
+                m[i] = state as u8;
+                let _ = decode::<AgentMessage>(&m, 1 << 20);
+            }
+        }
+    }
+}
