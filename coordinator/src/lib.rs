@@ -1,1 +1,25 @@
-//! placeholder
+//! The gpumon coordinator: an openraft node whose state machine holds the
+//! cluster view, with the ingest endpoint agents push to and the JSON API.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use gpumon_coordinator::{Coordinator, CoordinatorConfig};
+//! let mut config = CoordinatorConfig::new(1, "/var/lib/gpumon".into());
+//! config.listen = "127.0.0.1:0".into();
+//! let coordinator = Coordinator::start(config).await?;
+//! println!("API at {}", coordinator.api_url());
+//! coordinator.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Modules: [`raft`] (types, redb log store, state machine, HTTP network),
+//! `api` (routes, ingest, reads, Raft RPC handlers), `node` (start-up and
+//! shutdown), [`config`].
+
+mod api;
+pub mod config;
+mod node;
+pub mod raft;
+
+pub use config::CoordinatorConfig;
+pub use node::{Coordinator, StartError};

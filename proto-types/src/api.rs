@@ -22,6 +22,36 @@ pub struct ClusterView {
     pub live_ranks: usize,
     /// Replicated ingest counters.
     pub ingest: IngestCounters,
+    /// The replica that answered (its own, unreplicated figures); absent
+    /// where the view was computed offline.
+    #[serde(default)]
+    pub coordinator: Option<ReplicaStatus>,
+}
+
+/// The answering replica's own status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    /// Raft node id.
+    pub id: u64,
+    /// Current leader's id, when known.
+    pub leader: Option<u64>,
+    /// Current Raft term.
+    pub term: u64,
+    /// Index of the last applied log entry.
+    pub applied_index: Option<u64>,
+    /// Pushes this replica refused, by reason.
+    pub rejected_pushes: RejectedPushes,
+}
+
+/// Pushes refused before they reached the log, counted per replica.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectedPushes {
+    /// Larger than the coordinator's `max_push_bytes`.
+    pub too_large: u64,
+    /// Of a protocol version this build does not speak.
+    pub bad_version: u64,
+    /// Undecodable, or over a per-message bound.
+    pub malformed: u64,
 }
 
 /// One agent as the cluster knows it.

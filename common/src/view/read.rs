@@ -45,6 +45,7 @@ impl ClusterState {
             live_jobs: live_jobs.len(),
             live_ranks: live.len(),
             ingest: self.counters,
+            coordinator: None,
         }
     }
 

@@ -1,0 +1,92 @@
+//! `POST /api/v1/ingest`: agent messages in, through Raft, replies out.
+//!
+//! Refusals never reach the log: an oversized body is 413, an unknown
+//! protocol version or an undecodable body 400, each with the reason in the
+//! body and counted per replica (`/api/v1/cluster` → `coordinator.rejected_pushes`).
+//! A replica that is not the leader answers `NotLeader` with the leader's URL.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use gpumon_proto::wire::{self, DecodeError};
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
+};
+use openraft::error::{ClientWriteError, RaftError};
+
+use super::{ApiError, AppState};
+use crate::config::MAX_WINDOWS_PER_PUSH;
+use crate::raft::{Command, CommandV1};
+
+pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+    let inner = &state.inner;
+    let max = inner.max_push_bytes;
+    let bytes = match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let too_large = e
+                .into_inner()
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some();
+            if too_large {
+                inner.rejected.too_large.fetch_add(1, Relaxed);
+                return Err(ApiError::TooLarge(format!(
+                    "push exceeds max_push_bytes ({max} bytes)"
+                )));
+            }
+            return Err(ApiError::BadRequest("push body was cut off".into()));
+        }
+    };
+    let msg = wire::decode::<AgentMessage>(&bytes, max).map_err(|e| {
+        let counter = match e {
+            DecodeError::TooLarge { .. } => &inner.rejected.too_large,
+            DecodeError::UnsupportedVersion { .. } => &inner.rejected.bad_version,
+            DecodeError::Malformed { .. } | DecodeError::TrailingBytes { .. } => {
+                &inner.rejected.malformed
+            }
+        };
+        counter.fetch_add(1, Relaxed);
+        tracing::warn!(error = %e, "refused a push");
+        ApiError::BadRequest(e.to_string())
+    })?;
+    let AgentMessage::V1(msg) = msg;
+    let (acked_seq, command) = match msg {
+        AgentMessageV1::Hello(hello) => (0, CommandV1::Hello(hello)),
+        AgentMessageV1::Push(batch) => {
+            if batch.windows.len() > MAX_WINDOWS_PER_PUSH {
+                inner.rejected.malformed.fetch_add(1, Relaxed);
+                return Err(ApiError::BadRequest(format!(
+                    "push has {} windows; at most {MAX_WINDOWS_PER_PUSH} are accepted in one batch",
+                    batch.windows.len()
+                )));
+            }
+            (batch.seq, CommandV1::Push(batch))
+        }
+    };
+    let outcome = match inner.raft.client_write(Command::V1(command)).await {
+        Ok(resp) => PushOutcome::Committed {
+            acked_seq,
+            duplicate: resp.data.duplicate,
+        },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => PushOutcome::NotLeader {
+            leader_url: f.leader_node.map(|n| format!("http://{}", n.addr)),
+        },
+        Err(e) => {
+            return Err(ApiError::Unavailable(format!(
+                "cannot commit the push: {e}"
+            )))
+        }
+    };
+    let reply = CoordinatorReply::V1(CoordinatorReplyV1 {
+        outcome,
+        actions: Vec::new(),
+    });
+    Ok((
+        [(CONTENT_TYPE, "application/octet-stream")],
+        wire::encode(&reply),
+    )
+        .into_response())
+}

@@ -1,0 +1,54 @@
+//! The JSON read API, served from this replica's own state.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use gpumon_proto::api::{
+    ClusterView, JobDetail, JobsView, NodesView, RejectedPushes, ReplicaStatus,
+};
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::{ApiError, AppState};
+
+pub async fn cluster(State(state): State<AppState>) -> Json<ClusterView> {
+    let inner = &state.inner;
+    let mut view = inner.state_machine.read().state.cluster_view();
+    let metrics = inner.raft.metrics().borrow().clone();
+    view.coordinator = Some(ReplicaStatus {
+        id: inner.id,
+        leader: metrics.current_leader,
+        term: metrics.current_term,
+        applied_index: metrics.last_applied.map(|l| l.index),
+        rejected_pushes: RejectedPushes {
+            too_large: inner.rejected.too_large.load(Relaxed),
+            bad_version: inner.rejected.bad_version.load(Relaxed),
+            malformed: inner.rejected.malformed.load(Relaxed),
+        },
+    });
+    Json(view)
+}
+
+pub async fn nodes(State(state): State<AppState>) -> Json<NodesView> {
+    Json(state.inner.state_machine.read().state.nodes_view())
+}
+
+pub async fn jobs(State(state): State<AppState>) -> Json<JobsView> {
+    Json(state.inner.state_machine.read().state.jobs_view())
+}
+
+pub async fn job(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+) -> Result<Json<JobDetail>, ApiError> {
+    state
+        .inner
+        .state_machine
+        .read()
+        .state
+        .job_detail(&job)
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no job {job:?}; GET /api/v1/jobs lists the known jobs"
+            ))
+        })
+}

@@ -1,0 +1,206 @@
+//! Starting and stopping a coordinator: storage, Raft, HTTP server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use gpumon_common::view::ViewEvent;
+use openraft::{BasicNode, SnapshotPolicy};
+use thiserror::Error;
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::api::{self, AppState};
+use crate::config::CoordinatorConfig;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::HttpNetwork;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::Raft;
+
+/// File name of the Raft log inside the data directory.
+pub const LOG_FILE: &str = "raft-log.redb";
+
+/// Why a coordinator could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// A configuration value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Raft log could not be opened.
+    #[error(transparent)]
+    Log(#[from] crate::raft::log_store::OpenLogError),
+    /// The snapshot could not be loaded.
+    #[error(transparent)]
+    Snapshot(#[from] crate::raft::state_machine::LoadSnapshotError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// openraft refused to start.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A running coordinator.
+pub struct Coordinator {
+    id: u64,
+    local_addr: SocketAddr,
+    raft: Raft,
+    state_machine: StateMachine,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("id", &self.id)
+            .field("addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// Opens storage, starts Raft and serves the API; a fresh single-node
+    /// cluster initializes itself (once: a restart finds its membership in the log).
+    pub async fn start(config: CoordinatorConfig) -> Result<Self, StartError> {
+        config.validate().map_err(StartError::Config)?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let log_store = LogStore::open(&config.data_dir.join(LOG_FILE))?;
+        let state_machine = StateMachine::open(&config.data_dir, config.limits)?;
+
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.listen.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+        let advertise = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
+
+        let raft_config = openraft::Config {
+            cluster_name: "gpumon".into(),
+            heartbeat_interval: 100,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: 100,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            config.id,
+            Arc::new(raft_config),
+            HttpNetwork::new(),
+            log_store,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?
+        {
+            let members = BTreeMap::from([(
+                config.id,
+                BasicNode {
+                    addr: advertise.clone(),
+                },
+            )]);
+            raft.initialize(members)
+                .await
+                .map_err(|e| StartError::Raft(e.to_string()))?;
+            tracing::info!(id = config.id, %advertise, "initialized a new single-node cluster");
+        } else {
+            tracing::info!(id = config.id, "resumed from the existing Raft log");
+        }
+
+        let state = AppState::new(
+            config.id,
+            raft.clone(),
+            state_machine.clone(),
+            config.max_push_bytes,
+        );
+        let router = api::router(state);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "API server failed");
+            }
+        });
+        tracing::info!(id = config.id, addr = %local_addr, data_dir = %config.data_dir.display(), "coordinator up");
+        Ok(Self {
+            id: config.id,
+            local_addr,
+            raft,
+            state_machine,
+            stop: Some(stop),
+            server,
+        })
+    }
+
+    /// This node's Raft id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The address the API is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Base URL of the API, e.g. `http://127.0.0.1:7070`.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Events from every entry this replica applies.
+    pub fn subscribe(&self) -> broadcast::Receiver<ViewEvent> {
+        self.state_machine.subscribe()
+    }
+
+    /// The Raft handle.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Stops serving and shuts Raft down; committed data stays on disk.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The Raft log and vote, durable in a redb file.
+//!
+//! Layout: table `log` maps index → postcard(Entry); table `meta` holds the
+//! vote, the committed log id and the last purged log id. Every write is a
+//! redb transaction committed with immediate durability (fsync) before
+//! openraft hears about it: [`LogFlushed`] is called only after the commit
+//! returns, so an acknowledged entry survives a crash.
+//!
+//! A record that does not decode is a storage error naming the file and the
+//! index; entries are never skipped silently.
+
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{de::DeserializeOwned, Serialize};
+
+use super::TypeConfig;
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_PURGED: &str = "last_purged";
+
+type NodeId = u64;
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+/// The redb-backed log store; cheap to clone (clones share the database).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+    path: Arc<PathBuf>,
+}
+
+impl fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Why the log file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open Raft log {path}: {reason}")]
+pub struct OpenLogError {
+    path: PathBuf,
+    reason: String,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log at `path` and checks its tables.
+    pub fn open(path: &Path) -> Result<Self, OpenLogError> {
+        let fail = |reason: String| OpenLogError {
+            path: path.to_owned(),
+            reason,
+        };
+        let db = Database::create(path).map_err(|e| fail(e.to_string()))?;
+        let txn = db.begin_write().map_err(|e| fail(e.to_string()))?;
+        txn.open_table(LOG).map_err(|e| fail(e.to_string()))?;
+        txn.open_table(META).map_err(|e| fail(e.to_string()))?;
+        txn.commit().map_err(|e| fail(e.to_string()))?;
+        let store = Self {
+            db: Arc::new(db),
+            path: Arc::new(path.to_owned()),
+        };
+        // Decode the metadata now, so a corrupt file stops the replica at start-up.
+        store
+            .read_meta::<Vote<NodeId>>(KEY_VOTE)
+            .map_err(|e| fail(e.to_string()))?;
+        store
+            .read_meta::<LogId<NodeId>>(KEY_PURGED)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(store)
+    }
+
+    fn read_meta<T: DeserializeOwned>(&self, key: &str) -> StorageResult<Option<T>> {
+        let txn = self.db.begin_read().map_err(|e| self.read_err(e))?;
+        let table = txn.open_table(META).map_err(|e| self.read_err(e))?;
+        let Some(raw) = table.get(key).map_err(|e| self.read_err(e))? else {
+            return Ok(None);
+        };
+        postcard::from_bytes(raw.value())
+            .map(Some)
+            .map_err(|e| self.read_err(format!("record {key:?} does not decode: {e}")))
+    }
+
+    fn write_meta<T: Serialize>(&self, key: &str, value: &T) -> StorageResult<()> {
+        let bytes = postcard::to_allocvec(value).map_err(|e| self.write_err(e))?;
+        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        {
+            let mut table = txn.open_table(META).map_err(|e| self.write_err(e))?;
+            table
+                .insert(key, bytes.as_slice())
+                .map_err(|e| self.write_err(e))?;
+        }
+        txn.commit().map_err(|e| self.write_err(e))
+    }
+
+    fn read_err(&self, e: impl fmt::Display) -> StorageError<NodeId> {
+        StorageIOError::read_logs(AnyError::error(format!("{}: {e}", self.path.display()))).into()
+    }
+
+    fn write_err(&self, e: impl fmt::Display) -> StorageError<NodeId> {
+        StorageIOError::write_logs(AnyError::error(format!("{}: {e}", self.path.display()))).into()
+    }
+
+    fn decode_entry(&self, index: u64, raw: &[u8]) -> StorageResult<Entry<TypeConfig>> {
+        postcard::from_bytes(raw)
+            .map_err(|e| self.read_err(format!("log entry {index} does not decode: {e}")))
+    }
+
+    /// Runs blocking redb work off the async runtime.
+    async fn blocking<T, F>(&self, f: F) -> StorageResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(LogStore) -> StorageResult<T> + Send + 'static,
+    {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(me))
+            .await
+            .map_err(|e| StorageIOError::write_logs(AnyError::error(e.to_string())).into())
+            .and_then(|r| r)
+    }
+
+    fn entries_in(&self, range: (Bound<u64>, Bound<u64>)) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let txn = self.db.begin_read().map_err(|e| self.read_err(e))?;
+        let table = txn.open_table(LOG).map_err(|e| self.read_err(e))?;
+        let mut out = Vec::new();
+        for item in table.range::<u64>(range).map_err(|e| self.read_err(e))? {
+            let (k, v) = item.map_err(|e| self.read_err(e))?;
+            out.push(self.decode_entry(k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    fn last_entry(&self) -> StorageResult<Option<Entry<TypeConfig>>> {
+        let txn = self.db.begin_read().map_err(|e| self.read_err(e))?;
+        let table = txn.open_table(LOG).map_err(|e| self.read_err(e))?;
+        let last = table.last().map_err(|e| self.read_err(e))?;
+        match last {
+            Some((k, v)) => Ok(Some(self.decode_entry(k.value(), v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes entries in `range`.
+    fn remove_range(
+        &self,
+        range: (Bound<u64>, Bound<u64>),
+        purged: Option<LogId<NodeId>>,
+    ) -> StorageResult<()> {
+        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        {
+            let mut table = txn.open_table(LOG).map_err(|e| self.write_err(e))?;
+            table
+                .retain_in::<u64, _>(range, |_, _| false)
+                .map_err(|e| self.write_err(e))?;
+            if let Some(purged) = purged {
+                let bytes = postcard::to_allocvec(&purged).map_err(|e| self.write_err(e))?;
+                let mut meta = txn.open_table(META).map_err(|e| self.write_err(e))?;
+                meta.insert(KEY_PURGED, bytes.as_slice())
+                    .map_err(|e| self.write_err(e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.write_err(e))
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
+        self.blocking(move |s| s.entries_in(bounds)).await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        self.blocking(|s| {
+            let last_purged_log_id = s.read_meta::<LogId<NodeId>>(KEY_PURGED)?;
+            let last = s.last_entry()?.map(|e| e.log_id).or(last_purged_log_id);
+            Ok(LogState {
+                last_purged_log_id,
+                last_log_id: last,
+            })
+        })
+        .await
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        let vote = *vote;
+        self.blocking(move |s| s.write_meta(KEY_VOTE, &vote)).await
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        self.blocking(|s| s.read_meta(KEY_VOTE)).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        self.blocking(move |s| s.write_meta(KEY_COMMITTED, &committed))
+            .await
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        self.blocking(|s| {
+            Ok(s.read_meta::<Option<LogId<NodeId>>>(KEY_COMMITTED)?
+                .flatten())
+        })
+        .await
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let encoded: Vec<(u64, Vec<u8>)> = entries
+            .into_iter()
+            .map(|e| postcard::to_allocvec(&e).map(|b| (e.log_id.index, b)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.write_err(e))?;
+        let result = self
+            .blocking(move |s| {
+                let txn = s.db.begin_write().map_err(|e| s.write_err(e))?;
+                {
+                    let mut table = txn.open_table(LOG).map_err(|e| s.write_err(e))?;
+                    for (index, bytes) in &encoded {
+                        table
+                            .insert(*index, bytes.as_slice())
+                            .map_err(|e| s.write_err(e))?;
+                    }
+                }
+                // Immediate durability: commit returns after fsync.
+                txn.commit().map_err(|e| s.write_err(e))
+            })
+            .await;
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        }
+        result
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.blocking(move |s| {
+            s.remove_range((Bound::Included(log_id.index), Bound::Unbounded), None)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.blocking(move |s| {
+            s.remove_range(
+                (Bound::Unbounded, Bound::Included(log_id.index)),
+                Some(log_id),
+            )
+        })
+        .await
+    }
+}

@@ -1,0 +1,55 @@
+//! The Raft node: type config, log entries, storage and network.
+//!
+//! Every agent message the coordinator accepts becomes a [`Command`] in the
+//! Raft log; the [`state_machine`] applies committed commands to the cluster
+//! view in `gpumon-common`, so every replica holds the same state.
+
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+
+use std::io::Cursor;
+
+use gpumon_proto::{Hello, PushBatch};
+use serde::{Deserialize, Serialize};
+
+openraft::declare_raft_types!(
+    /// gpumon's Raft types: commands in, results out, u64 node ids,
+    /// nodes addressed by their API `host:port`.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+/// The Raft handle of a gpumon coordinator.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// One entry of the replicated log. Versioned: the log outlives binaries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Log format version 1.
+    V1(CommandV1),
+}
+
+/// The commands of log format version 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CommandV1 {
+    /// An agent said hello.
+    Hello(Hello),
+    /// An agent pushed windows.
+    Push(PushBatch),
+}
+
+/// What applying a command did, returned to the proposer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult {
+    /// The batch had been applied before.
+    pub duplicate: bool,
+    /// Windows applied.
+    pub windows_applied: u32,
+    /// Windows skipped as invalid.
+    pub windows_skipped: u32,
+}

@@ -1,0 +1,302 @@
+//! The replicated state machine: committed commands applied to the cluster view.
+//!
+//! The state lives in memory ([`gpumon_common::view::ClusterState`]) and is
+//! rebuilt on start from the newest snapshot file plus the log entries after
+//! it, which openraft re-applies. Snapshots are postcard files written
+//! atomically (temporary file, fsync, rename), so a crash mid-write leaves
+//! the previous snapshot intact.
+//!
+//! Clones share the state: the Raft core applies through one clone while the
+//! HTTP API reads through another.
+
+use std::fmt;
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+use gpumon_common::view::{ClusterState, Limits, ViewEvent};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use super::{Command, CommandResult, CommandV1, TypeConfig};
+
+type NodeId = u64;
+type Node = openraft::BasicNode;
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+/// Name of the snapshot file inside the data directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// What the state machine holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Applied {
+    /// Last log id applied.
+    pub last_applied: Option<LogId<NodeId>>,
+    /// Last membership applied.
+    pub membership: StoredMembership<NodeId, Node>,
+    /// The cluster view.
+    pub state: ClusterState,
+}
+
+/// A snapshot file: versioned, because it outlives binaries.
+#[derive(Serialize, Deserialize)]
+enum SnapshotFile {
+    V1 {
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Vec<u8>,
+    },
+}
+
+/// The state machine; clones share state.
+#[derive(Clone)]
+pub struct StateMachine {
+    applied: Arc<RwLock<Applied>>,
+    current_snapshot: Arc<Mutex<Option<(SnapshotMeta<NodeId, Node>, Vec<u8>)>>>,
+    snapshot_path: Arc<PathBuf>,
+    snapshots_built: Arc<std::sync::atomic::AtomicU64>,
+    events: broadcast::Sender<ViewEvent>,
+}
+
+impl fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateMachine")
+            .field("snapshot_path", &self.snapshot_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the snapshot file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot load snapshot {path}: {reason}")]
+pub struct LoadSnapshotError {
+    path: PathBuf,
+    reason: String,
+}
+
+impl StateMachine {
+    /// Opens the state machine of `data_dir`, restoring the newest snapshot if there is one.
+    pub fn open(data_dir: &Path, limits: Limits) -> Result<Self, LoadSnapshotError> {
+        let path = data_dir.join(SNAPSHOT_FILE);
+        let fail = |reason: String| LoadSnapshotError {
+            path: path.clone(),
+            reason,
+        };
+        let mut applied = Applied {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            state: ClusterState::new(limits),
+        };
+        let mut current = None;
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let SnapshotFile::V1 { meta, data } = postcard::from_bytes(&bytes)
+                    .map_err(|e| fail(format!("does not decode: {e}")))?;
+                applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
+                current = Some((meta, data));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(e.to_string())),
+        }
+        let (events, _) = broadcast::channel(1024);
+        Ok(Self {
+            applied: Arc::new(RwLock::new(applied)),
+            current_snapshot: Arc::new(Mutex::new(current)),
+            snapshot_path: Arc::new(path),
+            snapshots_built: Arc::default(),
+            events,
+        })
+    }
+
+    /// Read access to the applied state (hold it briefly: apply waits for it).
+    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+        self.applied.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Events from every applied entry, for live displays.
+    pub fn subscribe(&self) -> broadcast::Receiver<ViewEvent> {
+        self.events.subscribe()
+    }
+
+    fn write_snapshot_file(
+        &self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        data: &[u8],
+    ) -> std::io::Result<()> {
+        let file = SnapshotFile::V1 {
+            meta: meta.clone(),
+            data: data.to_vec(),
+        };
+        let bytes = postcard::to_allocvec(&file).map_err(std::io::Error::other)?;
+        let tmp = self.snapshot_path.with_extension("bin.tmp");
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, self.snapshot_path.as_path())?;
+        if let Some(dir) = self.snapshot_path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn snapshot_err(&self, e: impl fmt::Display) -> StorageError<NodeId> {
+        StorageIOError::write_snapshot(
+            None,
+            AnyError::error(format!("{}: {e}", self.snapshot_path.display())),
+        )
+        .into()
+    }
+}
+
+fn decode_applied(data: &[u8]) -> Result<Applied, postcard::Error> {
+    postcard::from_bytes(data)
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let (data, last_applied, membership) = {
+            let applied = self.read();
+            let data = postcard::to_allocvec(&*applied).map_err(|e| self.snapshot_err(e))?;
+            (data, applied.last_applied, applied.membership.clone())
+        };
+        let n = self
+            .snapshots_built
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let snapshot_id = match last_applied {
+            Some(id) => format!(
+                "{}-{}-{}-{n}",
+                id.leader_id.term, id.leader_id.node_id, id.index
+            ),
+            None => format!("empty-{n}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+            snapshot_id,
+        };
+        let me = self.clone();
+        let (meta2, data2) = (meta.clone(), data.clone());
+        tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
+            .await
+            .map_err(|e| self.snapshot_err(e))?
+            .map_err(|e| self.snapshot_err(e))?;
+        *self
+            .current_snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data.clone()));
+        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "built snapshot");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, Node>)> {
+        let applied = self.read();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<CommandResult>>
+    where
+        I: IntoIterator<Item = openraft::Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut results = Vec::new();
+        let mut events = Vec::new();
+        {
+            let mut applied = self.applied.write().unwrap_or_else(|p| p.into_inner());
+            for entry in entries {
+                applied.last_applied = Some(entry.log_id);
+                let result = match entry.payload {
+                    EntryPayload::Blank => CommandResult::default(),
+                    EntryPayload::Membership(m) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), m);
+                        CommandResult::default()
+                    }
+                    EntryPayload::Normal(Command::V1(CommandV1::Hello(hello))) => {
+                        events.extend(applied.state.apply_hello(&hello));
+                        CommandResult::default()
+                    }
+                    EntryPayload::Normal(Command::V1(CommandV1::Push(batch))) => {
+                        let out = applied.state.apply_push(&batch);
+                        events.extend(out.events);
+                        CommandResult {
+                            duplicate: out.duplicate,
+                            windows_applied: out.windows_applied as u32,
+                            windows_skipped: out.windows_skipped as u32,
+                        }
+                    }
+                };
+                results.push(result);
+            }
+        }
+        for e in events {
+            // No subscriber is fine: events are for live displays only.
+            let _ = self.events.send(e);
+        }
+        Ok(results)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let data = snapshot.into_inner();
+        let new_state = decode_applied(&data).map_err(|e| {
+            StorageIOError::read_snapshot(
+                None,
+                AnyError::error(format!("received snapshot does not decode: {e}")),
+            )
+        })?;
+        let me = self.clone();
+        let (meta2, data2) = (meta.clone(), data.clone());
+        tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
+            .await
+            .map_err(|e| self.snapshot_err(e))?
+            .map_err(|e| self.snapshot_err(e))?;
+        *self.applied.write().unwrap_or_else(|p| p.into_inner()) = Applied {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            state: new_state.state,
+        };
+        *self
+            .current_snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
+        tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        let current = self
+            .current_snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(current.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}

@@ -1,0 +1,256 @@
+//! The coordinator over real HTTP on loopback: ingest through Raft, dedup,
+//! refusals of bad input, and recovery from the redb log and snapshots.
+
+use std::time::Duration;
+
+use gpumon_coordinator::{Coordinator, CoordinatorConfig};
+use gpumon_proto::api::{ApiErrorBody, ClusterView, JobDetail, JobsView};
+use gpumon_proto::wire;
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GpuInfo,
+    GpuWindow, Hello, ProcWindow, PushBatch, PushOutcome, RankInfo,
+};
+
+const GIB: u64 = 1 << 30;
+
+async fn start(dir: &std::path::Path, snapshot_every: u64) -> Coordinator {
+    let mut config = CoordinatorConfig::new(1, dir.to_owned());
+    config.listen = "127.0.0.1:0".into();
+    config.snapshot_every_entries = snapshot_every;
+    Coordinator::start(config)
+        .await
+        .expect("coordinator starts")
+}
+
+fn batch(seq: u64, used: u64) -> AgentMessage {
+    let windows = (0..4)
+        .map(|g| GpuWindow {
+            gpu: GpuInfo {
+                uuid: format!("GPU-{g}"),
+                index: g,
+                name: "H100".into(),
+                total_bytes: 80 * GIB,
+            },
+            start_ms: 1_000 * seq,
+            end_ms: 1_000 * seq + 1_500,
+            samples: 4,
+            used_bytes: BytesStat::single(used + GIB),
+            reserved_bytes: None,
+            util_pct: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: vec![ProcWindow {
+                pid: 100 + g,
+                used_bytes: BytesStat::single(used),
+                rank: Some(RankInfo {
+                    job: "job-x".into(),
+                    rank: g,
+                    local_rank: g,
+                    world_size: 4,
+                    master_addr: None,
+                    master_port: None,
+                }),
+            }],
+        })
+        .collect();
+    AgentMessage::V1(AgentMessageV1::Push(PushBatch {
+        agent_id: "agent-a".into(),
+        incarnation: 77,
+        seq,
+        node: "node-a".into(),
+        dropped_batches: 0,
+        windows,
+    }))
+}
+
+async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/api/v1/ingest"))
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Pushes until committed: a fresh single-node cluster needs a moment to elect itself.
+async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = post(url, wire::encode(msg)).await;
+        assert!(
+            resp.status().is_success() || resp.status().as_u16() == 503,
+            "{}",
+            resp.status()
+        );
+        if resp.status().is_success() {
+            let reply: CoordinatorReply =
+                wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
+            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
+            if matches!(outcome, PushOutcome::Committed { .. }) {
+                return outcome;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn get<T: serde::de::DeserializeOwned>(url: &str, path: &str) -> T {
+    reqwest::get(format!("{url}{path}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn pushes_become_the_job_view_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    let hello = AgentMessage::V1(AgentMessageV1::Hello(Hello {
+        agent_id: "agent-a".into(),
+        incarnation: 77,
+        node: "node-a".into(),
+        agent_version: "test".into(),
+        source: "test".into(),
+        gpus: vec![],
+    }));
+    push(&url, &hello).await;
+    assert_eq!(
+        push(&url, &batch(1, 10 * GIB)).await,
+        PushOutcome::Committed {
+            acked_seq: 1,
+            duplicate: false
+        }
+    );
+    assert_eq!(
+        push(&url, &batch(1, 99 * GIB)).await,
+        PushOutcome::Committed {
+            acked_seq: 1,
+            duplicate: true
+        }
+    );
+
+    let jobs: JobsView = get(&url, "/api/v1/jobs").await;
+    assert_eq!(jobs.jobs.len(), 1);
+    let ranks = &jobs.jobs[0].ranks;
+    assert_eq!(
+        ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(ranks
+        .iter()
+        .all(|r| r.used_bytes == 10 * GIB && r.node == "node-a"));
+
+    let detail: JobDetail = get(&url, "/api/v1/jobs/job-x").await;
+    assert_eq!(detail.ranks[2].history.len(), 1);
+    let cluster: ClusterView = get(&url, "/api/v1/cluster").await;
+    assert_eq!(
+        (
+            cluster.ingest.batches_applied,
+            cluster.ingest.batches_duplicate
+        ),
+        (1, 1)
+    );
+    assert_eq!(cluster.coordinator.unwrap().leader, Some(1));
+
+    let missing = reqwest::get(format!("{url}/api/v1/jobs/nope"))
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: ApiErrorBody = missing.json().await.unwrap();
+    assert!(body.message.contains("nope"), "{}", body.message);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn refuses_bad_pushes_with_a_reason_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = CoordinatorConfig::new(1, dir.path().to_owned());
+    config.listen = "127.0.0.1:0".into();
+    config.max_push_bytes = 4096;
+    let c = Coordinator::start(config).await.unwrap();
+    let url = c.api_url();
+    push(&url, &batch(1, GIB)).await;
+
+    let mut v2 = wire::encode(&batch(2, GIB));
+    v2[0] = 1;
+    let resp = post(&url, v2).await;
+    assert_eq!(resp.status(), 400);
+    let body: ApiErrorBody = resp.json().await.unwrap();
+    assert!(
+        body.message.contains("protocol version 2"),
+        "{}",
+        body.message
+    );
+
+    let resp = post(&url, vec![0, 0xff, 0xff, 0xff]).await;
+    assert_eq!(resp.status(), 400);
+
+    let resp = post(&url, vec![0; 10_000]).await;
+    assert_eq!(resp.status(), 413);
+    let body: ApiErrorBody = resp.json().await.unwrap();
+    assert!(
+        body.message.contains("max_push_bytes (4096 bytes)"),
+        "{}",
+        body.message
+    );
+
+    let cluster: ClusterView = get(&url, "/api/v1/cluster").await;
+    let rejected = cluster.coordinator.unwrap().rejected_pushes;
+    assert_eq!(
+        (rejected.bad_version, rejected.malformed, rejected.too_large),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        cluster.ingest.batches_applied, 1,
+        "refused pushes change nothing"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restarted_coordinator_recovers_from_its_log_and_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 5).await;
+    let url = c.api_url();
+    for seq in 1..=12 {
+        push(&url, &batch(seq, seq * GIB)).await;
+    }
+    let before: JobDetail = get(&url, "/api/v1/jobs/job-x").await;
+    c.shutdown().await;
+    assert!(
+        dir.path().join("snapshot.bin").exists(),
+        "a snapshot was taken every 5 entries"
+    );
+
+    let c = start(dir.path(), 5).await;
+    let url = c.api_url();
+    // Wait until the log tail after the snapshot is applied again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: JobDetail = get(&url, "/api/v1/jobs/job-x").await;
+        if now == before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "state not recovered: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A re-sent batch is still recognized as a duplicate after the restart.
+    assert_eq!(
+        push(&url, &batch(12, GIB)).await,
+        PushOutcome::Committed {
+            acked_seq: 12,
+            duplicate: true
+        }
+    );
+    c.shutdown().await;
+}
