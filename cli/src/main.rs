@@ -1,1 +1,74 @@
-fn main() {}
+//! `gpumon`: the one binary. It parses arguments, merges configuration
+//! (file < environment < flags), calls the library crates and maps errors to
+//! exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
+
+mod args;
+mod cmd_agent;
+mod cmd_coordinator;
+mod cmd_demo;
+mod cmd_status;
+mod shutdown;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+/// An error with the exit code it maps to.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad usage or configuration: exit 2.
+    Usage(anyhow::Error),
+    /// Runtime failure: exit 1.
+    Runtime(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Runtime(e.into())
+    }
+}
+
+/// Shorthand for a usage error.
+pub fn usage(msg: impl std::fmt::Display) -> Failure {
+    Failure::Usage(anyhow::anyhow!("{msg}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_log = match &cli.command {
+        Command::Demo(_) | Command::Status(_) => "warn",
+        _ => "info",
+    };
+    gpumon_common::logging::init(default_log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpumon: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Agent(a) => cmd_agent::run(a, cli.config.as_deref()).await,
+            Command::Coordinator(c) => cmd_coordinator::run(c, cli.config.as_deref()).await,
+            Command::Status(s) => cmd_status::run(s).await,
+            Command::Demo(d) => cmd_demo::run(d).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(e)) => {
+            eprintln!("gpumon: {e:#}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("gpumon: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

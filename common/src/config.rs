@@ -65,6 +65,8 @@ pub struct AgentFile {
     pub sim_gpus: Option<u32>,
     /// Simulator: random seed.
     pub sim_seed: Option<u64>,
+    /// Simulator: job id of the simulated job.
+    pub sim_job: Option<String>,
 }
 
 /// `[coordinator]`: see `gpumon coordinator --help`.

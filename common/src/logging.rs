@@ -1,5 +1,7 @@
 //! The one tracing setup for every gpumon binary.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs a stderr logger. `GPUMON_LOG` (tracing's filter syntax) overrides
@@ -10,5 +12,6 @@ pub fn init(default_filter: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

@@ -9,7 +9,10 @@ use serde::{de::DeserializeOwned, Serialize};
 use super::AppState;
 use crate::raft::network::{RAFT_VERSION, RAFT_VERSION_HEADER};
 
-fn check_version(headers: &HeaderMap) -> Result<(), Response> {
+/// Why an RPC was refused: a 400 with this text.
+type Refusal = (StatusCode, String);
+
+fn check_version(headers: &HeaderMap) -> Result<(), Refusal> {
     let got = headers
         .get(RAFT_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -25,18 +28,16 @@ fn check_version(headers: &HeaderMap) -> Result<(), Response> {
     Err((
         StatusCode::BAD_REQUEST,
         format!("raft protocol version {got} is not supported; this replica speaks version {RAFT_VERSION}"),
-    )
-        .into_response())
+    ))
 }
 
-fn decode<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, Response> {
+fn decode<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, Refusal> {
     check_version(headers)?;
     postcard::from_bytes(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
             format!("undecodable Raft RPC body: {e}"),
         )
-            .into_response()
     })
 }
 
@@ -50,20 +51,20 @@ fn encode<T: Serialize>(value: &T) -> Response {
 pub async fn append(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
         Ok(req) => encode(&state.inner.raft.append_entries(req).await),
-        Err(resp) => resp,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
 pub async fn vote(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
         Ok(req) => encode(&state.inner.raft.vote(req).await),
-        Err(resp) => resp,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
 pub async fn snapshot(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
         Ok(req) => encode(&state.inner.raft.install_snapshot(req).await),
-        Err(resp) => resp,
+        Err(refusal) => refusal.into_response(),
     }
 }

@@ -29,6 +29,9 @@ type NodeId = u64;
 type Node = openraft::BasicNode;
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
+/// A snapshot's metadata and bytes.
+type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Vec<u8>);
+
 /// Name of the snapshot file inside the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
@@ -56,7 +59,7 @@ enum SnapshotFile {
 #[derive(Clone)]
 pub struct StateMachine {
     applied: Arc<RwLock<Applied>>,
-    current_snapshot: Arc<Mutex<Option<(SnapshotMeta<NodeId, Node>, Vec<u8>)>>>,
+    current_snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_path: Arc<PathBuf>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
     events: broadcast::Sender<ViewEvent>,

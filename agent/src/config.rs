@@ -1,0 +1,185 @@
+//! The agent's runtime configuration, validated.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::source::sim::Scenario;
+
+/// Default sampling period, ms.
+pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 500;
+/// Default window length, ms.
+pub const DEFAULT_WINDOW_MS: u64 = 2_000;
+/// Default unacknowledged batches kept (at 2 s windows: 34 minutes of outage).
+pub const DEFAULT_MAX_BUFFERED_BATCHES: usize = 1_024;
+/// Default largest batch pushed, bytes; larger windows sets are split.
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 1 << 20;
+/// Default coordinator URL.
+pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7070";
+
+/// What the agent samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// Every GPU through NVML.
+    Nvml,
+    /// The simulator with a scenario.
+    Sim(Scenario),
+    /// Nothing: relay hook data only.
+    None,
+}
+
+impl FromStr for SourceSpec {
+    type Err = String;
+
+    /// `nvml`, `none`, `sim` (steady) or `sim:SCENARIO`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "nvml" => Ok(Self::Nvml),
+            None if s == "none" => Ok(Self::None),
+            None if s == "sim" => Ok(Self::Sim(Scenario::Steady)),
+            Some(("sim", scenario)) => scenario.parse().map(Self::Sim),
+            _ => Err(format!(
+                "unknown source {s:?}: use nvml, none, sim or sim:SCENARIO"
+            )),
+        }
+    }
+}
+
+/// The simulator's placement of this agent in a simulated job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimPlacement {
+    /// Nodes in the simulated job.
+    pub nodes: u32,
+    /// Which node this agent plays, from 0.
+    pub node_index: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// Seed of every random draw.
+    pub seed: u64,
+    /// Job id of the simulated job.
+    pub job: String,
+}
+
+impl Default for SimPlacement {
+    fn default() -> Self {
+        Self {
+            nodes: 1,
+            node_index: 0,
+            gpus_per_node: 4,
+            seed: 1,
+            job: "sim-job".into(),
+        }
+    }
+}
+
+/// Everything an agent needs to run.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Coordinator base URLs; any replica will do, the agent follows leader hints.
+    pub coordinators: Vec<String>,
+    /// What to sample.
+    pub source: SourceSpec,
+    /// Agent identity; stable across restarts.
+    pub agent_id: String,
+    /// Node name shown in the cluster view.
+    pub node_name: String,
+    /// Sampling period.
+    pub sample_interval: Duration,
+    /// Window length: one batch per window.
+    pub window: Duration,
+    /// Unacknowledged batches kept before the oldest is dropped.
+    pub max_buffered_batches: usize,
+    /// Largest batch pushed, bytes.
+    pub max_batch_bytes: usize,
+    /// Simulator placement (used with `SourceSpec::Sim`).
+    pub sim: SimPlacement,
+}
+
+impl AgentConfig {
+    /// Defaults for a node name.
+    pub fn new(node_name: &str) -> Self {
+        Self {
+            coordinators: vec![DEFAULT_COORDINATOR.to_owned()],
+            source: SourceSpec::Nvml,
+            agent_id: node_name.to_owned(),
+            node_name: node_name.to_owned(),
+            sample_interval: Duration::from_millis(DEFAULT_SAMPLE_INTERVAL_MS),
+            window: Duration::from_millis(DEFAULT_WINDOW_MS),
+            max_buffered_batches: DEFAULT_MAX_BUFFERED_BATCHES,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            sim: SimPlacement::default(),
+        }
+    }
+
+    /// Checks the values; the error says which one and why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.coordinators.is_empty() {
+            return Err("at least one coordinator URL is needed (--coordinators)".into());
+        }
+        for url in &self.coordinators {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "coordinator URL {url:?} must start with http:// or https://"
+                ));
+            }
+        }
+        let sample_ms = self.sample_interval.as_millis();
+        if !(10..=60_000).contains(&sample_ms) {
+            return Err(format!(
+                "sample interval {sample_ms} ms is outside 10..=60000 ms"
+            ));
+        }
+        if self.window < self.sample_interval || self.window > Duration::from_secs(600) {
+            return Err(format!(
+                "window {} ms must be at least the sample interval ({sample_ms} ms) and at most 600000 ms",
+                self.window.as_millis()
+            ));
+        }
+        if self.max_buffered_batches == 0 {
+            return Err("max_buffered_batches must be at least 1".into());
+        }
+        if self.max_batch_bytes < 4096 {
+            return Err(format!(
+                "max_batch_bytes {} is below the 4096-byte minimum",
+                self.max_batch_bytes
+            ));
+        }
+        if self.agent_id.is_empty() || self.node_name.is_empty() {
+            return Err("agent id and node name must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sources() {
+        assert_eq!("nvml".parse::<SourceSpec>(), Ok(SourceSpec::Nvml));
+        assert_eq!("none".parse::<SourceSpec>(), Ok(SourceSpec::None));
+        assert_eq!(
+            "sim".parse::<SourceSpec>(),
+            Ok(SourceSpec::Sim(Scenario::Steady))
+        );
+        assert_eq!(
+            "sim:leak".parse::<SourceSpec>(),
+            Ok(SourceSpec::Sim(Scenario::Leak))
+        );
+        assert!("sim:nope"
+            .parse::<SourceSpec>()
+            .unwrap_err()
+            .contains("leak"));
+        assert!("cuda".parse::<SourceSpec>().unwrap_err().contains("nvml"));
+    }
+
+    #[test]
+    fn rejects_a_window_shorter_than_the_sample_interval() {
+        let mut c = AgentConfig::new("n");
+        c.window = Duration::from_millis(100);
+        assert!(c.validate().unwrap_err().contains("window 100 ms"));
+        c.window = Duration::from_secs(2);
+        c.coordinators = vec!["127.0.0.1:7070".into()];
+        assert!(c.validate().unwrap_err().contains("http://"));
+    }
+}

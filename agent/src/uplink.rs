@@ -1,0 +1,431 @@
+//! The uplink: a bounded buffer of unacknowledged batches and their delivery.
+//!
+//! Batches are stamped `(agent_id, incarnation, seq)` when they enter the
+//! buffer and leave it only when a coordinator has committed them through
+//! Raft (or refused them for good with a 4xx). Delivery is in order, one
+//! batch at a time, so the state machine's "seq already applied" check is
+//! enough for exactly-once effect. When the coordinators are unreachable the
+//! buffer fills; past `max_buffered_batches` the oldest batch is dropped and
+//! counted, and the count travels in every later batch.
+//!
+//! Any coordinator URL will do: a follower answers with the leader's URL and
+//! the uplink follows it; on a transport error it tries the next URL after an
+//! exponential backoff (100 ms doubling to 5 s, with jitter).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpumon_proto::wire::{self, DecodeError};
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, CoordinatorReply, GpuWindow, Hello, PushBatch, PushOutcome,
+};
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+/// Hops followed on leader hints before backing off.
+const MAX_LEADER_HOPS: usize = 3;
+/// Time allowed for one push.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed to flush the buffer at shutdown.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+/// Largest reply accepted from a coordinator.
+const MAX_REPLY_BYTES: usize = 1 << 20;
+
+/// Delivery counters, shared with whoever wants to show them.
+#[derive(Debug, Default)]
+pub struct UplinkStats {
+    /// Batches committed by a coordinator.
+    pub acked: AtomicU64,
+    /// Batches dropped because the buffer was full.
+    pub dropped: AtomicU64,
+    /// Batches refused by a coordinator (4xx) and not retried.
+    pub rejected: AtomicU64,
+    /// Failed delivery attempts.
+    pub failures: AtomicU64,
+    /// Batches waiting in the buffer.
+    pub buffered: AtomicU64,
+}
+
+#[derive(Debug, Error)]
+enum DeliveryError {
+    #[error("{url}: {reason}")]
+    Transport { url: String, reason: String },
+    #[error("{url} refused the message ({status}): {reason}")]
+    Refused {
+        url: String,
+        status: u16,
+        reason: String,
+    },
+    #[error("no leader is known yet (asked {url})")]
+    NoLeader { url: String },
+}
+
+/// The uplink's state; see the module docs.
+#[derive(Debug)]
+pub struct Uplink {
+    client: reqwest::Client,
+    coordinators: Vec<String>,
+    next_coordinator: usize,
+    leader: Option<String>,
+    hello: Hello,
+    hello_sent_to: Option<String>,
+    buffer: VecDeque<PushBatch>,
+    max_buffered: usize,
+    max_batch_bytes: usize,
+    next_seq: u64,
+    attempt: u32,
+    jitter: u64,
+    stats: Arc<UplinkStats>,
+}
+
+impl Uplink {
+    /// An uplink for an agent introduced by `hello`.
+    pub fn new(
+        coordinators: Vec<String>,
+        hello: Hello,
+        max_buffered: usize,
+        max_batch_bytes: usize,
+    ) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(PUSH_TIMEOUT)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("reqwest client builds");
+        Self {
+            client,
+            coordinators: coordinators
+                .into_iter()
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .collect(),
+            next_coordinator: 0,
+            leader: None,
+            jitter: hello.incarnation | 1,
+            hello,
+            hello_sent_to: None,
+            buffer: VecDeque::new(),
+            max_buffered,
+            max_batch_bytes,
+            next_seq: 1,
+            attempt: 0,
+            stats: Arc::default(),
+        }
+    }
+
+    /// The delivery counters.
+    pub fn stats(&self) -> Arc<UplinkStats> {
+        self.stats.clone()
+    }
+
+    /// Stamps windows into batches of at most `max_batch_bytes` and buffers them,
+    /// dropping the oldest batches past `max_buffered`.
+    pub fn enqueue(&mut self, windows: Vec<GpuWindow>) {
+        if windows.is_empty() {
+            return;
+        }
+        for windows in self.split(windows) {
+            while self.buffer.len() >= self.max_buffered {
+                self.buffer.pop_front();
+                self.stats.dropped.fetch_add(1, Relaxed);
+            }
+            let batch = PushBatch {
+                agent_id: self.hello.agent_id.clone(),
+                incarnation: self.hello.incarnation,
+                seq: self.next_seq,
+                node: self.hello.node.clone(),
+                dropped_batches: self.stats.dropped.load(Relaxed),
+                windows,
+            };
+            self.next_seq += 1;
+            self.buffer.push_back(batch);
+        }
+        self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
+    }
+
+    /// Splits windows in halves until each part encodes within `max_batch_bytes`;
+    /// a single window over the limit is dropped and counted.
+    fn split(&self, windows: Vec<GpuWindow>) -> Vec<Vec<GpuWindow>> {
+        let mut done = Vec::new();
+        let mut todo = vec![windows];
+        while let Some(mut part) = todo.pop() {
+            // Envelope overhead (ids, seq) is small; 256 bytes of slack covers it.
+            if wire::encode(&part).len() + 256 <= self.max_batch_bytes {
+                done.push(part);
+            } else if part.len() > 1 {
+                let back = part.split_off(part.len() / 2);
+                todo.push(back);
+                todo.push(part);
+            } else {
+                tracing::error!(gpu = %part[0].gpu.uuid, "dropped a window larger than max_batch_bytes");
+                self.stats.dropped.fetch_add(1, Relaxed);
+            }
+        }
+        done
+    }
+
+    /// Batches waiting.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    fn target(&self) -> String {
+        self.leader
+            .clone()
+            .unwrap_or_else(|| self.coordinators[self.next_coordinator].clone())
+    }
+
+    fn forget_leader(&mut self) {
+        self.leader = None;
+        self.next_coordinator = (self.next_coordinator + 1) % self.coordinators.len();
+    }
+
+    /// Sends one message, following leader hints.
+    async fn deliver(&mut self, msg: &AgentMessage) -> Result<(), DeliveryError> {
+        let body = wire::encode(msg);
+        for _ in 0..MAX_LEADER_HOPS {
+            let url = self.target();
+            match self.post(&url, body.clone()).await {
+                Ok(PushOutcome::Committed { .. }) => return Ok(()),
+                Ok(PushOutcome::NotLeader {
+                    leader_url: Some(leader),
+                }) if leader != url => {
+                    tracing::info!(%leader, "following the leader hint");
+                    self.leader = Some(leader);
+                }
+                Ok(PushOutcome::NotLeader { .. }) => {
+                    self.forget_leader();
+                    return Err(DeliveryError::NoLeader { url });
+                }
+                Err(e @ DeliveryError::Refused { .. }) => return Err(e),
+                Err(e) => {
+                    self.forget_leader();
+                    return Err(e);
+                }
+            }
+        }
+        Err(DeliveryError::NoLeader { url: self.target() })
+    }
+
+    async fn post(&self, url: &str, body: Vec<u8>) -> Result<PushOutcome, DeliveryError> {
+        let transport = |e: &dyn std::fmt::Display| DeliveryError::Transport {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        };
+        let resp = self
+            .client
+            .post(format!("{url}/api/v1/ingest"))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| transport(&e))?;
+        if status.is_client_error() {
+            let reason = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).into_owned();
+            return Err(DeliveryError::Refused {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                reason,
+            });
+        }
+        if !status.is_success() {
+            return Err(transport(&format!("HTTP {status}")));
+        }
+        let reply: CoordinatorReply =
+            wire::decode(&bytes, MAX_REPLY_BYTES).map_err(|e: DecodeError| transport(&e))?;
+        let CoordinatorReply::V1(reply) = reply;
+        Ok(reply.outcome)
+    }
+
+    /// Tries to deliver the oldest batch (after a hello where the target has
+    /// not had one). `Ok(true)` when a batch left the buffer.
+    async fn deliver_front(&mut self) -> Result<bool, DeliveryError> {
+        if self.hello_sent_to.as_deref() != Some(self.target().as_str()) {
+            let hello = AgentMessage::V1(AgentMessageV1::Hello(self.hello.clone()));
+            match self.deliver(&hello).await {
+                Ok(()) | Err(DeliveryError::Refused { .. }) => {
+                    self.hello_sent_to = Some(self.target())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(batch) = self.buffer.front() else {
+            return Ok(false);
+        };
+        let msg = AgentMessage::V1(AgentMessageV1::Push(batch.clone()));
+        match self.deliver(&msg).await {
+            Ok(()) => {
+                self.buffer.pop_front();
+                self.stats.acked.fetch_add(1, Relaxed);
+            }
+            Err(DeliveryError::Refused {
+                url,
+                status,
+                reason,
+            }) => {
+                let seq = self.buffer.pop_front().map_or(0, |b| b.seq);
+                self.stats.rejected.fetch_add(1, Relaxed);
+                tracing::error!(%url, status, seq, %reason, "a coordinator refused a batch; dropped it");
+            }
+            Err(e) => return Err(e),
+        }
+        self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
+        Ok(true)
+    }
+
+    fn backoff(&mut self) -> Duration {
+        self.attempt = self.attempt.saturating_add(1);
+        let base = 100u64.saturating_mul(1 << self.attempt.min(6)).min(5_000);
+        self.jitter ^= self.jitter << 13;
+        self.jitter ^= self.jitter >> 7;
+        self.jitter ^= self.jitter << 17;
+        Duration::from_millis(base * 4 / 5 + self.jitter % (base * 2 / 5 + 1))
+    }
+
+    /// Runs until the window channel closes (the sampler stopped), then tries
+    /// to flush what is left for a short while.
+    pub async fn run(mut self, mut windows: mpsc::Receiver<Vec<GpuWindow>>) {
+        let mut failing = false;
+        let mut open = true;
+        while open {
+            while let Ok(w) = windows.try_recv() {
+                self.enqueue(w);
+            }
+            if self.buffer.is_empty() {
+                match windows.recv().await {
+                    Some(w) => self.enqueue(w),
+                    None => open = false,
+                }
+                continue;
+            }
+            match self.deliver_front().await {
+                Ok(_) => {
+                    if failing {
+                        tracing::info!(url = %self.target(), buffered = self.buffer.len(), "coordinator reachable again");
+                    }
+                    failing = false;
+                    self.attempt = 0;
+                }
+                Err(e) => {
+                    self.stats.failures.fetch_add(1, Relaxed);
+                    if !failing {
+                        tracing::warn!(error = %e, buffered = self.buffer.len(), "cannot reach a coordinator; buffering and retrying");
+                    }
+                    failing = true;
+                    let pause = tokio::time::sleep(self.backoff());
+                    tokio::pin!(pause);
+                    loop {
+                        tokio::select! {
+                            _ = &mut pause => break,
+                            w = windows.recv() => match w {
+                                Some(w) => self.enqueue(w),
+                                None => {
+                                    open = false;
+                                    break;
+                                }
+                            },
+                        }
+                    }
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_FLUSH;
+        while !self.buffer.is_empty() && tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout_at(deadline, self.deliver_front()).await {
+                Ok(Ok(_)) => {}
+                _ => break,
+            }
+        }
+        if !self.buffer.is_empty() {
+            tracing::warn!(
+                unsent = self.buffer.len(),
+                "shut down with batches not delivered"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumon_proto::{BytesStat, GpuInfo};
+
+    fn hello() -> Hello {
+        Hello {
+            agent_id: "a".into(),
+            incarnation: 3,
+            node: "n".into(),
+            agent_version: "t".into(),
+            source: "sim".into(),
+            gpus: vec![],
+        }
+    }
+
+    fn window(i: u32) -> GpuWindow {
+        GpuWindow {
+            gpu: GpuInfo {
+                uuid: format!("GPU-{i}"),
+                index: i,
+                name: "x".repeat(200),
+                total_bytes: 1 << 30,
+            },
+            start_ms: 0,
+            end_ms: 1,
+            samples: 1,
+            used_bytes: BytesStat::single(1),
+            reserved_bytes: None,
+            util_pct: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: vec![],
+        }
+    }
+
+    #[test]
+    fn stamps_consecutive_seqs_and_drops_the_oldest_when_full() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 3, 1 << 20);
+        for i in 0..5 {
+            u.enqueue(vec![window(i)]);
+        }
+        assert_eq!(
+            u.buffer.iter().map(|b| b.seq).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        assert_eq!(u.stats().dropped.load(Relaxed), 2);
+        assert_eq!(
+            u.buffer.back().unwrap().dropped_batches,
+            2,
+            "the drop count travels with later batches"
+        );
+    }
+
+    #[test]
+    fn splits_batches_over_the_byte_limit() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
+        u.enqueue((0..64).map(window).collect());
+        assert!(u.buffered() > 1);
+        let total: usize = u.buffer.iter().map(|b| b.windows.len()).sum();
+        assert_eq!(total, 64, "splitting loses no window");
+        assert!(u.buffer.iter().all(|b| wire::encode(b).len() <= 4096));
+    }
+
+    #[test]
+    fn backoff_grows_to_a_cap_with_jitter() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 1, 1 << 20);
+        let delays: Vec<u128> = (0..10).map(|_| u.backoff().as_millis()).collect();
+        assert!(delays[0] >= 160 && delays[0] <= 240, "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= 6_000), "{delays:?}");
+        assert!(delays[9] >= 4_000, "{delays:?}");
+    }
+
+    #[tokio::test]
+    async fn keeps_batches_while_no_coordinator_answers() {
+        // Port 1 on loopback: connection refused, quickly.
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 10, 1 << 20);
+        u.enqueue(vec![window(0)]);
+        assert!(u.deliver_front().await.is_err());
+        assert_eq!(u.buffered(), 1, "an undelivered batch stays buffered");
+    }
+}

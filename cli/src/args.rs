@@ -1,0 +1,139 @@
+//! Command-line arguments. Every flag can also come from the environment
+//! variable named in its help, and most from the TOML file given with
+//! `--config` (flag > environment > file > default).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// gpumon: GPU-memory monitoring for distributed training, by job and rank.
+#[derive(Debug, Parser)]
+#[command(name = "gpumon", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// TOML configuration file with [agent] and [coordinator] tables.
+    #[arg(long, global = true, env = "GPUMON_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sample this node's GPUs and push windows to the coordinators.
+    Agent(AgentArgs),
+    /// Run a coordinator replica: Raft, cluster view, API.
+    Coordinator(CoordinatorArgs),
+    /// Show the cluster by job and rank, from a coordinator's API.
+    Status(StatusArgs),
+    /// A coordinator and simulated agents for a 2-node x 4-GPU job, on loopback; no GPU needed.
+    Demo(DemoArgs),
+}
+
+/// `gpumon agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Coordinator base URLs, comma-separated; any replica will do [default: http://127.0.0.1:7070].
+    #[arg(
+        long,
+        env = "GPUMON_COORDINATORS",
+        value_delimiter = ',',
+        value_name = "URL,..."
+    )]
+    pub coordinators: Option<Vec<String>>,
+    /// What to sample: nvml, sim[:SCENARIO] (steady, leak, fragmentation, imbalance, straggler, mixed) or none [default: nvml].
+    #[arg(long, env = "GPUMON_SOURCE")]
+    pub source: Option<String>,
+    /// Agent identity, stable across restarts [default: the node name].
+    #[arg(long, env = "GPUMON_AGENT_ID")]
+    pub agent_id: Option<String>,
+    /// Node name shown in the cluster view [default: the host name].
+    #[arg(long, env = "GPUMON_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Sampling period in milliseconds [default: 500].
+    #[arg(long, env = "GPUMON_SAMPLE_INTERVAL_MS")]
+    pub sample_interval_ms: Option<u64>,
+    /// Window length in milliseconds: one push per window [default: 2000].
+    #[arg(long, env = "GPUMON_WINDOW_MS")]
+    pub window_ms: Option<u64>,
+    /// Unacknowledged batches kept while coordinators are unreachable; the oldest is dropped past it [default: 1024].
+    #[arg(long, env = "GPUMON_MAX_BUFFERED_BATCHES")]
+    pub max_buffered_batches: Option<usize>,
+    /// Largest batch pushed, bytes; larger ones are split [default: 1048576].
+    #[arg(long, env = "GPUMON_MAX_BATCH_BYTES")]
+    pub max_batch_bytes: Option<usize>,
+    /// Simulator: nodes in the simulated job [default: 1].
+    #[arg(long, env = "GPUMON_SIM_NODES")]
+    pub sim_nodes: Option<u32>,
+    /// Simulator: which node of the job this agent plays, from 0 [default: 0].
+    #[arg(long, env = "GPUMON_SIM_NODE_INDEX")]
+    pub sim_node_index: Option<u32>,
+    /// Simulator: GPUs per node [default: 4].
+    #[arg(long, env = "GPUMON_SIM_GPUS")]
+    pub sim_gpus: Option<u32>,
+    /// Simulator: random seed; the same seed gives the same run [default: 1].
+    #[arg(long, env = "GPUMON_SIM_SEED")]
+    pub sim_seed: Option<u64>,
+    /// Simulator: job id of the simulated job [default: sim-job].
+    #[arg(long, env = "GPUMON_SIM_JOB")]
+    pub sim_job: Option<String>,
+}
+
+/// `gpumon coordinator`.
+#[derive(Debug, Args)]
+pub struct CoordinatorArgs {
+    /// Raft node id, a positive integer unique in the cluster [default: 1].
+    #[arg(long, env = "GPUMON_ID")]
+    pub id: Option<u64>,
+    /// Address for the API, agents and Raft peers [default: 127.0.0.1:7070].
+    #[arg(long, env = "GPUMON_LISTEN", value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Address peers and agents use to reach this replica, when --listen is a wildcard [default: the bound address].
+    #[arg(long, env = "GPUMON_ADVERTISE", value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// Directory for the Raft log and snapshots [default: ./gpumon-data].
+    #[arg(long, env = "GPUMON_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Largest push accepted, bytes [default: 4194304].
+    #[arg(long, env = "GPUMON_MAX_PUSH_BYTES")]
+    pub max_push_bytes: Option<usize>,
+    /// Windows of history kept per memory series [default: 1024].
+    #[arg(long, env = "GPUMON_HISTORY_WINDOWS")]
+    pub history_windows: Option<usize>,
+    /// Raft log entries between snapshots [default: 2000].
+    #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
+    pub snapshot_every_entries: Option<u64>,
+}
+
+/// `gpumon status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// A coordinator's base URL.
+    #[arg(
+        long,
+        env = "GPUMON_COORDINATOR",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub coordinator: String,
+    /// Print JSON (`{"cluster": ..., "jobs": ...}`) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `gpumon demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Stop after this many seconds [default: run until Ctrl-C].
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Address for the coordinator's API [default: 127.0.0.1:7070, or a free port if that is taken].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Simulated scenario: steady, leak, fragmentation, imbalance, straggler or mixed.
+    #[arg(long, default_value = "mixed")]
+    pub scenario: String,
+    /// Random seed of the simulation.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}

@@ -1,0 +1,65 @@
+//! `gpumon coordinator`.
+
+use std::path::Path;
+
+use gpumon_common::config::FileConfig;
+use gpumon_coordinator::{Coordinator, CoordinatorConfig, StartError};
+
+use crate::args::CoordinatorArgs;
+use crate::{shutdown, usage, Failure};
+
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "gpumon-data";
+
+fn resolve(
+    args: CoordinatorArgs,
+    config_file: Option<&Path>,
+) -> Result<CoordinatorConfig, Failure> {
+    let file = match config_file {
+        Some(path) => FileConfig::load(path).map_err(usage)?.coordinator,
+        None => Default::default(),
+    };
+    let id = args.id.or(file.id).unwrap_or(1);
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir)
+        .unwrap_or_else(|| DEFAULT_DATA_DIR.into());
+    let mut config = CoordinatorConfig::new(id, data_dir);
+    if let Some(listen) = args.listen.or(file.listen) {
+        config.listen = listen;
+    }
+    config.advertise = args.advertise.or(file.advertise);
+    if let Some(v) = args.max_push_bytes.or(file.max_push_bytes) {
+        config.max_push_bytes = v;
+    }
+    if let Some(v) = args.history_windows.or(file.history_windows) {
+        config.limits.history_windows = v;
+    }
+    if let Some(v) = args.snapshot_every_entries.or(file.snapshot_every_entries) {
+        config.snapshot_every_entries = v;
+    }
+    config.validate().map_err(usage)?;
+    Ok(config)
+}
+
+pub async fn run(args: CoordinatorArgs, config_file: Option<&Path>) -> Result<(), Failure> {
+    let config = resolve(args, config_file)?;
+    let coordinator = match Coordinator::start(config).await {
+        Ok(c) => c,
+        Err(e @ StartError::Config(_)) => return Err(usage(e)),
+        Err(e) => {
+            return Err(Failure::Runtime(
+                anyhow::Error::new(e).context("coordinator failed to start"),
+            ))
+        }
+    };
+    println!(
+        "gpumon coordinator {} serving {}",
+        coordinator.id(),
+        coordinator.api_url()
+    );
+    shutdown::signal().await;
+    tracing::info!("shutting down");
+    coordinator.shutdown().await;
+    Ok(())
+}
