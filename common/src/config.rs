@@ -146,6 +146,16 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_config_is_valid() {
+        let c = FileConfig::parse(include_str!("../../deploy/gpumon.example.toml")).unwrap();
+        assert_eq!(c.agent.source.as_deref(), Some("nvml"));
+        assert_eq!(
+            c.coordinator.data_dir,
+            Some(PathBuf::from("/var/lib/gpumon"))
+        );
+    }
+
+    #[test]
     fn refuses_unknown_keys_naming_them() {
         let err = FileConfig::parse("[agent]\nsample_interval = 250\n").unwrap_err();
         assert!(err.contains("sample_interval"), "{err}");

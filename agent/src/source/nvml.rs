@@ -51,6 +51,7 @@ enum Metric {
     SmClock,
     Power,
     Processes,
+    Memory,
 }
 
 impl Metric {
@@ -60,6 +61,7 @@ impl Metric {
             Metric::SmClock => "SM clock",
             Metric::Power => "power usage",
             Metric::Processes => "running compute processes",
+            Metric::Memory => "memory info (the GPU is left out of its samples)",
         }
     }
 }
@@ -117,19 +119,25 @@ impl GpuSource for NvmlSource {
     fn sample(&mut self, t_ms: u64) -> Result<Vec<GpuSample>, SourceError> {
         let Self { nvml, gpus, warned } = self;
         let mut out = Vec::with_capacity(gpus.len());
+        let mut first_error = None;
         for gpu in gpus.iter() {
-            let device_error = |what: &str, e: NvmlError| SourceError::Device {
-                index: gpu.index,
-                reason: format!("{what}: {e}"),
-            };
             // By UUID rather than index: the UUID is the device's identity,
             // so a sample can never be stamped with another GPU's info.
-            let device = nvml
+            // A GPU that cannot be read is left out; the others still count.
+            let read = nvml
                 .device_by_uuid(gpu.uuid.as_str())
-                .map_err(|e| device_error("looking up the device", e))?;
-            let memory = device
-                .memory_info()
-                .map_err(|e| device_error("reading memory info", e))?;
+                .and_then(|device| device.memory_info().map(|m| (device, m)));
+            let (device, memory) = match read {
+                Ok(ok) => ok,
+                Err(e) => {
+                    note_failure(warned, gpu.index, Metric::Memory, &e);
+                    first_error.get_or_insert(SourceError::Device {
+                        index: gpu.index,
+                        reason: format!("reading memory info: {e}"),
+                    });
+                    continue;
+                }
+            };
 
             let mut optional = |metric: Metric, r: Result<f32, NvmlError>| -> Option<f32> {
                 r.map_err(|e| note_failure(warned, gpu.index, metric, &e))
@@ -167,7 +175,10 @@ impl GpuSource for NvmlSource {
                 procs,
             });
         }
-        Ok(out)
+        match first_error {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
     }
 }
 

@@ -1,0 +1,329 @@
+//! End-to-end: real `gpumon` processes on loopback.
+//!
+//! - a coordinator and two simulated agents (2 nodes x 4 GPUs): the API shows
+//!   every rank with plausible memory; `gpumon status` shows them too; after
+//!   the coordinator is killed with SIGKILL and restarted on the same data
+//!   directory, it shows the same state (redb log + snapshot);
+//! - `gpumon demo` prints its URL first and serves every simulated rank;
+//! - bad usage and bad configuration exit 2 with a reason.
+//!
+//! Every wait is bounded; processes are killed when their guards drop.
+
+mod support;
+
+use std::time::Duration;
+
+use gpumon_proto::api::{ClusterView, JobDetail, JobsView};
+use support::{get, gpumon, wait_for, Proc};
+
+const GIB: u64 = 1 << 30;
+const RANKS: u32 = 8;
+
+fn agent(url: &str, node: u32) -> Proc {
+    let mut cmd = gpumon();
+    cmd.args([
+        "agent",
+        "--coordinators",
+        url,
+        "--source",
+        "sim:mixed",
+        "--node-name",
+    ])
+    .arg(format!("node-{node}"))
+    .args([
+        "--sim-nodes",
+        "2",
+        "--sim-gpus",
+        "4",
+        "--sim-job",
+        "e2e-job",
+        "--sim-node-index",
+    ])
+    .arg(node.to_string())
+    .args(["--sample-interval-ms", "100", "--window-ms", "300"]);
+    Proc::spawn(cmd)
+}
+
+fn coordinator(data_dir: &std::path::Path) -> Proc {
+    let mut cmd = gpumon();
+    cmd.args([
+        "coordinator",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--snapshot-every-entries",
+        "5",
+        "--data-dir",
+    ])
+    .arg(data_dir);
+    Proc::spawn(cmd)
+}
+
+/// The job view once every rank has reported at least `min_history` windows.
+async fn all_ranks(url: &str, min_history: usize) -> JobDetail {
+    wait_for(
+        Duration::from_secs(60),
+        "every simulated rank in the API",
+        || async {
+            let detail: JobDetail = get(&format!("{url}/api/v1/jobs/e2e-job"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready = detail.ranks.len() == RANKS as usize
+                && detail.ranks.iter().all(|r| r.history.len() >= min_history);
+            if ready {
+                Ok(detail)
+            } else {
+                Err(format!("{} ranks", detail.ranks.len()))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_to_api_and_back_after_a_coordinator_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut coord = coordinator(dir.path());
+    let url = coord.url_line().await;
+    let agents = [agent(&url, 0), agent(&url, 1)];
+
+    let detail = all_ranks(&url, 3).await;
+    assert_eq!(detail.world_size, RANKS);
+    for r in &detail.ranks {
+        let rank = r.view.rank;
+        assert_eq!(
+            r.view.node,
+            format!("node-{}", rank / 4),
+            "rank {rank} on the node that hosts it"
+        );
+        assert_eq!(r.view.gpu, rank % 4, "rank {rank} on its own GPU");
+        assert_eq!(r.view.total_bytes, 80 * GIB);
+        assert!(
+            (10 * GIB..r.view.total_bytes).contains(&r.view.used_bytes),
+            "rank {rank} uses {} bytes",
+            r.view.used_bytes
+        );
+        assert!(r.view.peak_used_bytes >= r.view.used_bytes);
+        assert!(r.view.ended_ms.is_none());
+        assert!(
+            r.history.windows(2).all(|w| w[0].t_ms < w[1].t_ms),
+            "history in time order"
+        );
+    }
+    // The imbalanced rank 0 of the mixed scenario shows in the numbers.
+    let others = detail.ranks[1..]
+        .iter()
+        .map(|r| r.view.peak_used_bytes)
+        .max()
+        .unwrap();
+    assert!(
+        detail.ranks[0].view.peak_used_bytes > others + 4 * GIB,
+        "rank 0 is the heavy one"
+    );
+
+    let cluster: ClusterView = get(&format!("{url}/api/v1/cluster")).await.unwrap();
+    assert_eq!(
+        (
+            cluster.agents.len(),
+            cluster.nodes,
+            cluster.gpus,
+            cluster.live_ranks
+        ),
+        (2, 2, 8, 8)
+    );
+
+    // `gpumon status` shows every rank, live.
+    let out = gpumon()
+        .args(["status", "--coordinator", &url])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("e2e-job") && l.ends_with("live"))
+            .count(),
+        8,
+        "{text}"
+    );
+    let out = gpumon()
+        .args(["status", "--coordinator", &url, "--json"])
+        .output()
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["jobs"]["jobs"][0]["ranks"].as_array().unwrap().len(),
+        8
+    );
+
+    // Stop the agents, let the state settle, then crash the coordinator.
+    for a in agents {
+        a.kill().await;
+    }
+    let mut before: JobsView = get(&format!("{url}/api/v1/jobs")).await.unwrap();
+    before = wait_for(Duration::from_secs(10), "the state to settle", || {
+        let url = url.clone();
+        let prev = before.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now: JobsView = get(&format!("{url}/api/v1/jobs"))
+                .await
+                .map_err(|e| e.to_string())?;
+            if now == prev {
+                Ok(now)
+            } else {
+                Err("still changing".into())
+            }
+        }
+    })
+    .await;
+    let _ = coord.child.start_kill();
+    let _ = coord.child.wait().await;
+
+    let mut coord = coordinator(dir.path());
+    let url = coord.url_line().await;
+    let after = wait_for(
+        Duration::from_secs(20),
+        "the restarted coordinator to replay its log",
+        || async {
+            let now: JobsView = get(&format!("{url}/api/v1/jobs"))
+                .await
+                .map_err(|e| e.to_string())?;
+            if now == before {
+                Ok(now)
+            } else {
+                Err(format!("{} jobs", now.jobs.len()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(after.jobs[0].ranks.len(), 8);
+    assert!(
+        dir.path().join("snapshot.bin").exists(),
+        "snapshots were taken every 5 entries"
+    );
+    coord.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_prints_its_url_first_and_serves_every_rank() {
+    let mut cmd = gpumon();
+    cmd.args(["demo", "--duration", "30", "--listen", "127.0.0.1:0"]);
+    let mut demo = Proc::spawn(cmd);
+    let first = demo.next_line(Duration::from_secs(20)).await;
+    assert!(
+        first.contains("http://127.0.0.1:"),
+        "first line names the API: {first:?}"
+    );
+    let url = first[first.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let jobs: JobsView = wait_for(Duration::from_secs(20), "the demo's 8 ranks", || async {
+        let jobs: JobsView = get(&format!("{url}/api/v1/jobs"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if jobs.jobs.first().is_some_and(|j| j.ranks.len() == 8) {
+            Ok(jobs)
+        } else {
+            Err(format!("{jobs:?}"))
+        }
+    })
+    .await;
+    assert_eq!(jobs.jobs[0].job, "demo-job");
+    // It prints a line for each rank it sees.
+    let mut rank_lines = 0;
+    while rank_lines < 8 {
+        let line = demo.next_line(Duration::from_secs(10)).await;
+        rank_lines += usize::from(line.contains("job demo-job rank"));
+    }
+    demo.kill().await;
+}
+
+#[tokio::test]
+async fn demo_stops_by_itself_after_its_duration() {
+    let mut cmd = gpumon();
+    cmd.args(["demo", "--duration", "2", "--listen", "127.0.0.1:0"]);
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("demo ends")
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().next().unwrap().contains("http://"), "{text}");
+    assert!(text.contains("stopping"), "{text}");
+}
+
+#[tokio::test]
+async fn bad_usage_exits_2_with_a_reason() {
+    let out = gpumon()
+        .args(["agent", "--source", "cuda"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown source \"cuda\""));
+
+    let out = gpumon()
+        .args(["agent", "--source", "sim", "--window-ms", "100"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("window 100 ms"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpumon.toml");
+    std::fs::write(
+        &config,
+        "[coordinator]\nlisten = \"127.0.0.1:0\"\nhistroy_windows = 5\n",
+    )
+    .unwrap();
+    let out = gpumon()
+        .arg("--config")
+        .arg(&config)
+        .args(["coordinator"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("histroy_windows") && err.contains("gpumon.toml"),
+        "{err}"
+    );
+
+    let out = gpumon()
+        .args(["coordinator", "--id", "0", "--listen", "127.0.0.1:0"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn configuration_merges_file_then_environment_then_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpumon.toml");
+    std::fs::write(&config, "[coordinator]\nid = 3\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    let data = dir.path().join("data");
+    let mut cmd = gpumon();
+    cmd.arg("--config")
+        .arg(&config)
+        .arg("coordinator")
+        .env("GPUMON_LISTEN", "127.0.0.1:0")
+        .env("GPUMON_DATA_DIR", &data);
+    let mut coord = Proc::spawn(cmd);
+    let line = coord.next_line(Duration::from_secs(20)).await;
+    // id from the file, listen from the environment (over the file's port 1), data dir from the environment.
+    assert!(
+        line.starts_with("gpumon coordinator 3 serving http://127.0.0.1:"),
+        "{line}"
+    );
+    assert!(data.join("raft-log.redb").exists());
+    coord.kill().await;
+}

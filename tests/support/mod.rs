@@ -1,0 +1,89 @@
+//! Helpers for end-to-end tests: real `gpumon` processes on loopback that
+//! are killed when their guard drops, and bounded waiting.
+
+#![allow(dead_code)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::time::Instant;
+
+/// The `gpumon` binary under test.
+pub fn gpumon() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumon"));
+    cmd.env("GPUMON_LOG", "warn").kill_on_drop(true);
+    cmd
+}
+
+/// A child process with its stdout lines; killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub lines: tokio::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout piped and stderr inherited (visible on failure).
+    #[track_caller]
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("gpumon starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Self {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// The next stdout line, within `within`.
+    pub async fn next_line(&mut self, within: Duration) -> String {
+        tokio::time::timeout(within, self.lines.next_line())
+            .await
+            .expect("a stdout line in time")
+            .expect("stdout readable")
+            .expect("process still running")
+    }
+
+    /// The first `http://…` URL in the next stdout line.
+    pub async fn url_line(&mut self) -> String {
+        let line = self.next_line(Duration::from_secs(20)).await;
+        let start = line
+            .find("http://")
+            .unwrap_or_else(|| panic!("no URL in {line:?}"));
+        line[start..].split_whitespace().next().unwrap().to_owned()
+    }
+
+    /// SIGKILL, and wait for the exit.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// GET a JSON document.
+pub async fn get<T: DeserializeOwned>(url: &str) -> reqwest::Result<T> {
+    reqwest::get(url).await?.error_for_status()?.json().await
+}
+
+/// Polls `probe` every 100 ms until it gives `Some`, panicking with `what`
+/// and the last value seen after `within`.
+pub async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out waiting for {what}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
