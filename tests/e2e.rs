@@ -327,3 +327,37 @@ async fn configuration_merges_file_then_environment_then_flags() {
     assert!(data.join("raft-log.redb").exists());
     coord.kill().await;
 }
+
+#[tokio::test]
+async fn an_agent_without_gpus_still_registers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut coord = coordinator(dir.path());
+    let url = coord.url_line().await;
+    let mut cmd = gpumon();
+    cmd.args([
+        "agent",
+        "--coordinators",
+        &url,
+        "--source",
+        "none",
+        "--node-name",
+        "cpu-node",
+    ]);
+    let agent = Proc::spawn(cmd);
+    let cluster: ClusterView = wait_for(Duration::from_secs(20), "the agent's hello", || async {
+        let c: ClusterView = get(&format!("{url}/api/v1/cluster"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if c.agents.len() == 1 {
+            Ok(c)
+        } else {
+            Err(format!("{c:?}"))
+        }
+    })
+    .await;
+    assert_eq!(cluster.agents[0].node, "cpu-node");
+    assert_eq!(cluster.agents[0].source, "none");
+    assert_eq!(cluster.gpus, 0);
+    agent.kill().await;
+    coord.kill().await;
+}

@@ -239,9 +239,8 @@ impl Uplink {
         Ok(reply.outcome)
     }
 
-    /// Tries to deliver the oldest batch (after a hello where the target has
-    /// not had one). `Ok(true)` when a batch left the buffer.
-    async fn deliver_front(&mut self) -> Result<bool, DeliveryError> {
+    /// Sends the hello where the current target has not had it.
+    async fn greet(&mut self) -> Result<(), DeliveryError> {
         if self.hello_sent_to.as_deref() != Some(self.target().as_str()) {
             let hello = AgentMessage::V1(AgentMessageV1::Hello(self.hello.clone()));
             match self.deliver(&hello).await {
@@ -251,6 +250,13 @@ impl Uplink {
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
+    }
+
+    /// Tries to deliver the oldest batch (after a hello where the target has
+    /// not had one). `Ok(true)` when a batch left the buffer.
+    async fn deliver_front(&mut self) -> Result<bool, DeliveryError> {
+        self.greet().await?;
         let Some(batch) = self.buffer.front() else {
             return Ok(false);
         };
@@ -289,6 +295,12 @@ impl Uplink {
     pub async fn run(mut self, mut windows: mpsc::Receiver<Vec<GpuWindow>>) {
         let mut failing = false;
         let mut open = true;
+        // Say hello right away, so an agent with nothing to push yet (no GPU,
+        // waiting for hook data) still shows in the cluster view.
+        if let Err(e) = self.greet().await {
+            tracing::warn!(error = %e, "cannot reach a coordinator yet; will keep trying");
+            failing = true;
+        }
         while open {
             while let Ok(w) = windows.try_recv() {
                 self.enqueue(w);

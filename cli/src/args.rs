@@ -8,7 +8,12 @@ use clap::{Args, Parser, Subcommand};
 
 /// gpumon: GPU-memory monitoring for distributed training, by job and rank.
 #[derive(Debug, Parser)]
-#[command(name = "gpumon", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "gpumon",
+    version,
+    about = "gpumon: GPU-memory monitoring for distributed training, by job and rank",
+    propagate_version = true
+)]
 pub struct Cli {
     /// TOML configuration file with [agent] and [coordinator] tables.
     #[arg(long, global = true, env = "GPUMON_CONFIG", value_name = "FILE")]

@@ -148,6 +148,26 @@ impl StateMachine {
         Ok(())
     }
 
+    /// Writes the snapshot file off the runtime, then makes it the current snapshot.
+    async fn persist_snapshot(
+        &self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        data: &[u8],
+    ) -> StorageResult<()> {
+        let me = self.clone();
+        let (meta, data) = (meta.clone(), data.to_vec());
+        let (meta2, data2) = (meta.clone(), data.clone());
+        tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
+            .await
+            .map_err(|e| self.snapshot_err(e))?
+            .map_err(|e| self.snapshot_err(e))?;
+        *self
+            .current_snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((meta, data));
+        Ok(())
+    }
+
     fn snapshot_err(&self, e: impl fmt::Display) -> StorageError<NodeId> {
         StorageIOError::write_snapshot(
             None,
@@ -183,16 +203,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: membership,
             snapshot_id,
         };
-        let me = self.clone();
-        let (meta2, data2) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
-            .await
-            .map_err(|e| self.snapshot_err(e))?
-            .map_err(|e| self.snapshot_err(e))?;
-        *self
-            .current_snapshot
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data.clone()));
+        self.persist_snapshot(&meta, &data).await?;
+
         tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "built snapshot");
         Ok(Snapshot {
             meta,
@@ -272,21 +284,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 AnyError::error(format!("received snapshot does not decode: {e}")),
             )
         })?;
-        let me = self.clone();
-        let (meta2, data2) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
-            .await
-            .map_err(|e| self.snapshot_err(e))?
-            .map_err(|e| self.snapshot_err(e))?;
+        self.persist_snapshot(meta, &data).await?;
         *self.applied.write().unwrap_or_else(|p| p.into_inner()) = Applied {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
             state: new_state.state,
         };
-        *self
-            .current_snapshot
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
+
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
         Ok(())
     }
