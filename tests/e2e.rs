@@ -241,7 +241,12 @@ async fn demo_prints_its_url_first_and_serves_every_rank() {
         let line = demo.next_line(Duration::from_secs(10)).await;
         rank_lines += usize::from(line.contains("job demo-job rank"));
     }
-    demo.kill().await;
+    // Ctrl-C stops it cleanly and it removes its data directory.
+    let data_dir = std::env::temp_dir().join(format!("gpumon-demo-{}", demo.child.id().unwrap()));
+    assert!(data_dir.exists());
+    let status = demo.interrupt(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(!data_dir.exists(), "the demo leaves no data behind");
 }
 
 #[tokio::test]

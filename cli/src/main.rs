@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match &cli.command {
         Command::Demo(_) | Command::Status(_) => "warn",
-        _ => "info",
+        _ => "info,openraft=warn",
     };
     gpumon_common::logging::init(default_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

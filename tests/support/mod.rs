@@ -58,6 +58,20 @@ impl Proc {
         line[start..].split_whitespace().next().unwrap().to_owned()
     }
 
+    /// SIGINT (what Ctrl-C sends), then the exit status within `within`.
+    pub async fn interrupt(mut self, within: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("still running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("exits after SIGINT")
+            .unwrap()
+    }
+
     /// SIGKILL, and wait for the exit.
     pub async fn kill(mut self) {
         let _ = self.child.kill().await;
