@@ -7,7 +7,8 @@
 //!   data, never from a clock, so every replica computes the same state;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
-//! - [`logging`]: the one tracing setup every binary uses.
+//! - [`logging`]: the one tracing setup every binary uses;
+//! - [`trace`]: reading and writing gpumon trace v1 files.
 //!
 //! ```
 //! use gpumon_common::view::{ClusterState, Limits};
@@ -18,6 +19,7 @@
 
 pub mod config;
 pub mod logging;
+pub mod trace;
 pub mod units;
 pub mod view;
 pub mod window;

@@ -1,0 +1,159 @@
+//! The records of a trace, one per line.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One record; `t` is seconds since the trace start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum TraceRecord {
+    /// One NVML sample of one device.
+    Gpu(GpuRecord),
+    /// A training process found on a GPU.
+    Rank(RankRecord),
+    /// The caching allocator's statistics of one rank.
+    Alloc(AllocRecord),
+    /// One finished training step of one rank.
+    Step(StepRecord),
+    /// A user marker.
+    Event(EventRecord),
+}
+
+impl TraceRecord {
+    /// Seconds since the trace start.
+    pub fn t(&self) -> f64 {
+        match self {
+            TraceRecord::Gpu(r) => r.t,
+            TraceRecord::Rank(r) => r.t,
+            TraceRecord::Alloc(r) => r.t,
+            TraceRecord::Step(r) => r.t,
+            TraceRecord::Event(r) => r.t,
+        }
+    }
+}
+
+/// `gpu`: one NVML sample of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Node name.
+    pub node: String,
+    /// Device index on the node.
+    pub gpu: u32,
+    /// NVML UUID.
+    pub uuid: String,
+    /// Product name.
+    #[serde(default)]
+    pub name: String,
+    /// Capacity, bytes.
+    pub total: u64,
+    /// Used, bytes.
+    pub used: u64,
+    /// Utilization, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub util: Option<f64>,
+    /// SM clock, MHz.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<f64>,
+    /// Power, watts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<f64>,
+    /// Compute processes.
+    #[serde(default)]
+    pub procs: Vec<ProcRecord>,
+}
+
+/// A process in a `gpu` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcRecord {
+    /// Process id.
+    pub pid: u32,
+    /// GPU memory it holds, bytes.
+    pub used: u64,
+}
+
+/// `rank`: a training process found on a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// Rank on its node.
+    #[serde(default)]
+    pub local_rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Node name.
+    pub node: String,
+    /// Device index on the node.
+    pub gpu: u32,
+    /// Process id.
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// `alloc`: the caching allocator's statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: String,
+    /// Rank.
+    pub rank: u32,
+    /// Bytes in live tensors.
+    pub allocated: u64,
+    /// Bytes the allocator holds from the driver.
+    pub reserved: u64,
+    /// Peak allocated since the last reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_allocated: Option<u64>,
+    /// Free bytes stranded inside split blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_split: Option<u64>,
+    /// `num_alloc_retries`: cache flushes to satisfy an allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_retries: Option<u64>,
+    /// `num_ooms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ooms: Option<u64>,
+}
+
+/// `step`: one finished training step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: String,
+    /// Rank.
+    pub rank: u32,
+    /// Step number.
+    pub step: u64,
+    /// Wall time of the step, ms.
+    pub duration_ms: f64,
+    /// Per-section compute time, ms (`data`, `forward`, `backward`, ...).
+    #[serde(default)]
+    pub sections: BTreeMap<String, f64>,
+}
+
+/// `event`: a user marker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: String,
+    /// Rank.
+    pub rank: u32,
+    /// Marker name, e.g. `eval start`.
+    pub name: String,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
