@@ -119,18 +119,25 @@ impl ClusterState {
             self.counters.windows_skipped += batch.windows.len() as u64;
             return out;
         };
-        let slot = agent
+        // `agent_entry` has just recorded this incarnation (newest first), so
+        // the slot exists; a state machine must not panic, so no unwrap.
+        let last = agent
+            .seqs
+            .iter()
+            .find(|(inc, _)| *inc == batch.incarnation)
+            .map_or(0, |(_, last)| *last);
+        if batch.seq <= last {
+            self.counters.batches_duplicate += 1;
+            out.duplicate = true;
+            return out;
+        }
+        match agent
             .seqs
             .iter_mut()
-            .find(|(inc, _)| *inc == batch.incarnation);
-        match slot {
-            Some((_, last)) if batch.seq <= *last => {
-                self.counters.batches_duplicate += 1;
-                out.duplicate = true;
-                return out;
-            }
-            Some((_, last)) => *last = batch.seq,
-            None => unreachable!("agent_entry records the incarnation"),
+            .find(|(inc, _)| *inc == batch.incarnation)
+        {
+            Some((_, slot)) => *slot = batch.seq,
+            None => agent.seqs.insert(0, (batch.incarnation, batch.seq)),
         }
         agent.dropped_batches = agent.dropped_batches.max(batch.dropped_batches);
         if let Some(end) = batch.windows.iter().map(|w| w.end_ms).max() {
