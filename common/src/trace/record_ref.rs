@@ -1,0 +1,295 @@
+//! Records borrowed from the reader's line buffer: what [`TraceReader::next_ref`]
+//! hands out without allocating.
+//!
+//! Each type mirrors its owned twin in `record.rs` field for field; strings
+//! are `Cow`s that borrow whenever the line held them unescaped.
+//!
+//! [`TraceReader::next_ref`]: super::TraceReader::next_ref
+
+use std::borrow::Cow;
+
+use super::record::{
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
+};
+
+/// One record borrowed from the line it was read from; `t` is seconds since
+/// the trace start. [`RecordRef::to_owned`] turns it into a [`TraceRecord`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordRef<'a> {
+    /// One NVML sample of one device.
+    Gpu(GpuRef<'a>),
+    /// A training process found on a GPU.
+    Rank(RankRef<'a>),
+    /// The caching allocator's statistics of one rank.
+    Alloc(AllocRef<'a>),
+    /// One finished training step of one rank.
+    Step(StepRef<'a>),
+    /// A user marker.
+    Event(EventRef<'a>),
+}
+
+/// `gpu`: one NVML sample of one device, borrowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRef<'a> {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Node name.
+    pub node: Cow<'a, str>,
+    /// Device index on the node.
+    pub gpu: u32,
+    /// NVML UUID.
+    pub uuid: Cow<'a, str>,
+    /// Product name; empty when the record has none.
+    pub name: Cow<'a, str>,
+    /// Capacity, bytes.
+    pub total: u64,
+    /// Used, bytes.
+    pub used: u64,
+    /// Utilization, percent.
+    pub util: Option<f64>,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: Option<f64>,
+    /// Power, watts.
+    pub power_w: Option<f64>,
+    /// Compute processes (borrowed from the reader's buffer).
+    pub procs: Cow<'a, [ProcRecord]>,
+}
+
+/// `rank`: a training process found on a GPU, borrowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankRef<'a> {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: Cow<'a, str>,
+    /// Global rank.
+    pub rank: u32,
+    /// Rank on its node (0 when the record has none).
+    pub local_rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Node name.
+    pub node: Cow<'a, str>,
+    /// Device index on the node.
+    pub gpu: u32,
+    /// Process id (0 when the record has none).
+    pub pid: u32,
+}
+
+/// `alloc`: the caching allocator's statistics, borrowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocRef<'a> {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: Cow<'a, str>,
+    /// Rank.
+    pub rank: u32,
+    /// Bytes in live tensors.
+    pub allocated: u64,
+    /// Bytes the allocator holds from the driver.
+    pub reserved: u64,
+    /// Peak allocated since the last reset, bytes.
+    pub peak_allocated: Option<u64>,
+    /// Free bytes stranded inside split blocks.
+    pub inactive_split: Option<u64>,
+    /// `num_alloc_retries`: cache flushes to satisfy an allocation.
+    pub alloc_retries: Option<u64>,
+    /// `num_ooms`.
+    pub ooms: Option<u64>,
+}
+
+/// `step`: one finished training step, borrowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRef<'a> {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: Cow<'a, str>,
+    /// Rank.
+    pub rank: u32,
+    /// Step number.
+    pub step: u64,
+    /// Wall time of the step, ms.
+    pub duration_ms: f64,
+    /// Per-section compute time, ms, as (name, ms) pairs: names are unique;
+    /// the order is the line's (or by name when the reader had to take its
+    /// careful path), so look sections up by name, e.g. with [`StepRef::section`].
+    pub sections: Vec<(Cow<'a, str>, f64)>,
+}
+
+/// `event`: a user marker, borrowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRef<'a> {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: Cow<'a, str>,
+    /// Rank.
+    pub rank: u32,
+    /// Marker name, e.g. `eval start`.
+    pub name: Cow<'a, str>,
+    /// Free text.
+    pub detail: Option<Cow<'a, str>>,
+}
+
+impl StepRef<'_> {
+    /// The time of section `name`, ms, if the step reported it.
+    pub fn section(&self, name: &str) -> Option<f64> {
+        self.sections
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, ms)| ms)
+    }
+}
+
+impl RecordRef<'_> {
+    /// Seconds since the trace start.
+    pub fn t(&self) -> f64 {
+        match self {
+            RecordRef::Gpu(r) => r.t,
+            RecordRef::Rank(r) => r.t,
+            RecordRef::Alloc(r) => r.t,
+            RecordRef::Step(r) => r.t,
+            RecordRef::Event(r) => r.t,
+        }
+    }
+
+    /// The record's `type` as written in the trace: `gpu`, `rank`, `alloc`,
+    /// `step` or `event`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            RecordRef::Gpu(_) => "gpu",
+            RecordRef::Rank(_) => "rank",
+            RecordRef::Alloc(_) => "alloc",
+            RecordRef::Step(_) => "step",
+            RecordRef::Event(_) => "event",
+        }
+    }
+
+    /// An owned copy (allocates every string).
+    pub fn to_owned(&self) -> TraceRecord {
+        self.clone().into_owned()
+    }
+
+    /// Turns the record into an owned one, reusing strings that are already owned.
+    pub fn into_owned(self) -> TraceRecord {
+        match self {
+            RecordRef::Gpu(r) => TraceRecord::Gpu(GpuRecord {
+                t: r.t,
+                node: r.node.into_owned(),
+                gpu: r.gpu,
+                uuid: r.uuid.into_owned(),
+                name: r.name.into_owned(),
+                total: r.total,
+                used: r.used,
+                util: r.util,
+                sm_clock_mhz: r.sm_clock_mhz,
+                power_w: r.power_w,
+                procs: r.procs.into_owned(),
+            }),
+            RecordRef::Rank(r) => TraceRecord::Rank(RankRecord {
+                t: r.t,
+                job: r.job.into_owned(),
+                rank: r.rank,
+                local_rank: r.local_rank,
+                world_size: r.world_size,
+                node: r.node.into_owned(),
+                gpu: r.gpu,
+                pid: r.pid,
+            }),
+            RecordRef::Alloc(r) => TraceRecord::Alloc(AllocRecord {
+                t: r.t,
+                job: r.job.into_owned(),
+                rank: r.rank,
+                allocated: r.allocated,
+                reserved: r.reserved,
+                peak_allocated: r.peak_allocated,
+                inactive_split: r.inactive_split,
+                alloc_retries: r.alloc_retries,
+                ooms: r.ooms,
+            }),
+            RecordRef::Step(r) => TraceRecord::Step(StepRecord {
+                t: r.t,
+                job: r.job.into_owned(),
+                rank: r.rank,
+                step: r.step,
+                duration_ms: r.duration_ms,
+                sections: r
+                    .sections
+                    .into_iter()
+                    .map(|(name, ms)| (name.into_owned(), ms))
+                    .collect(),
+            }),
+            RecordRef::Event(r) => TraceRecord::Event(EventRecord {
+                t: r.t,
+                job: r.job.into_owned(),
+                rank: r.rank,
+                name: r.name.into_owned(),
+                detail: r.detail.map(Cow::into_owned),
+            }),
+        }
+    }
+}
+
+impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
+    /// Borrows an owned record, e.g. to feed one consumer from both a live
+    /// source and a trace.
+    fn from(record: &'a TraceRecord) -> Self {
+        match record {
+            TraceRecord::Gpu(r) => RecordRef::Gpu(GpuRef {
+                t: r.t,
+                node: Cow::Borrowed(&r.node),
+                gpu: r.gpu,
+                uuid: Cow::Borrowed(&r.uuid),
+                name: Cow::Borrowed(&r.name),
+                total: r.total,
+                used: r.used,
+                util: r.util,
+                sm_clock_mhz: r.sm_clock_mhz,
+                power_w: r.power_w,
+                procs: Cow::Borrowed(&r.procs),
+            }),
+            TraceRecord::Rank(r) => RecordRef::Rank(RankRef {
+                t: r.t,
+                job: Cow::Borrowed(&r.job),
+                rank: r.rank,
+                local_rank: r.local_rank,
+                world_size: r.world_size,
+                node: Cow::Borrowed(&r.node),
+                gpu: r.gpu,
+                pid: r.pid,
+            }),
+            TraceRecord::Alloc(r) => RecordRef::Alloc(AllocRef {
+                t: r.t,
+                job: Cow::Borrowed(&r.job),
+                rank: r.rank,
+                allocated: r.allocated,
+                reserved: r.reserved,
+                peak_allocated: r.peak_allocated,
+                inactive_split: r.inactive_split,
+                alloc_retries: r.alloc_retries,
+                ooms: r.ooms,
+            }),
+            TraceRecord::Step(r) => RecordRef::Step(StepRef {
+                t: r.t,
+                job: Cow::Borrowed(&r.job),
+                rank: r.rank,
+                step: r.step,
+                duration_ms: r.duration_ms,
+                sections: r
+                    .sections
+                    .iter()
+                    .map(|(name, &ms)| (Cow::Borrowed(name.as_str()), ms))
+                    .collect(),
+            }),
+            TraceRecord::Event(r) => RecordRef::Event(EventRef {
+                t: r.t,
+                job: Cow::Borrowed(&r.job),
+                rank: r.rank,
+                name: Cow::Borrowed(&r.name),
+                detail: r.detail.as_deref().map(Cow::Borrowed),
+            }),
+        }
+    }
+}
