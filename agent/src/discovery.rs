@@ -546,6 +546,20 @@ mod tests {
         assert!(
             read_start_time(&Path::new(DEFAULT_PROC_ROOT).join(format!("{pid}/stat"))).is_some()
         );
+        // Until the child has exec'd, /proc shows the parent's environment.
+        let environ = Path::new(DEFAULT_PROC_ROOT).join(format!("{pid}/environ"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !std::fs::read(&environ)
+            .unwrap_or_default()
+            .windows(b"real-proc-test".len())
+            .any(|w| w == b"real-proc-test")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never exec'd"
+            );
+            std::thread::yield_now();
+        }
         let mut finder = RankFinder::default();
         let mut samples = vec![sample(0, &[pid])];
         finder.attribute(&mut samples);

@@ -34,6 +34,22 @@ pub enum Command {
     Status(StatusArgs),
     /// A coordinator and simulated agents for a 2-node x 4-GPU job, on loopback; no GPU needed.
     Demo(DemoArgs),
+    /// Run the detection engine over a recorded trace and write its report (JSON).
+    Replay(ReplayArgs),
+}
+
+/// `gpumon replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trace: gpumon trace v1, JSON Lines, gzip-compressed or not.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Where to write the report [default: standard output].
+    #[arg(long, short, value_name = "REPORT.json")]
+    pub output: Option<PathBuf>,
+    /// No progress lines on standard error.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `gpumon agent`.

@@ -5,9 +5,12 @@
 //!   histories) that the coordinator's state machine applies batches to and
 //!   that `gpumon replay` will drive over a trace: time comes only from the
 //!   data, never from a clock, so every replica computes the same state;
+//! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
+//!   imbalance, straggler) that live and replay both run;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
+//! - [`replay`]: the engine over a trace file, and its report;
 //! - [`trace`]: reading and writing gpumon trace v1 files.
 //!
 //! ```
@@ -18,7 +21,9 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod engine;
 pub mod logging;
+pub mod replay;
 pub mod trace;
 pub mod units;
 pub mod view;

@@ -70,6 +70,8 @@ pub struct PushApplied {
     pub windows_applied: usize,
     /// Windows skipped as invalid or over a bound.
     pub windows_skipped: usize,
+    /// Indexes (in the batch) of the windows applied, for the engine.
+    pub applied_indexes: Vec<u32>,
     /// What happened, in order.
     pub events: Vec<ViewEvent>,
 }
@@ -144,9 +146,10 @@ impl ClusterState {
             agent.last_seen_ms = agent.last_seen_ms.max(end);
         }
         self.counters.batches_applied += 1;
-        for w in &batch.windows {
+        for (i, w) in batch.windows.iter().enumerate() {
             if check_window(w).is_ok() && self.apply_window(&batch.node, w, &mut out.events) {
                 out.windows_applied += 1;
+                out.applied_indexes.push(i as u32);
             } else {
                 out.windows_skipped += 1;
             }

@@ -6,10 +6,12 @@
 //! | `GET /api/v1/cluster` | | [`gpumon_proto::api::ClusterView`] |
 //! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
-//! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] |
+//! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] plus `analysis`: the engine's forecasts and flags per rank |
+//! | `GET /api/v1/alerts?active=&job=&limit=` | | alert episodes, oldest first |
 //! | `GET /healthz` | | `ok` |
 //! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
+mod alerts;
 mod error;
 mod ingest;
 mod raft_rpc;
@@ -84,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/nodes", get(read::nodes))
         .route("/api/v1/jobs", get(read::jobs))
         .route("/api/v1/jobs/{job}", get(read::job))
+        .route("/api/v1/alerts", get(alerts::alerts))
         .route("/healthz", get(|| async { "ok" }))
         .merge(
             Router::new()

@@ -2,9 +2,11 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
+use gpumon_common::engine::view::JobSummary;
 use gpumon_proto::api::{
     ClusterView, JobDetail, JobsView, NodesView, RejectedPushes, ReplicaStatus,
 };
+use serde::Serialize;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{ApiError, AppState};
@@ -35,20 +37,28 @@ pub async fn jobs(State(state): State<AppState>) -> Json<JobsView> {
     Json(state.inner.state_machine.read().state.jobs_view())
 }
 
+/// A job's view and, beside it, what the detection engine makes of it.
+#[derive(Debug, Serialize)]
+pub struct JobWithAnalysis {
+    /// The cluster view of the job.
+    #[serde(flatten)]
+    pub detail: JobDetail,
+    /// Forecasts and flags per rank; absent until the engine saw the job.
+    pub analysis: Option<JobSummary>,
+}
+
 pub async fn job(
     State(state): State<AppState>,
     Path(job): Path<String>,
-) -> Result<Json<JobDetail>, ApiError> {
-    state
-        .inner
-        .state_machine
-        .read()
-        .state
-        .job_detail(&job)
-        .map(Json)
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "no job {job:?}; GET /api/v1/jobs lists the known jobs"
-            ))
-        })
+) -> Result<Json<JobWithAnalysis>, ApiError> {
+    let applied = state.inner.state_machine.read();
+    let detail = applied.state.job_detail(&job).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no job {job:?}; GET /api/v1/jobs lists the known jobs"
+        ))
+    })?;
+    Ok(Json(JobWithAnalysis {
+        detail,
+        analysis: applied.engine.job(&job),
+    }))
 }

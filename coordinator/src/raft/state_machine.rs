@@ -1,6 +1,9 @@
-//! The replicated state machine: committed commands applied to the cluster view.
+//! The replicated state machine: committed commands applied to the cluster
+//! view and the detection engine.
 //!
-//! The state lives in memory ([`gpumon_common::view::ClusterState`]) and is
+//! The state lives in memory ([`gpumon_common::view::ClusterState`] and
+//! [`gpumon_common::engine::Engine`], both deterministic, so every replica
+//! holds the same alerts and forecasts) and is
 //! rebuilt on start from the newest snapshot file plus the log entries after
 //! it, which openraft re-applies. Snapshots are postcard files written
 //! atomically (temporary file, fsync, rename), so a crash mid-write leaves
@@ -14,6 +17,7 @@ use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use gpumon_common::engine::{Engine, EngineConfig};
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -44,12 +48,28 @@ pub struct Applied {
     pub membership: StoredMembership<NodeId, Node>,
     /// The cluster view.
     pub state: ClusterState,
+    /// The detection engine: forecasts, alerts, detector state.
+    pub engine: Engine,
+}
+
+/// [`Applied`] as snapshot format 1 wrote it, before the engine existed.
+#[derive(Deserialize)]
+struct AppliedV1 {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Node>,
+    state: ClusterState,
 }
 
 /// A snapshot file: versioned, because it outlives binaries.
 #[derive(Serialize, Deserialize)]
 enum SnapshotFile {
+    /// The cluster view only.
     V1 {
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Vec<u8>,
+    },
+    /// The cluster view and the detection engine.
+    V2 {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
     },
@@ -93,14 +113,36 @@ impl StateMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             state: ClusterState::new(limits),
+            engine: Engine::new(EngineConfig::default()),
         };
         let mut current = None;
         match std::fs::read(&path) {
             Ok(bytes) => {
-                let SnapshotFile::V1 { meta, data } = postcard::from_bytes(&bytes)
+                let file: SnapshotFile = postcard::from_bytes(&bytes)
                     .map_err(|e| fail(format!("does not decode: {e}")))?;
-                applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
-                current = Some((meta, data));
+                match file {
+                    SnapshotFile::V1 { meta, data } => {
+                        let old: AppliedV1 =
+                            postcard::from_bytes(&data).map_err(|e| fail(e.to_string()))?;
+                        tracing::warn!(
+                            path = %path.display(),
+                            "snapshot format 1 has no detector state; detectors start afresh"
+                        );
+                        applied = Applied {
+                            last_applied: old.last_applied,
+                            membership: old.membership,
+                            state: old.state,
+                            engine: Engine::new(EngineConfig::default()),
+                        };
+                        let data =
+                            postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
+                        current = Some((meta, data));
+                    }
+                    SnapshotFile::V2 { meta, data } => {
+                        applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
+                        current = Some((meta, data));
+                    }
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(fail(e.to_string())),
@@ -130,7 +172,7 @@ impl StateMachine {
         meta: &SnapshotMeta<NodeId, Node>,
         data: &[u8],
     ) -> std::io::Result<()> {
-        let file = SnapshotFile::V1 {
+        let file = SnapshotFile::V2 {
             meta: meta.clone(),
             data: data.to_vec(),
         };
@@ -246,6 +288,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     }
                     EntryPayload::Normal(Command::V1(CommandV1::Push(batch))) => {
                         let out = applied.state.apply_push(&batch);
+                        for &i in &out.applied_indexes {
+                            if let Some(w) = batch.windows.get(i as usize) {
+                                applied.engine.observe_window(&batch.node, w);
+                            }
+                        }
                         events.extend(out.events);
                         CommandResult {
                             duplicate: out.duplicate,
@@ -289,6 +336,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
             state: new_state.state,
+            engine: new_state.engine,
         };
 
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");

@@ -1,0 +1,84 @@
+//! `gpumon replay`: the detection engine over a trace file, offline and
+//! deterministic; the report goes to a file or standard output, progress to
+//! standard error.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::replay;
+use gpumon_common::units::fmt_duration_ms;
+
+use crate::args::ReplayArgs;
+use crate::Failure;
+
+/// Records between checks of whether a progress line is due.
+const PROGRESS_CHECK_RECORDS: u64 = 65_536;
+/// Wall time between progress lines.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+
+pub fn run(args: ReplayArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut reader = gpumon_common::trace::open(&args.trace)
+        .with_context(|| format!("cannot replay {}", args.trace.display()))
+        .map_err(Failure::Runtime)?;
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut last_line = Instant::now();
+    let quiet = args.quiet;
+    replay::run(&mut reader, &mut engine, PROGRESS_CHECK_RECORDS, |p| {
+        if !quiet && last_line.elapsed() >= PROGRESS_INTERVAL {
+            last_line = Instant::now();
+            eprintln!(
+                "replay: {} records, trace time {}, {} alerts",
+                p.records,
+                fmt_duration_ms((p.t.max(0.0) * 1000.0) as u64),
+                p.alerts
+            );
+        }
+    })
+    .with_context(|| format!("cannot replay {}", args.trace.display()))
+    .map_err(Failure::Runtime)?;
+    let report = replay::report(&engine, reader.stats(), reader.source());
+    write_report(&report, args.output.as_deref()).map_err(Failure::Runtime)?;
+    if !quiet {
+        let s = &report.summary;
+        let records =
+            s.records.gpu + s.records.rank + s.records.alloc + s.records.step + s.records.event;
+        eprintln!(
+            "replay: {records} records ({} of trace) in {:.2} s: {} alerts; {} skipped as invalid, {} of unknown types",
+            fmt_duration_ms((s.end_t.max(0.0) * 1000.0) as u64),
+            started.elapsed().as_secs_f64(),
+            report.alerts.len(),
+            s.invalid_records,
+            s.unknown_types.values().sum::<u64>(),
+        );
+    }
+    Ok(())
+}
+
+fn write_report(report: &replay::Report, output: Option<&Path>) -> anyhow::Result<()> {
+    match output {
+        Some(path) => {
+            let tmp = path.with_extension("json.partial");
+            let file =
+                File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+            let mut out = BufWriter::new(file);
+            serde_json::to_writer_pretty(&mut out, report)?;
+            out.write_all(b"\n")?;
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&tmp, path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        None => {
+            let stdout = io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            serde_json::to_writer_pretty(&mut out, report)?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}

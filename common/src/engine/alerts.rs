@@ -1,0 +1,330 @@
+//! Alert episodes: one entry per time an alert fires, updated while it is
+//! active and closed when it resolves. Kept in firing order, bounded.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// What an alert is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// A rank (or GPU) is forecast to run out of memory.
+    OomPredicted,
+    /// Memory that is never given back.
+    Leak,
+    /// The caching allocator holds memory it cannot reuse.
+    Fragmentation,
+    /// A rank holds clearly more memory than its peers.
+    Imbalance,
+    /// A rank's compute is persistently slower than its peers'.
+    Straggler,
+}
+
+impl AlertKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [AlertKind; 5] = [
+        AlertKind::OomPredicted,
+        AlertKind::Leak,
+        AlertKind::Fragmentation,
+        AlertKind::Imbalance,
+        AlertKind::Straggler,
+    ];
+
+    /// The name used in reports and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::OomPredicted => "oom_predicted",
+            AlertKind::Leak => "leak",
+            AlertKind::Fragmentation => "fragmentation",
+            AlertKind::Imbalance => "imbalance",
+            AlertKind::Straggler => "straggler",
+        }
+    }
+}
+
+/// How urgent an alert is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Worth a look.
+    Warning,
+    /// Act soon.
+    High,
+    /// Act now.
+    Critical,
+}
+
+/// Whom an alert is about: a rank, or a GPU with no known rank.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Subject {
+    /// A rank of a job.
+    Rank(String, u32),
+    /// A device, by node and index.
+    Gpu(String, u32),
+}
+
+/// One alert episode, as reports and the API show it. Fields that do not
+/// apply to its kind are `null` (the type is also stored in Raft snapshots,
+/// whose binary encoding cannot skip fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Sequence number, unique per engine.
+    pub id: u64,
+    /// What it is about.
+    pub kind: AlertKind,
+    /// The job, when the subject is a rank.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// The rank, when the subject is a rank.
+    #[serde(default)]
+    pub rank: Option<u32>,
+    /// The node of the GPU involved, when known.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The GPU index involved, when known.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// Trace time it first fired, seconds.
+    pub t: f64,
+    /// Current severity.
+    pub severity: Severity,
+    /// Trace time of the latest update, seconds.
+    pub updated_t: f64,
+    /// Trace time it resolved, seconds; absent while active.
+    #[serde(default)]
+    pub resolved_t: Option<f64>,
+    /// Predicted OOM time, seconds (OOM alerts).
+    #[serde(default)]
+    pub predicted_oom_t: Option<f64>,
+    /// Interval of the predicted OOM time, seconds (OOM alerts).
+    #[serde(default)]
+    pub predicted_oom_interval: Option<[f64; 2]>,
+    /// 0 to 1 (OOM alerts).
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    /// Growth, bytes per second (OOM and leak alerts).
+    #[serde(default)]
+    pub rate_bytes_per_s: Option<f64>,
+    /// How many times slower than its peers (straggler alerts).
+    #[serde(default)]
+    pub slowdown: Option<f64>,
+    /// The slowest section (straggler alerts).
+    #[serde(default)]
+    pub section: Option<String>,
+    /// Bytes above the job's median (imbalance alerts).
+    #[serde(default)]
+    pub excess_bytes: Option<f64>,
+    /// Percent above the job's median (imbalance alerts).
+    #[serde(default)]
+    pub excess_pct: Option<f64>,
+    /// Bytes `empty_cache()` could release.
+    #[serde(default)]
+    pub reclaimable_bytes: Option<f64>,
+    /// What to do about it.
+    #[serde(default)]
+    pub recommendation: Option<String>,
+    /// One line for people.
+    pub message: String,
+}
+
+impl Alert {
+    /// A new episode with no details; the detectors fill in theirs.
+    pub fn new(kind: AlertKind, subject: &Subject, t: f64, severity: Severity) -> Self {
+        let (job, rank, node, gpu) = match subject {
+            Subject::Rank(job, rank) => (Some(job.clone()), Some(*rank), None, None),
+            Subject::Gpu(node, gpu) => (None, None, Some(node.clone()), Some(*gpu)),
+        };
+        Self {
+            id: 0,
+            kind,
+            job,
+            rank,
+            node,
+            gpu,
+            t,
+            severity,
+            updated_t: t,
+            resolved_t: None,
+            predicted_oom_t: None,
+            predicted_oom_interval: None,
+            confidence: None,
+            rate_bytes_per_s: None,
+            slowdown: None,
+            section: None,
+            excess_bytes: None,
+            excess_pct: None,
+            reclaimable_bytes: None,
+            recommendation: None,
+            message: String::new(),
+        }
+    }
+
+    /// True until resolved.
+    pub fn is_active(&self) -> bool {
+        self.resolved_t.is_none()
+    }
+}
+
+/// Every episode in firing order (the oldest forgotten beyond `max`), and
+/// which are active.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlertBook {
+    max: usize,
+    episodes: VecDeque<Alert>,
+    active: BTreeMap<(AlertKind, Subject), u64>,
+    next_id: u64,
+    forgotten: u64,
+}
+
+impl AlertBook {
+    /// An empty book keeping at most `max` episodes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            episodes: VecDeque::new(),
+            active: BTreeMap::new(),
+            next_id: 1,
+            forgotten: 0,
+        }
+    }
+
+    /// Opens an episode unless one is active for the same kind and subject,
+    /// in which case that one is updated. Returns the episode's id.
+    pub fn raise(&mut self, subject: Subject, alert: Alert) -> u64 {
+        let key = (alert.kind, subject);
+        if let Some(&id) = self.active.get(&key) {
+            if let Some(open) = self.get_mut(id) {
+                let first = (open.id, open.t);
+                *open = Alert {
+                    id: first.0,
+                    t: first.1,
+                    ..alert
+                };
+                return id;
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.episodes.len() == self.max {
+            if let Some(old) = self.episodes.pop_front() {
+                self.forgotten += 1;
+                self.active.retain(|_, v| *v != old.id);
+            }
+        }
+        self.episodes.push_back(Alert { id, ..alert });
+        self.active.insert(key, id);
+        id
+    }
+
+    /// Updates the active episode for this kind and subject, if any.
+    pub fn update(&mut self, kind: AlertKind, subject: &Subject, f: impl FnOnce(&mut Alert)) {
+        if let Some(&id) = self.active.get(&(kind, subject.clone())) {
+            if let Some(a) = self.get_mut(id) {
+                f(a);
+            }
+        }
+    }
+
+    /// Closes the active episode for this kind and subject, if any.
+    pub fn resolve(&mut self, kind: AlertKind, subject: &Subject, t: f64) -> bool {
+        let Some(id) = self.active.remove(&(kind, subject.clone())) else {
+            return false;
+        };
+        if let Some(a) = self.get_mut(id) {
+            a.resolved_t = Some(t.max(a.t));
+            a.updated_t = t.max(a.updated_t);
+        }
+        true
+    }
+
+    /// Closes every active episode about `subject`.
+    pub fn resolve_subject(&mut self, subject: &Subject, t: f64) {
+        for kind in AlertKind::ALL {
+            self.resolve(kind, subject, t);
+        }
+    }
+
+    /// Whether an episode of this kind is active for `subject`.
+    pub fn is_active(&self, kind: AlertKind, subject: &Subject) -> bool {
+        self.active.contains_key(&(kind, subject.clone()))
+    }
+
+    /// Episodes in firing order.
+    pub fn episodes(&self) -> impl DoubleEndedIterator<Item = &Alert> + ExactSizeIterator {
+        self.episodes.iter()
+    }
+
+    /// Active episodes in firing order.
+    pub fn active(&self) -> impl Iterator<Item = &Alert> {
+        self.episodes.iter().filter(|a| a.is_active())
+    }
+
+    /// Episodes dropped to stay within the bound.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Alert> {
+        let first = self.episodes.front()?.id;
+        let i = usize::try_from(id.checked_sub(first)?).ok()?;
+        self.episodes.get_mut(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(r: u32) -> Subject {
+        Subject::Rank("job".into(), r)
+    }
+
+    #[test]
+    fn raise_is_idempotent_while_active_and_keeps_the_first_time() {
+        let mut book = AlertBook::new(10);
+        let a = book.raise(
+            rank(1),
+            Alert::new(AlertKind::Leak, &rank(1), 10.0, Severity::Warning),
+        );
+        let b = book.raise(
+            rank(1),
+            Alert::new(AlertKind::Leak, &rank(1), 20.0, Severity::High),
+        );
+        assert_eq!(a, b);
+        let only: Vec<_> = book.episodes().collect();
+        assert_eq!(only.len(), 1);
+        assert_eq!((only[0].t, only[0].severity), (10.0, Severity::High));
+    }
+
+    #[test]
+    fn a_resolved_alert_fires_again_as_a_new_episode() {
+        let mut book = AlertBook::new(10);
+        book.raise(
+            rank(1),
+            Alert::new(AlertKind::Leak, &rank(1), 10.0, Severity::Warning),
+        );
+        assert!(book.resolve(AlertKind::Leak, &rank(1), 30.0));
+        book.raise(
+            rank(1),
+            Alert::new(AlertKind::Leak, &rank(1), 40.0, Severity::Warning),
+        );
+        let times: Vec<_> = book.episodes().map(|a| (a.t, a.resolved_t)).collect();
+        assert_eq!(times, vec![(10.0, Some(30.0)), (40.0, None)]);
+    }
+
+    #[test]
+    fn the_book_is_bounded_and_counts_what_it_forgot() {
+        let mut book = AlertBook::new(3);
+        for r in 0..5 {
+            book.raise(
+                rank(r),
+                Alert::new(AlertKind::Imbalance, &rank(r), r as f64, Severity::Warning),
+            );
+        }
+        assert_eq!(book.episodes().len(), 3);
+        assert_eq!(book.forgotten(), 2);
+        assert!(!book.is_active(AlertKind::Imbalance, &rank(0)));
+        assert!(book.is_active(AlertKind::Imbalance, &rank(4)));
+    }
+}

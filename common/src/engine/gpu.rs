@@ -1,0 +1,388 @@
+//! GPU observations: device statistics, the used-memory envelope and its
+//! regime, the OOM forecast, and per-process memory handed to the ranks.
+
+use std::collections::BTreeMap;
+
+use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::envelope::EnvelopePoint;
+use super::forecast::{forecast, OomForecast, Risk};
+use super::input::GpuObs;
+use super::latch::Edge;
+use super::leak::leak_rate;
+use super::regime::Placed;
+use super::tracks::GpuTrack;
+use super::trend::{fit, Trend};
+use super::Engine;
+use crate::units::fmt_bytes;
+
+/// A trend at least this significant marks a GPU as growing (imbalance then
+/// leaves its ranks alone: growth is the leak or forecast detector's call).
+const GROWING_P: f64 = 0.01;
+
+impl Engine {
+    /// One GPU sample or agent window.
+    pub fn observe_gpu(&mut self, g: &GpuObs<'_>) {
+        self.counters.gpu += 1;
+        self.tick(g.t);
+        if g.total == 0 {
+            return;
+        }
+        let window_s = self.cfg.window_s;
+        if !self
+            .nodes
+            .get(g.node)
+            .is_some_and(|n| n.contains_key(&g.gpu))
+        {
+            if self.gpu_count >= self.cfg.max_gpus {
+                self.counters.over_limit += 1;
+                return;
+            }
+            self.gpu_count += 1;
+            self.nodes
+                .entry(g.node.to_owned())
+                .or_default()
+                .insert(g.gpu, GpuTrack::new(g.t, g.uuid, g.name, g.total, window_s));
+            self.link_pending(g.node, g.gpu);
+        }
+        let Some(track) = self.nodes.get_mut(g.node).and_then(|n| n.get_mut(&g.gpu)) else {
+            return;
+        };
+        track.total = g.total;
+        track.last_t = track.last_t.max(g.t);
+        track.samples += 1;
+        track.used_sum += g.used as f64;
+        track.used_peak = track.used_peak.max(g.used_high);
+        track.used_last = g.used;
+        if let Some(u) = g.util {
+            track.util_sum += u;
+            track.util_samples += 1;
+            track.util_last = Some(u);
+        }
+        track.clock_mhz = g.sm_clock_mhz.or(track.clock_mhz);
+        track.power_w = g.power_w.or(track.power_w);
+
+        let idle = (g.used_high as f64) < self.cfg.idle_frac * g.total as f64;
+        if idle {
+            if track.active_since.take().is_some() {
+                self.gpu_went_idle(g.node, g.gpu, g.t);
+            }
+            return;
+        }
+        let active_since = *track.active_since.get_or_insert(g.t);
+        let closed = track
+            .envelope
+            .add(g.t, g.used_low as f64, g.used_high as f64, g.used as f64);
+        self.rank_memory(g);
+        if let Some(point) = closed {
+            if point.t - window_s / 2.0 >= active_since + self.cfg.warmup_s {
+                self.gpu_window(g.node, g.gpu, point);
+            }
+        }
+    }
+
+    /// Links ranks that were seen before their GPU.
+    fn link_pending(&mut self, node: &str, gpu: u32) {
+        let (mine, rest) = std::mem::take(&mut self.pending_links)
+            .into_iter()
+            .partition(|(n, g, ..)| n == node && *g == gpu);
+        self.pending_links = rest;
+        let mine: Vec<(String, u32, String, u32, u32)> = mine;
+        if let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) {
+            for (_, _, job, rank, pid) in mine {
+                if track.ranks.len() < super::tracks::MAX_RANKS_PER_GPU
+                    && !track.ranks.iter().any(|(j, k, _)| *j == job && *k == rank)
+                {
+                    track.ranks.push((job, rank, pid));
+                }
+            }
+        }
+    }
+
+    /// Hands per-process memory to the ranks on this GPU (the GPU's own
+    /// memory when it lists no processes and holds a single rank).
+    fn rank_memory(&mut self, g: &GpuObs<'_>) {
+        let Some(track) = self.nodes.get(g.node).and_then(|n| n.get(&g.gpu)) else {
+            return;
+        };
+        if track.ranks.is_empty() {
+            return;
+        }
+        let sole = (track.ranks.len() == 1 && g.procs.is_empty()).then(|| track.ranks[0].clone());
+        let mut fed: Vec<(String, u32, u64)> = Vec::new();
+        if let Some((job, rank, _)) = sole {
+            fed.push((job, rank, g.used_high));
+        } else {
+            for p in g.procs {
+                if let Some((job, rank, _)) = track.ranks.iter().find(|r| r.2 == p.pid) {
+                    fed.push((job.clone(), *rank, p.used));
+                }
+            }
+        }
+        for (job, rank, used) in fed {
+            self.rank_used(g.t, &job, rank, used);
+        }
+    }
+
+    /// A GPU's closed envelope window: regime, forecast, NVML-based leak.
+    fn gpu_window(&mut self, node: &str, gpu: u32, point: EnvelopePoint) {
+        let cfg = self.cfg.clone();
+        let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
+            return;
+        };
+        let capacity = track.total as f64;
+        let placed = track.regime.push(point, capacity, &cfg.regime);
+        if placed == Placed::Pending {
+            return;
+        }
+        let scratch = &mut self.scratch;
+        let peaks = fit_series(&track.regime, |p| p.peak, &cfg, scratch);
+        track.growing = peaks.is_some_and(|t| {
+            t.p_up <= GROWING_P && t.slope > 0.0 && t.slope * t.span_s >= 0.005 * capacity
+        });
+        let fc =
+            peaks.and_then(|t| forecast(&t, track.regime.spike_margin(), capacity, &cfg.forecast));
+        track.forecast = fc;
+        let at_risk = fc.is_some_and(|f| f.risk >= Risk::Warning);
+        let edge = track
+            .oom_latch
+            .update(at_risk, cfg.oom_raise_after, cfg.oom_clear_after);
+        if let Some(f) = fc.filter(|_| track.oom_latch.is_on()) {
+            track.risk = f.risk.max(Risk::Warning);
+        } else if !track.oom_latch.is_on() {
+            track.risk = fc.map_or(Risk::None, |f| f.risk.min(Risk::Low));
+        }
+        // NVML-only leak evidence, for a GPU holding one rank without allocator stats.
+        let sole_rank = match track.ranks.as_slice() {
+            [(job, rank, _)] => Some((job.clone(), *rank)),
+            _ => None,
+        };
+        let nvml_leak = match (&sole_rank, peaks) {
+            (Some(_), Some(p)) if p.slope > 0.0 => {
+                fit_series(&track.regime, |p| p.trough, &cfg, scratch)
+                    .and_then(|troughs| leak_rate(&p, &troughs, capacity, &cfg.leak))
+            }
+            _ => None,
+        };
+        let subjects: Vec<Subject> = if track.ranks.is_empty() {
+            vec![Subject::Gpu(node.to_owned(), gpu)]
+        } else {
+            track
+                .ranks
+                .iter()
+                .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
+                .collect()
+        };
+        let risk = track.risk;
+        let total = track.total;
+        let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
+        for subject in &subjects {
+            self.apply_oom(
+                subject,
+                node,
+                gpu,
+                point.t,
+                edge,
+                risk,
+                fc,
+                total,
+                recommendation.clone(),
+            );
+        }
+        if let Some((job, rank)) = sole_rank {
+            self.nvml_leak(&job, rank, node, gpu, point.t, nvml_leak);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_oom(
+        &mut self,
+        subject: &Subject,
+        node: &str,
+        gpu: u32,
+        t: f64,
+        edge: Edge,
+        risk: Risk,
+        fc: Option<OomForecast>,
+        total: u64,
+        recommendation: Option<String>,
+    ) {
+        match (edge, fc) {
+            (Edge::Cleared, _) => {
+                self.alerts.resolve(AlertKind::OomPredicted, subject, t);
+            }
+            (Edge::Raised, Some(f)) => {
+                let alert = oom_alert(subject, node, gpu, t, risk, &f, total, recommendation);
+                self.alerts.raise(subject.clone(), alert);
+            }
+            (Edge::Steady, Some(f)) if self.alerts.is_active(AlertKind::OomPredicted, subject) => {
+                let severity = severity_of(risk);
+                self.alerts.update(AlertKind::OomPredicted, subject, |a| {
+                    a.updated_t = t;
+                    a.severity = a.severity.max(severity);
+                    a.predicted_oom_t = Some(f.predicted_oom_t);
+                    a.predicted_oom_interval = Some([f.earliest_oom_t, f.latest_oom_t]);
+                    a.confidence = Some(f.confidence);
+                    a.rate_bytes_per_s = Some(f.slope_bytes_per_s);
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// What to suggest for an OOM on these ranks: release the cache when
+    /// much of it is reclaimable, `expandable_segments` when the allocator
+    /// fragments, a smaller batch otherwise.
+    fn oom_recommendation(&self, subjects: &[Subject]) -> String {
+        for s in subjects {
+            let Subject::Rank(job, rank) = s else {
+                continue;
+            };
+            let Some(r) = self.jobs.get(job).and_then(|j| j.ranks.get(rank)) else {
+                continue;
+            };
+            if r.fragmentation.is_on() {
+                return "the caching allocator fragments: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into();
+            }
+            if let Some(a) = &r.alloc {
+                let reclaimable = a
+                    .reserved_last
+                    .saturating_sub(a.allocated_last + a.inactive_split);
+                if reclaimable as f64 >= 0.1 * a.reserved_last as f64 {
+                    return format!(
+                        "release cached memory (torch.cuda.empty_cache() frees about {})",
+                        fmt_bytes(reclaimable)
+                    );
+                }
+            }
+            if r.leak.is_on() {
+                return "memory leaks: look for tensors kept across steps (losses, activations, caches held in Python lists)".into();
+            }
+        }
+        "reduce the batch size or sequence length, or enable activation checkpointing".into()
+    }
+
+    /// Applies NVML-only leak evidence to a rank that has no allocator stats.
+    fn nvml_leak(&mut self, job: &str, rank: u32, node: &str, gpu: u32, t: f64, rate: Option<f64>) {
+        let params = self.cfg.leak;
+        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+            return;
+        };
+        if r.alloc.is_some() {
+            return;
+        }
+        let edge = r
+            .leak
+            .update(rate.is_some(), params.raise_after, params.clear_after);
+        r.leak_rate = rate.or(r.leak_rate.filter(|_| r.leak.is_on()));
+        let subject = Subject::Rank(job.to_owned(), rank);
+        match edge {
+            Edge::Raised => {
+                let rate = r.leak_rate.unwrap_or(0.0);
+                let mut a = Alert::new(AlertKind::Leak, &subject, t, Severity::Warning);
+                a.node = Some(node.to_owned());
+                a.gpu = Some(gpu);
+                a.rate_bytes_per_s = Some(rate);
+                a.message = format!(
+                    "rank {rank} of {job} leaks about {}/s: its GPU's memory floor rises with its peaks",
+                    fmt_bytes(rate as u64)
+                );
+                a.recommendation = Some("look for tensors kept across steps (losses, activations, caches held in Python lists)".into());
+                self.alerts.raise(subject, a);
+            }
+            Edge::Cleared => {
+                self.alerts.resolve(AlertKind::Leak, &subject, t);
+            }
+            Edge::Steady => {}
+        }
+    }
+
+    /// A GPU's memory fell to idle: its processes ended (an OOM kills the
+    /// process; so does the end of training).
+    fn gpu_went_idle(&mut self, node: &str, gpu: u32, t: f64) {
+        let window_s = self.cfg.window_s;
+        let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
+            return;
+        };
+        track.envelope = super::envelope::Envelope::new(window_s);
+        track.regime = super::regime::RegimeSeries::new();
+        track.forecast = None;
+        track.risk = Risk::None;
+        track.oom_latch = Default::default();
+        track.growing = false;
+        let ranks = std::mem::take(&mut track.ranks);
+        self.alerts
+            .resolve_subject(&Subject::Gpu(node.to_owned(), gpu), t);
+        for (job, rank, _) in ranks {
+            self.end_rank(t, &job, rank);
+        }
+    }
+
+    /// The device tracks by node, for views.
+    pub(crate) fn gpu_tracks(&self) -> &BTreeMap<String, BTreeMap<u32, GpuTrack>> {
+        &self.nodes
+    }
+}
+
+/// Fits one coordinate of a regime's points; `None` when it is flat or short.
+pub(super) fn fit_series(
+    regime: &super::regime::RegimeSeries,
+    value: impl Fn(&EnvelopePoint) -> f64,
+    cfg: &super::EngineConfig,
+    scratch: &mut super::Scratch,
+) -> Option<Trend> {
+    if regime.len() < 3 {
+        return None;
+    }
+    scratch.points.clear();
+    scratch
+        .points
+        .extend(regime.points().map(|p| (p.t, value(p))));
+    let first = scratch.points[0].1;
+    if scratch.points.iter().all(|p| p.1 == first) {
+        return None;
+    }
+    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+}
+
+pub(super) fn severity_of(risk: Risk) -> Severity {
+    match risk {
+        Risk::Critical => Severity::Critical,
+        Risk::High => Severity::High,
+        _ => Severity::Warning,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn oom_alert(
+    subject: &Subject,
+    node: &str,
+    gpu: u32,
+    t: f64,
+    risk: Risk,
+    f: &OomForecast,
+    total: u64,
+    recommendation: Option<String>,
+) -> Alert {
+    let mut a = Alert::new(AlertKind::OomPredicted, subject, t, severity_of(risk));
+    a.node = Some(node.to_owned());
+    a.gpu = Some(gpu);
+    a.predicted_oom_t = Some(f.predicted_oom_t);
+    a.predicted_oom_interval = Some([f.earliest_oom_t, f.latest_oom_t]);
+    a.confidence = Some(f.confidence);
+    a.rate_bytes_per_s = Some(f.slope_bytes_per_s);
+    let who = match subject {
+        Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
+        Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
+    };
+    let left = (f.predicted_oom_t - t).max(0.0);
+    a.message = format!(
+        "{who} is forecast to run out of GPU memory in about {:.0} s ({} of {} used, growing {}/s, confidence {:.0} %)",
+        left,
+        fmt_bytes(f.level_bytes as u64),
+        fmt_bytes(total),
+        fmt_bytes(f.slope_bytes_per_s as u64),
+        f.confidence * 100.0
+    );
+    a.recommendation = recommendation;
+    a
+}

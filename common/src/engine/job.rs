@@ -1,0 +1,216 @@
+//! Job-wide detectors: imbalance across ranks' memory and stragglers across
+//! ranks' step sections.
+
+use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::imbalance::imbalanced;
+use super::latch::Edge;
+use super::stats::median_of;
+use super::straggler::StragglerEvent;
+use super::Engine;
+use crate::units::fmt_bytes;
+
+impl Engine {
+    /// One rank's finished training step with its section timings (ms).
+    pub fn observe_step<'s>(
+        &mut self,
+        t: f64,
+        job: &str,
+        rank: u32,
+        step: u64,
+        duration_ms: f64,
+        sections: impl IntoIterator<Item = (&'s str, f64)>,
+    ) {
+        self.counters.step += 1;
+        self.tick(t);
+        if !duration_ms.is_finite() || duration_ms < 0.0 {
+            return;
+        }
+        let params = self.cfg.straggler;
+        let Some(r) = self.rank_track(t, job, rank, None) else {
+            return;
+        };
+        if r.ended_t.is_some() {
+            return;
+        }
+        r.steps += 1;
+        r.last_step_ms = Some(duration_ms);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return;
+        };
+        let world = j.world_size.max(j.live_ranks() as u32);
+        let sections = sections
+            .into_iter()
+            .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);
+        let events = j
+            .straggler
+            .add_step(world, rank, step, t, duration_ms, sections, &params);
+        for e in events {
+            self.straggler_event(job, e);
+        }
+    }
+
+    fn straggler_event(&mut self, job: &str, e: StragglerEvent) {
+        let subject = Subject::Rank(job.to_owned(), e.rank);
+        if e.edge == Edge::Cleared {
+            self.alerts.resolve(AlertKind::Straggler, &subject, e.t);
+            return;
+        }
+        let (node, gpu) = self
+            .jobs
+            .get(job)
+            .and_then(|j| j.ranks.get(&e.rank))
+            .map_or((None, None), |r| (r.node.clone(), r.gpu));
+        let severity = if e.slowdown >= 1.5 {
+            Severity::High
+        } else {
+            Severity::Warning
+        };
+        let mut a = Alert::new(AlertKind::Straggler, &subject, e.t, severity);
+        a.node = node;
+        a.gpu = gpu;
+        a.slowdown = Some(e.section_slowdown);
+        a.section = Some(e.section.clone());
+        let excess_ms = e.excess_frac * e.step_ms;
+        let mut message = format!(
+            "rank {} of {job} is a straggler: its {} takes {:.2}x its peers' and every step waits about {:.0} ms ({:.1} % of a {:.0} ms step) for it",
+            e.rank,
+            e.section,
+            e.section_slowdown,
+            excess_ms,
+            e.excess_frac * 100.0,
+            e.step_ms
+        );
+        if let Some(why) = self.hardware_difference(job, e.rank) {
+            message.push_str("; ");
+            message.push_str(&why);
+        }
+        a.message = message;
+        a.recommendation = Some(match e.section.as_str() {
+            "data" => "check the input pipeline on this rank's node (dataloader workers, storage, CPU contention)".into(),
+            _ => "check this rank's GPU (clocks, power and thermal throttling) and its node's neighbours".into(),
+        });
+        self.alerts.raise(subject, a);
+    }
+
+    /// How the rank's GPU clock and power differ from its peers', if they do
+    /// by more than 3 %.
+    fn hardware_difference(&self, job: &str, rank: u32) -> Option<String> {
+        let j = self.jobs.get(job)?;
+        let gpu_of =
+            |r: &super::tracks::RankTrack| self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?);
+        let mine = gpu_of(j.ranks.get(&rank)?)?;
+        let peers: Vec<_> = j
+            .ranks
+            .iter()
+            .filter(|(k, r)| **k != rank && r.ended_t.is_none())
+            .filter_map(|(_, r)| gpu_of(r))
+            .collect();
+        let mut scratch = Vec::new();
+        let mut parts = Vec::new();
+        if let (Some(c), Some(peer)) = (
+            mine.clock_mhz,
+            median_of(peers.iter().filter_map(|g| g.clock_mhz), &mut scratch),
+        ) {
+            if peer > 0.0 && (c / peer - 1.0).abs() > 0.03 {
+                parts.push(format!(
+                    "its GPU's SM clock is {c:.0} MHz against {peer:.0} MHz on its peers'"
+                ));
+            }
+        }
+        if let (Some(p), Some(peer)) = (
+            mine.power_w,
+            median_of(peers.iter().filter_map(|g| g.power_w), &mut scratch),
+        ) {
+            if peer > 0.0 && (p / peer - 1.0).abs() > 0.03 {
+                parts.push(format!("its power draw is {p:.0} W against {peer:.0} W"));
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join(" and "))
+    }
+
+    /// Compares the ranks' memory levels, at most once per window per job.
+    pub(super) fn evaluate_imbalance(&mut self, job: &str, t: f64) {
+        let params = self.cfg.imbalance;
+        let window = (t / self.cfg.window_s).floor() as i64;
+        let Some(j) = self.jobs.get(job) else {
+            return;
+        };
+        if j.imbalance_window >= window {
+            return;
+        }
+        let mut levels = Vec::with_capacity(j.ranks.len());
+        let mut growing = Vec::new();
+        for (&rank, r) in &j.ranks {
+            if r.ended_t.is_some() || r.levels.len() < params.level_points {
+                continue;
+            }
+            let Some(level) = median_of(r.levels.iter().copied(), &mut self.scratch.values) else {
+                continue;
+            };
+            let gpu_growing = r
+                .node
+                .as_deref()
+                .and_then(|n| self.nodes.get(n))
+                .and_then(|n| n.get(&r.gpu?))
+                .is_some_and(|g| g.growing || g.oom_latch.is_on());
+            // A growing rank's level is a moving target: it is neither judged
+            // nor part of the reference (its growth is the leak detector's call).
+            if gpu_growing || r.leak.is_on() || r.fragmentation.is_on() {
+                growing.push(rank);
+            } else {
+                levels.push((rank, level));
+            }
+        }
+        let found = imbalanced(&levels, &params, &mut self.scratch.values);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return;
+        };
+        j.imbalance_window = window;
+        let mut raised = Vec::new();
+        let mut cleared = Vec::new();
+        for &(rank, _) in &levels {
+            let hit = found
+                .iter()
+                .find(|e| e.rank == rank && !growing.contains(&rank))
+                .copied();
+            let Some(r) = j.ranks.get_mut(&rank) else {
+                continue;
+            };
+            match r
+                .imbalance
+                .update(hit.is_some(), params.raise_after, params.clear_after)
+            {
+                Edge::Raised => raised.push((rank, hit, r.node.clone(), r.gpu)),
+                Edge::Cleared => cleared.push(rank),
+                Edge::Steady => {}
+            }
+        }
+        for rank in cleared {
+            self.alerts.resolve(
+                AlertKind::Imbalance,
+                &Subject::Rank(job.to_owned(), rank),
+                t,
+            );
+        }
+        for (rank, hit, node, gpu) in raised {
+            let Some(e) = hit else { continue };
+            let subject = Subject::Rank(job.to_owned(), rank);
+            let mut a = Alert::new(AlertKind::Imbalance, &subject, t, Severity::Warning);
+            a.node = node;
+            a.gpu = gpu;
+            a.excess_bytes = Some(e.excess_bytes);
+            a.excess_pct = Some(e.excess_frac * 100.0);
+            a.message = format!(
+                "rank {rank} of {job} holds {} more GPU memory than its peers' median of {} (+{:.0} %); every rank must fit the largest",
+                fmt_bytes(e.excess_bytes as u64),
+                fmt_bytes(e.median_bytes as u64),
+                e.excess_frac * 100.0
+            );
+            a.recommendation = Some(
+                "look for work only this rank does (logging, metrics, evaluation, embedding or vocabulary shards) and spread it"
+                    .into(),
+            );
+            self.alerts.raise(subject, a);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Leak: memory that is never given back. Both the troughs and the peaks of
+//! the envelope rise, together and for a sustained stretch.
+//!
+//! A workload that merely allocates more at its peak (longer sequences) lifts
+//! the peaks but not the troughs; a leak lifts the floor. Judged on the
+//! caching allocator's `allocated` bytes when the in-process hook reports
+//! them (so that a fragmenting cache, whose `reserved` grows while
+//! `allocated` does not, is not called a leak), else on NVML's used memory.
+//!
+//! Conditions, on the current regime's windows: at least `min_points`; the
+//! troughs' Mann–Kendall p-value at most `p_max` with a slope interval above
+//! zero; the troughs rising at least `trough_share` as fast as the peaks; and
+//! a rise over the window of at least `min_rise_frac` of capacity. The rate
+//! reported is the troughs' Theil–Sen slope.
+
+use serde::{Deserialize, Serialize};
+
+use super::trend::Trend;
+
+/// Tuning of the leak detector.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LeakParams {
+    /// Windows of evidence needed.
+    pub min_points: usize,
+    /// Largest Mann–Kendall p-value of the troughs' trend.
+    pub p_max: f64,
+    /// Troughs must rise at least this share of the peaks' rate.
+    pub trough_share: f64,
+    /// Smallest rise over the window, fraction of capacity.
+    pub min_rise_frac: f64,
+    /// Consecutive positive evaluations before alerting.
+    pub raise_after: u32,
+    /// Consecutive negative evaluations before clearing.
+    pub clear_after: u32,
+}
+
+impl Default for LeakParams {
+    fn default() -> Self {
+        Self {
+            min_points: 9,
+            p_max: 0.001,
+            trough_share: 0.5,
+            min_rise_frac: 0.01,
+            raise_after: 2,
+            clear_after: 6,
+        }
+    }
+}
+
+/// The leak rate in bytes per second, or `None` when the series does not leak.
+pub fn leak_rate(peaks: &Trend, troughs: &Trend, capacity: f64, p: &LeakParams) -> Option<f64> {
+    let leaking = troughs.n >= p.min_points
+        && troughs.p_up <= p.p_max
+        && troughs.slope > 0.0
+        && troughs.slope_low > 0.0
+        && peaks.slope > 0.0
+        && troughs.slope >= p.trough_share * peaks.slope
+        && troughs.slope * troughs.span_s >= p.min_rise_frac * capacity;
+    leaking.then_some(troughs.slope)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::trend::{fit, TrendScratch};
+
+    const GIB: f64 = (1u64 << 30) as f64;
+
+    fn trends(peak: impl Fn(f64) -> f64, trough: impl Fn(f64) -> f64, n: usize) -> (Trend, Trend) {
+        let t = |i: usize| i as f64 * 10.0;
+        let peaks: Vec<_> = (0..n).map(|i| (t(i), peak(t(i)))).collect();
+        let troughs: Vec<_> = (0..n).map(|i| (t(i), trough(t(i)))).collect();
+        let mut s = TrendScratch::default();
+        (
+            fit(&peaks, 1.96, &mut s).unwrap(),
+            fit(&troughs, 1.96, &mut s).unwrap(),
+        )
+    }
+
+    #[test]
+    fn rising_floor_and_ceiling_is_a_leak_with_its_rate() {
+        let rate = 20e6;
+        let (p, t) = trends(|t| 30.0 * GIB + rate * t, |t| 25.0 * GIB + rate * t, 15);
+        let r = leak_rate(&p, &t, 80.0 * GIB, &LeakParams::default()).unwrap();
+        assert!((r - rate).abs() < 1.0);
+    }
+
+    #[test]
+    fn rising_peaks_over_a_flat_floor_is_not_a_leak() {
+        let (p, t) = trends(|t| 30.0 * GIB + 20e6 * t, |_| 25.0 * GIB, 15);
+        assert!(leak_rate(&p, &t, 80.0 * GIB, &LeakParams::default()).is_none());
+    }
+
+    #[test]
+    fn a_short_or_tiny_rise_is_not_a_leak() {
+        let params = LeakParams::default();
+        let (p, t) = trends(|t| 30.0 * GIB + 20e6 * t, |t| 25.0 * GIB + 20e6 * t, 5);
+        assert!(leak_rate(&p, &t, 80.0 * GIB, &params).is_none());
+        let (p, t) = trends(|t| 30.0 * GIB + 1e5 * t, |t| 25.0 * GIB + 1e5 * t, 20);
+        assert!(leak_rate(&p, &t, 80.0 * GIB, &params).is_none());
+    }
+}

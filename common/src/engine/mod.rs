@@ -1,0 +1,185 @@
+//! The detection engine: envelopes, regimes, OOM forecasts, leaks,
+//! fragmentation, imbalance and stragglers, over one stream of observations.
+//!
+//! It is pure and deterministic: time comes only from the data, maps are
+//! ordered, and nothing reads a clock or does I/O. The coordinator's state
+//! machine feeds it every applied batch on every replica, and `gpumon replay`
+//! feeds it a trace; both run this code, so a replay reproduces what
+//! production decided. Feed it with [`Engine::observe_gpu`],
+//! [`Engine::observe_rank`], [`Engine::observe_alloc`],
+//! [`Engine::observe_step`] and [`Engine::observe_event`]; read alerts from
+//! [`Engine::alerts`] and state from the views in [`view`].
+//!
+//! Detectors, one module each, with their method in the module docs:
+//! [`envelope`], [`regime`], [`trend`], [`forecast`], [`leak`],
+//! [`fragmentation`], [`imbalance`], [`straggler`].
+//!
+//! ```
+//! use gpumon_common::engine::{Engine, EngineConfig, RankObs};
+//! let mut engine = Engine::new(EngineConfig::default());
+//! engine.observe_rank(&RankObs {
+//!     t: 0.0, job: "job-a", rank: 0, local_rank: 0, world_size: 1,
+//!     node: "node-0", gpu: 0, pid: 42,
+//! });
+//! assert_eq!(engine.alerts().count(), 0);
+//! ```
+
+mod alerts;
+mod config;
+pub mod envelope;
+pub mod forecast;
+pub mod fragmentation;
+mod gpu;
+pub mod imbalance;
+mod input;
+mod job;
+mod latch;
+pub mod leak;
+mod live;
+mod rank;
+pub mod regime;
+mod stats;
+pub mod straggler;
+mod tracks;
+pub mod trend;
+pub mod view;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use alerts::{Alert, AlertBook, AlertKind, Severity, Subject};
+pub use config::EngineConfig;
+pub use forecast::{OomForecast, Risk};
+pub use input::{AllocObs, GpuObs, RankObs};
+pub use latch::{Edge, Latch};
+pub use tracks::Marker;
+
+use tracks::{GpuTrack, JobTrack};
+use trend::TrendScratch;
+
+/// Counts of what the engine received and what it set aside.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineCounters {
+    /// GPU observations.
+    pub gpu: u64,
+    /// Rank observations.
+    pub rank: u64,
+    /// Allocator observations.
+    pub alloc: u64,
+    /// Step observations.
+    pub step: u64,
+    /// Markers.
+    pub event: u64,
+    /// Observations more than `window_s` older than the newest one seen.
+    pub late: u64,
+    /// Observations ignored because a bound (GPUs, jobs, ranks) was reached.
+    pub over_limit: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Scratch {
+    trend: TrendScratch,
+    points: Vec<(f64, f64)>,
+    values: Vec<f64>,
+}
+
+/// The engine; see the module docs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Engine {
+    cfg: EngineConfig,
+    now: f64,
+    nodes: BTreeMap<String, BTreeMap<u32, GpuTrack>>,
+    gpu_count: usize,
+    jobs: BTreeMap<String, JobTrack>,
+    alerts: AlertBook,
+    counters: EngineCounters,
+    /// Ranks seen before their GPU: (node, gpu, job, rank, pid).
+    pending_links: Vec<(String, u32, String, u32, u32)>,
+    #[serde(skip)]
+    scratch: Scratch,
+}
+
+impl PartialEq for Engine {
+    fn eq(&self, other: &Self) -> bool {
+        self.cfg == other.cfg
+            && self.now == other.now
+            && self.nodes == other.nodes
+            && self.jobs == other.jobs
+            && self.alerts == other.alerts
+            && self.counters == other.counters
+            && self.pending_links == other.pending_links
+    }
+}
+
+impl Engine {
+    /// An empty engine.
+    pub fn new(cfg: EngineConfig) -> Self {
+        let alerts = AlertBook::new(cfg.max_alerts);
+        Self {
+            cfg,
+            now: f64::NEG_INFINITY,
+            nodes: BTreeMap::new(),
+            gpu_count: 0,
+            jobs: BTreeMap::new(),
+            alerts,
+            counters: EngineCounters::default(),
+            pending_links: Vec::new(),
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Newest trace time seen, seconds (`-inf` before any observation).
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// Alert episodes in firing order.
+    pub fn alerts(&self) -> impl DoubleEndedIterator<Item = &Alert> + ExactSizeIterator {
+        self.alerts.episodes()
+    }
+
+    /// The alert book (episodes and which are active).
+    pub fn alert_book(&self) -> &AlertBook {
+        &self.alerts
+    }
+
+    /// What was received and set aside.
+    pub fn counters(&self) -> &EngineCounters {
+        &self.counters
+    }
+
+    /// A marker (`gpumon.mark`) for a job's timeline.
+    pub fn observe_event(&mut self, t: f64, job: &str, rank: u32, name: &str) {
+        self.counters.event += 1;
+        self.tick(t);
+        if let Some(j) = self.jobs.get_mut(job) {
+            if j.markers.len() == tracks::MAX_MARKERS {
+                j.markers.pop_front();
+            }
+            j.markers.push_back(Marker {
+                t,
+                rank,
+                name: name.chars().take(200).collect(),
+            });
+        }
+    }
+
+    /// Advances the engine's notion of now; counts observations that arrive
+    /// later than the skew the envelopes absorb.
+    fn tick(&mut self, t: f64) {
+        if t > self.now {
+            self.now = t;
+        } else if t < self.now - self.cfg.window_s {
+            self.counters.late += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,331 @@
+//! Rank observations: linking ranks to GPUs, each rank's own memory level,
+//! and the allocator statistics that drive the leak and fragmentation
+//! detectors.
+
+use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::fragmentation::{is_fragmenting, AllocatorView};
+use super::gpu::fit_series;
+use super::input::{AllocObs, RankObs};
+use super::latch::Edge;
+use super::leak::leak_rate;
+use super::regime::Placed;
+use super::tracks::{AllocTrack, JobTrack, RankTrack, MAX_RANKS_PER_GPU};
+use super::trend::fit;
+use super::Engine;
+use crate::units::fmt_bytes;
+
+impl Engine {
+    /// A training process found on a GPU.
+    pub fn observe_rank(&mut self, r: &RankObs<'_>) {
+        self.counters.rank += 1;
+        self.tick(r.t);
+        if r.world_size == 0 || r.rank >= r.world_size {
+            self.counters.over_limit += 1;
+            return;
+        }
+        let window_s = self.cfg.window_s;
+        let Some(rank) = self.rank_track(r.t, r.job, r.rank, Some(r.world_size)) else {
+            return;
+        };
+        let moved =
+            rank.node.as_deref() != Some(r.node) || rank.gpu != Some(r.gpu) || rank.pid != r.pid;
+        let revived = rank.ended_t.is_some() && moved;
+        if revived {
+            *rank = RankTrack::new(r.t, window_s);
+        }
+        let old = (rank.node.take(), rank.gpu.take());
+        rank.local_rank = r.local_rank;
+        rank.node = Some(r.node.to_owned());
+        rank.gpu = Some(r.gpu);
+        rank.pid = r.pid;
+        rank.last_t = rank.last_t.max(r.t);
+        if let Some(job) = self.jobs.get_mut(r.job) {
+            job.world_size = r.world_size;
+            if revived {
+                job.ended_t = None;
+            }
+        }
+        if moved {
+            if let (Some(node), Some(gpu)) = old {
+                if let Some(t) = self.nodes.get_mut(&node).and_then(|n| n.get_mut(&gpu)) {
+                    t.ranks.retain(|(j, k, _)| !(j == r.job && *k == r.rank));
+                }
+            }
+        }
+        if let Some(t) = self.nodes.get_mut(r.node).and_then(|n| n.get_mut(&r.gpu)) {
+            let count = t.ranks.len();
+            match t
+                .ranks
+                .iter_mut()
+                .find(|(j, k, _)| j == r.job && *k == r.rank)
+            {
+                Some(entry) => entry.2 = r.pid,
+                None if count < MAX_RANKS_PER_GPU => {
+                    t.ranks.push((r.job.to_owned(), r.rank, r.pid));
+                }
+                None => self.counters.over_limit += 1,
+            }
+        } else {
+            self.pending_links
+                .push((r.node.to_owned(), r.gpu, r.job.to_owned(), r.rank, r.pid));
+            self.pending_links.truncate(MAX_RANKS_PER_GPU * 16);
+        }
+    }
+
+    /// The rank's track, created (with its job) when new; `None` over a bound.
+    pub(super) fn rank_track(
+        &mut self,
+        t: f64,
+        job: &str,
+        rank: u32,
+        world_size: Option<u32>,
+    ) -> Option<&mut RankTrack> {
+        if !self.jobs.contains_key(job) {
+            if self.jobs.len() >= self.cfg.max_jobs && !self.forget_oldest_ended_job() {
+                self.counters.over_limit += 1;
+                return None;
+            }
+            let world = world_size.unwrap_or(rank + 1);
+            self.jobs.insert(job.to_owned(), JobTrack::new(t, world));
+        }
+        let window_s = self.cfg.window_s;
+        let max_ranks = self.cfg.max_ranks_per_job;
+        let j = self.jobs.get_mut(job)?;
+        j.last_t = j.last_t.max(t);
+        if !j.ranks.contains_key(&rank) && j.ranks.len() >= max_ranks {
+            self.counters.over_limit += 1;
+            return None;
+        }
+        Some(
+            j.ranks
+                .entry(rank)
+                .or_insert_with(|| RankTrack::new(t, window_s)),
+        )
+    }
+
+    fn forget_oldest_ended_job(&mut self) -> bool {
+        let oldest = self
+            .jobs
+            .iter()
+            .filter_map(|(name, j)| j.ended_t.map(|t| (t, name.clone())))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        match oldest {
+            Some((_, name)) => {
+                self.jobs.remove(&name);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One observation of a rank's own memory, bytes.
+    pub(super) fn rank_used(&mut self, t: f64, job: &str, rank: u32, used: u64) {
+        let level_points = self.cfg.imbalance.level_points;
+        let warmup = self.cfg.warmup_s;
+        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+            return;
+        };
+        if r.ended_t.is_some() {
+            return;
+        }
+        r.last_t = r.last_t.max(t);
+        r.used_last = used;
+        r.used_peak = r.used_peak.max(used);
+        let v = used as f64;
+        if let Some(point) = r.memory.add(t, v, v, v) {
+            if point.t >= r.first_t + warmup {
+                if r.levels.len() == level_points.max(1) {
+                    r.levels.pop_front();
+                }
+                r.levels.push_back(point.peak);
+                self.evaluate_imbalance(job, point.t);
+            }
+        }
+    }
+
+    /// A rank's process is gone: its alerts resolve, its history stays.
+    pub fn end_rank(&mut self, t: f64, job: &str, rank: u32) {
+        let subject = Subject::Rank(job.to_owned(), rank);
+        self.alerts.resolve_subject(&subject, t);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return;
+        };
+        if let Some(r) = j.ranks.get_mut(&rank) {
+            r.ended_t.get_or_insert(t);
+        }
+        j.straggler.remove_rank(rank);
+        if j.live_ranks() == 0 {
+            j.ended_t.get_or_insert(t);
+        }
+    }
+
+    /// The caching allocator's statistics for a rank.
+    pub fn observe_alloc(&mut self, a: &AllocObs<'_>) {
+        self.counters.alloc += 1;
+        self.tick(a.t);
+        let window_s = self.cfg.window_s;
+        let history = self.cfg.regime.max_points.max(2);
+        let warmup_s = self.cfg.warmup_s;
+        let Some(r) = self.rank_track(a.t, a.job, a.rank, None) else {
+            return;
+        };
+        if r.ended_t.is_some() {
+            return;
+        }
+        let track = r
+            .alloc
+            .get_or_insert_with(|| AllocTrack::new(a.t, window_s));
+        track.last_t = track.last_t.max(a.t);
+        track.allocated_last = a.allocated;
+        track.reserved_last = a.reserved;
+        track.inactive_split = a.inactive_split.unwrap_or(0);
+        track.retries = a.alloc_retries.unwrap_or(track.retries);
+        track.retries_known |= a.alloc_retries.is_some();
+        track.ooms = a.ooms.unwrap_or(track.ooms);
+        let (al, re) = (a.allocated as f64, a.reserved as f64);
+        let closed_alloc = track.allocated_env.add(a.t, al, al, al);
+        let closed_res = track.reserved_env.add(a.t, re, re, re);
+        if let (Some(pa), Some(pr)) = (closed_alloc, closed_res) {
+            track.retry_streak = if track.retries > track.retries_at_window {
+                track.retry_streak + 1
+            } else {
+                0
+            };
+            track.retries_at_window = track.retries;
+            if track.retry_history.len() == history {
+                track.retry_history.pop_front();
+            }
+            track.retry_history.push_back(track.retries);
+            if pa.t - window_s / 2.0 >= track.first_t + warmup_s {
+                self.alloc_window(a.job, a.rank, pa, pr);
+            }
+        }
+    }
+
+    /// A closed allocator window: leak and fragmentation judgements.
+    fn alloc_window(
+        &mut self,
+        job: &str,
+        rank: u32,
+        allocated: super::envelope::EnvelopePoint,
+        reserved: super::envelope::EnvelopePoint,
+    ) {
+        let cfg = self.cfg.clone();
+        let capacity = self.rank_capacity(job, rank);
+        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+            return;
+        };
+        let Some(track) = r.alloc.as_mut() else {
+            return;
+        };
+        let capacity = capacity.unwrap_or(track.reserved_last as f64 * 1.25);
+        let placed_a = track.allocated.push(allocated, capacity, &cfg.regime);
+        let placed_r = track.reserved.push(reserved, capacity, &cfg.regime);
+        if placed_r == Placed::NewRegime {
+            track.gap.clear();
+        }
+        if track.gap.len() == cfg.regime.max_points.max(3) {
+            track.gap.pop_front();
+        }
+        track
+            .gap
+            .push_back((reserved.t, reserved.peak - allocated.peak));
+        let scratch = &mut self.scratch;
+        let alloc_peaks = fit_series(&track.allocated, |p| p.peak, &cfg, scratch);
+        let reserved_peaks = fit_series(&track.reserved, |p| p.peak, &cfg, scratch);
+
+        let leak = if placed_a == Placed::Pending {
+            None
+        } else {
+            alloc_peaks.and_then(|peaks| {
+                fit_series(&track.allocated, |p| p.trough, &cfg, scratch)
+                    .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
+            })
+        };
+        scratch.points.clear();
+        scratch.points.extend(track.gap.iter().copied());
+        let gap = fit(&scratch.points, cfg.z_interval, &mut scratch.trend);
+        let retries_grew = track
+            .retries_known
+            .then(|| track.retry_history.back() > track.retry_history.front());
+        let view = AllocatorView {
+            gap: gap.as_ref(),
+            retries_grew,
+            reserved: reserved_peaks.as_ref(),
+            allocated: alloc_peaks.as_ref(),
+            retry_streak: track.retry_streak,
+            reserved_bytes: track.reserved_last as f64,
+            allocated_bytes: track.allocated_last as f64,
+            inactive_split_bytes: track.inactive_split as f64,
+        };
+        let fragmenting =
+            placed_r != Placed::Pending && is_fragmenting(&view, capacity, &cfg.fragmentation);
+        let reclaimable = view.reclaimable_bytes();
+        let cached = track.reserved_last.saturating_sub(track.allocated_last);
+
+        let leak_edge = r
+            .leak
+            .update(leak.is_some(), cfg.leak.raise_after, cfg.leak.clear_after);
+        r.leak_rate = leak.or(r.leak_rate.filter(|_| r.leak.is_on()));
+        let frag_edge = r.fragmentation.update(
+            fragmenting,
+            cfg.fragmentation.raise_after,
+            cfg.fragmentation.clear_after,
+        );
+        let (node, gpu) = (r.node.clone(), r.gpu);
+        let leak_rate_now = r.leak_rate.unwrap_or(0.0);
+        let subject = Subject::Rank(job.to_owned(), rank);
+        let t = allocated.t;
+        match leak_edge {
+            Edge::Raised => {
+                let mut a = Alert::new(AlertKind::Leak, &subject, t, Severity::Warning);
+                a.node = node.clone();
+                a.gpu = gpu;
+                a.rate_bytes_per_s = Some(leak_rate_now);
+                a.message = format!(
+                    "rank {rank} of {job} leaks about {}/s: allocated memory's floor rises with its peaks",
+                    fmt_bytes(leak_rate_now as u64)
+                );
+                a.recommendation = Some("look for tensors kept across steps (losses, activations, caches held in Python lists)".into());
+                self.alerts.raise(subject.clone(), a);
+            }
+            Edge::Cleared => {
+                self.alerts.resolve(AlertKind::Leak, &subject, t);
+            }
+            Edge::Steady => {}
+        }
+        match frag_edge {
+            Edge::Raised => {
+                let mut a = Alert::new(AlertKind::Fragmentation, &subject, t, Severity::Warning);
+                a.node = node;
+                a.gpu = gpu;
+                a.reclaimable_bytes = Some(reclaimable);
+                a.message = format!(
+                    "rank {rank} of {job}: the caching allocator holds {} it does not use ({} reclaimable) and keeps growing or retrying allocations",
+                    fmt_bytes(cached),
+                    fmt_bytes(reclaimable as u64)
+                );
+                a.recommendation = Some(
+                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or release the cache with torch.cuda.empty_cache() at a step boundary".into(),
+                );
+                self.alerts.raise(subject, a);
+            }
+            Edge::Cleared => {
+                self.alerts.resolve(AlertKind::Fragmentation, &subject, t);
+            }
+            Edge::Steady => {
+                self.alerts.update(AlertKind::Fragmentation, &subject, |a| {
+                    a.updated_t = t;
+                    a.reclaimable_bytes = Some(reclaimable);
+                });
+            }
+        }
+    }
+
+    /// Capacity of the GPU a rank runs on, bytes.
+    fn rank_capacity(&self, job: &str, rank: u32) -> Option<f64> {
+        let r = self.jobs.get(job)?.ranks.get(&rank)?;
+        let gpu = self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?)?;
+        Some(gpu.total as f64)
+    }
+}

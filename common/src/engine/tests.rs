@@ -1,0 +1,323 @@
+//! Engine tests on small synthetic clusters: one job, `world` ranks on one
+//! node, one sample per second, driven through the public `observe_*` API.
+
+use super::*;
+use crate::trace::ProcRecord;
+
+const GIB: f64 = (1u64 << 30) as f64;
+const TOTAL: u64 = 40 * (1 << 30);
+
+/// Per-second memory (bytes) of each rank, and section times (ms) per step.
+struct Scenario {
+    world: u32,
+    seconds: u32,
+    memory: Box<dyn Fn(u32, f64) -> f64>,
+    forward_ms: Box<dyn Fn(u32, u64) -> f64>,
+    alloc: bool,
+}
+
+impl Scenario {
+    fn steady(world: u32, seconds: u32) -> Self {
+        Self {
+            world,
+            seconds,
+            memory: Box::new(|rank, t| 20.0 * GIB + rank as f64 * 0.05 * GIB + wobble(rank, t)),
+            forward_ms: Box::new(|_, _| 300.0),
+            alloc: false,
+        }
+    }
+
+    fn run(&self) -> Engine {
+        let mut e = Engine::new(EngineConfig::default());
+        self.feed(&mut e, 0, self.seconds);
+        e
+    }
+
+    fn feed(&self, e: &mut Engine, from: u32, to: u32) {
+        if from == 0 {
+            for rank in 0..self.world {
+                e.observe_rank(&RankObs {
+                    t: 0.5,
+                    job: "job",
+                    rank,
+                    local_rank: rank,
+                    world_size: self.world,
+                    node: "node-0",
+                    gpu: rank,
+                    pid: 1000 + rank,
+                });
+            }
+        }
+        for s in from..to {
+            let t = s as f64;
+            for rank in 0..self.world {
+                let used = if s < 3 {
+                    0.0
+                } else {
+                    (self.memory)(rank, t).min(TOTAL as f64)
+                } as u64;
+                let procs = [ProcRecord {
+                    pid: 1000 + rank,
+                    used,
+                }];
+                e.observe_gpu(&GpuObs {
+                    t,
+                    node: "node-0",
+                    gpu: rank,
+                    uuid: "GPU-x",
+                    name: "test",
+                    total: TOTAL,
+                    used_low: used,
+                    used_high: used,
+                    used,
+                    util: Some(95.0),
+                    sm_clock_mhz: Some(1980.0),
+                    power_w: Some(600.0),
+                    procs: if used > 0 { &procs } else { &[] },
+                });
+                if self.alloc && s >= 3 {
+                    e.observe_alloc(&AllocObs {
+                        t: t + 0.001,
+                        job: "job",
+                        rank,
+                        allocated: (used as f64 * 0.9) as u64,
+                        reserved: (used as f64 * 0.97) as u64,
+                        inactive_split: Some(0),
+                        alloc_retries: Some(0),
+                        ooms: Some(0),
+                    });
+                }
+                if s >= 3 {
+                    let step = u64::from(s - 3);
+                    let fwd = (self.forward_ms)(rank, step) * jitter(rank, step);
+                    let sections = [
+                        ("data", 20.0),
+                        ("forward", fwd),
+                        ("backward", 2.0 * 300.0 * jitter(rank + 7, step)),
+                    ];
+                    e.observe_step(t + 0.9, "job", rank, step, 1000.0, sections);
+                }
+            }
+        }
+    }
+}
+
+/// Deterministic, independent noise of up to +-3 % per step (splitmix64).
+fn jitter(rank: u32, step: u64) -> f64 {
+    let mut z = (u64::from(rank) << 32 | step).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    1.0 + 0.06 * ((z % 1000) as f64 / 1000.0 - 0.5)
+}
+
+/// A small staircase wobble, like the caching allocator's segments.
+fn wobble(rank: u32, t: f64) -> f64 {
+    if (t as u64 + u64::from(rank)) % 7 == 0 {
+        0.02 * GIB
+    } else {
+        0.0
+    }
+}
+
+fn kinds(e: &Engine) -> Vec<(AlertKind, Option<u32>)> {
+    e.alerts().map(|a| (a.kind, a.rank)).collect()
+}
+
+#[test]
+fn a_steady_job_raises_nothing() {
+    let e = Scenario::steady(8, 900).run();
+    assert!(kinds(&e).is_empty(), "{:?}", kinds(&e));
+    let job = e.job("job").unwrap();
+    assert_eq!(job.ranks.len(), 8);
+    assert!(job.forecast.is_none());
+}
+
+#[test]
+fn a_leaking_rank_gets_an_early_oom_forecast_and_a_leak_alert() {
+    let rate = 20.0 * 1024.0 * 1024.0;
+    let mut sc = Scenario::steady(8, 900);
+    sc.memory = Box::new(move |rank, t| {
+        let base = 20.0 * GIB + wobble(rank, t);
+        if rank == 2 {
+            base + rate * t
+        } else {
+            base
+        }
+    });
+    let e = sc.run();
+    let oom_at = 20.0 * GIB / rate;
+    let oom = e
+        .alerts()
+        .find(|a| a.kind == AlertKind::OomPredicted)
+        .expect("an OOM forecast");
+    assert_eq!(oom.rank, Some(2));
+    assert!(
+        oom_at - oom.t >= 600.0,
+        "only {:.0} s of warning",
+        oom_at - oom.t
+    );
+    let predicted = oom.predicted_oom_t.unwrap();
+    assert!(
+        (predicted - oom_at).abs() < 60.0,
+        "predicted {predicted:.0}, real {oom_at:.0}"
+    );
+    let [lo, hi] = oom.predicted_oom_interval.unwrap();
+    assert!(lo <= predicted && predicted <= hi);
+    assert!(e
+        .alerts()
+        .any(|a| a.kind == AlertKind::Leak && a.rank == Some(2)));
+    assert!(e.alerts().all(|a| a.rank == Some(2)), "{:?}", kinds(&e));
+    let job = e.job("job").unwrap();
+    assert_eq!(job.forecast.as_ref().map(|f| f.rank), Some(2));
+}
+
+#[test]
+fn an_eval_level_shift_is_no_oom() {
+    let mut sc = Scenario::steady(4, 900);
+    sc.memory = Box::new(|rank, t| {
+        let base = 30.0 * GIB + wobble(rank, t);
+        if t >= 300.0 {
+            base + 3.0 * GIB
+        } else {
+            base
+        }
+    });
+    let e = sc.run();
+    assert!(kinds(&e).is_empty(), "{:?}", kinds(&e));
+}
+
+#[test]
+fn a_single_spike_is_no_oom() {
+    let mut sc = Scenario::steady(4, 600);
+    sc.memory = Box::new(|rank, t| {
+        let base = 34.0 * GIB + wobble(rank, t);
+        if (200.0..204.0).contains(&t) {
+            base + 5.0 * GIB
+        } else {
+            base
+        }
+    });
+    let e = sc.run();
+    assert!(kinds(&e).is_empty(), "{:?}", kinds(&e));
+}
+
+#[test]
+fn a_heavy_rank_is_imbalanced_with_its_excess() {
+    let mut sc = Scenario::steady(8, 400);
+    sc.memory = Box::new(|rank, t| {
+        let base = 20.0 * GIB + wobble(rank, t);
+        if rank == 5 {
+            base + 5.0 * GIB
+        } else {
+            base
+        }
+    });
+    let e = sc.run();
+    let a: Vec<_> = e.alerts().collect();
+    assert_eq!(a.len(), 1, "{:?}", kinds(&e));
+    assert_eq!((a[0].kind, a[0].rank), (AlertKind::Imbalance, Some(5)));
+    let excess = a[0].excess_bytes.unwrap();
+    assert!((excess / GIB - 5.0).abs() < 0.2, "{excess}");
+}
+
+#[test]
+fn a_slow_rank_is_a_straggler_naming_its_section() {
+    let mut sc = Scenario::steady(8, 400);
+    sc.forward_ms = Box::new(|rank, step| {
+        if rank == 6 && step >= 150 {
+            390.0
+        } else {
+            300.0
+        }
+    });
+    let e = sc.run();
+    let a: Vec<_> = e.alerts().collect();
+    assert_eq!(a.len(), 1, "{:?}", kinds(&e));
+    assert_eq!((a[0].kind, a[0].rank), (AlertKind::Straggler, Some(6)));
+    assert_eq!(a[0].section.as_deref(), Some("forward"), "{}", a[0].message);
+    let slowdown = a[0].slowdown.unwrap();
+    assert!(
+        (1.2..1.4).contains(&slowdown),
+        "{slowdown} at {}: {}",
+        a[0].t,
+        a[0].message
+    );
+    assert!(
+        a[0].t - 153.0 <= 30.0,
+        "raised {:.0} s after the slowdown",
+        a[0].t - 153.0
+    );
+}
+
+#[test]
+fn a_dead_rank_resolves_its_alerts() {
+    let rate = 40.0 * 1024.0 * 1024.0;
+    let mut sc = Scenario::steady(4, 700);
+    sc.memory = Box::new(move |rank, t| {
+        let used = 20.0 * GIB + if rank == 1 { rate * t } else { 0.0 };
+        if used >= TOTAL as f64 {
+            0.0
+        } else {
+            used
+        }
+    });
+    let e = sc.run();
+    let oom = e
+        .alerts()
+        .find(|a| a.kind == AlertKind::OomPredicted)
+        .unwrap();
+    assert!(oom.resolved_t.is_some(), "{oom:?}");
+    let job = e.job("job").unwrap();
+    assert!(job.ranks[1].ended_t.is_some());
+    assert!(job.ranks[0].ended_t.is_none());
+}
+
+#[test]
+fn state_survives_a_snapshot_round_trip_and_continues_identically() {
+    let rate = 20.0 * 1024.0 * 1024.0;
+    let mut sc = Scenario::steady(4, 800);
+    sc.alloc = true;
+    sc.memory = Box::new(move |rank, t| 20.0 * GIB + if rank == 3 { rate * t } else { 0.0 });
+    let mut straight = Engine::new(EngineConfig::default());
+    sc.feed(&mut straight, 0, 800);
+
+    let mut first = Engine::new(EngineConfig::default());
+    sc.feed(&mut first, 0, 333);
+    let bytes = postcard::to_allocvec(&first).unwrap();
+    let mut restored: Engine = postcard::from_bytes(&bytes).unwrap();
+    assert!(restored == first, "the round trip changed the state");
+    sc.feed(&mut restored, 333, 800);
+    assert!(restored == straight, "the restored engine diverged");
+    assert!(straight
+        .alerts()
+        .any(|a| a.kind == AlertKind::Leak && a.rank == Some(3)));
+}
+
+#[test]
+fn bounds_hold_and_are_counted() {
+    let cfg = EngineConfig {
+        max_gpus: 2,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg);
+    for gpu in 0..5 {
+        e.observe_gpu(&GpuObs {
+            t: 1.0,
+            node: "n",
+            gpu,
+            uuid: "u",
+            name: "m",
+            total: TOTAL,
+            used_low: 1,
+            used_high: 1,
+            used: 1,
+            util: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: &[],
+        });
+    }
+    assert_eq!(e.devices().len(), 2);
+    assert_eq!(e.counters().over_limit, 3);
+}

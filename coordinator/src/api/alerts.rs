@@ -1,0 +1,71 @@
+//! `GET /api/v1/alerts`: the detection engine's alert episodes, from this
+//! replica's own state (identical on every replica: the engine is part of
+//! the replicated state machine).
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use gpumon_common::engine::Alert;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, AppState};
+
+/// Most episodes one response carries.
+pub const MAX_ALERTS_PER_RESPONSE: usize = 10_000;
+/// Episodes returned when no `limit` is given.
+const DEFAULT_LIMIT: usize = 1_000;
+
+/// Query parameters; unknown ones are refused so that typos do not pass silently.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlertsQuery {
+    /// Only active episodes.
+    active: Option<bool>,
+    /// Only this job's.
+    job: Option<String>,
+    /// At most this many, the newest.
+    limit: Option<usize>,
+}
+
+/// The response body.
+#[derive(Debug, Serialize)]
+pub struct AlertsBody {
+    /// Newest trace time the engine has seen, seconds since the Unix epoch.
+    pub now: Option<f64>,
+    /// Matching episodes, oldest first.
+    pub alerts: Vec<Alert>,
+    /// Matching episodes left out by `limit`.
+    pub truncated: usize,
+}
+
+pub async fn alerts(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<AlertsBody>, ApiError> {
+    let q: AlertsQuery = match query.as_deref() {
+        None | Some("") => AlertsQuery::default(),
+        Some(q) => serde_urlencoded::from_str(q).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "bad query {q:?}: {e}; known parameters: active=true|false, job=NAME, limit=N"
+            ))
+        })?,
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit > MAX_ALERTS_PER_RESPONSE {
+        return Err(ApiError::BadRequest(format!(
+            "limit {limit} is above the maximum of {MAX_ALERTS_PER_RESPONSE}"
+        )));
+    }
+    let applied = state.inner.state_machine.read();
+    let engine = &applied.engine;
+    let matching: Vec<&Alert> = engine
+        .alerts()
+        .filter(|a| !q.active.unwrap_or(false) || a.is_active())
+        .filter(|a| q.job.as_deref().is_none_or(|j| a.job.as_deref() == Some(j)))
+        .collect();
+    let truncated = matching.len().saturating_sub(limit);
+    Ok(Json(AlertsBody {
+        now: engine.now().is_finite().then(|| engine.now()),
+        alerts: matching.into_iter().skip(truncated).cloned().collect(),
+        truncated,
+    }))
+}
