@@ -3,6 +3,9 @@
 //! A later benchmark reuses them with `mod support;` (this folder is not a
 //! bench target of its own).
 
+// Each bench uses a different subset of these helpers.
+#![allow(dead_code)]
+
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 

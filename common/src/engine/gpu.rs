@@ -23,7 +23,9 @@ impl Engine {
     /// One GPU sample or agent window.
     pub fn observe_gpu(&mut self, g: &GpuObs<'_>) {
         self.counters.gpu += 1;
-        self.tick(g.t);
+        if !self.tick(g.t) {
+            return;
+        }
         if g.total == 0 {
             return;
         }

@@ -21,7 +21,9 @@ impl Engine {
         sections: impl IntoIterator<Item = (&'s str, f64)>,
     ) {
         self.counters.step += 1;
-        self.tick(t);
+        if !self.tick(t) {
+            return;
+        }
         if !duration_ms.is_finite() || duration_ms < 0.0 {
             return;
         }

@@ -75,6 +75,8 @@ pub struct EngineCounters {
     pub late: u64,
     /// Observations ignored because a bound (GPUs, jobs, ranks) was reached.
     pub over_limit: u64,
+    /// Observations ignored for a time that is not a finite number.
+    pub invalid: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -157,7 +159,9 @@ impl Engine {
     /// A marker (`gpumon.mark`) for a job's timeline.
     pub fn observe_event(&mut self, t: f64, job: &str, rank: u32, name: &str) {
         self.counters.event += 1;
-        self.tick(t);
+        if !self.tick(t) {
+            return;
+        }
         if let Some(j) = self.jobs.get_mut(job) {
             if j.markers.len() == tracks::MAX_MARKERS {
                 j.markers.pop_front();
@@ -172,12 +176,18 @@ impl Engine {
 
     /// Advances the engine's notion of now; counts observations that arrive
     /// later than the skew the envelopes absorb.
-    fn tick(&mut self, t: f64) {
+    /// Returns false (and counts it) for a time that is not finite.
+    fn tick(&mut self, t: f64) -> bool {
+        if !t.is_finite() {
+            self.counters.invalid += 1;
+            return false;
+        }
         if t > self.now {
             self.now = t;
         } else if t < self.now - self.cfg.window_s {
             self.counters.late += 1;
         }
+        true
     }
 }
 

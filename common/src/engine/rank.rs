@@ -18,7 +18,9 @@ impl Engine {
     /// A training process found on a GPU.
     pub fn observe_rank(&mut self, r: &RankObs<'_>) {
         self.counters.rank += 1;
-        self.tick(r.t);
+        if !self.tick(r.t) {
+            return;
+        }
         if r.world_size == 0 || r.rank >= r.world_size {
             self.counters.over_limit += 1;
             return;
@@ -162,7 +164,9 @@ impl Engine {
     /// The caching allocator's statistics for a rank.
     pub fn observe_alloc(&mut self, a: &AllocObs<'_>) {
         self.counters.alloc += 1;
-        self.tick(a.t);
+        if !self.tick(a.t) {
+            return;
+        }
         let window_s = self.cfg.window_s;
         let history = self.cfg.regime.max_points.max(2);
         let warmup_s = self.cfg.warmup_s;
@@ -234,17 +238,24 @@ impl Engine {
         let alloc_peaks = fit_series(&track.allocated, |p| p.peak, &cfg, scratch);
         let reserved_peaks = fit_series(&track.reserved, |p| p.peak, &cfg, scratch);
 
-        let leak = if placed_a == Placed::Pending {
-            None
-        } else {
-            alloc_peaks.and_then(|peaks| {
+        // Fits cost O(n^2): the troughs and the gap are fitted only when the
+        // cheaper evidence already points that way.
+        let leak = match alloc_peaks {
+            Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => {
                 fit_series(&track.allocated, |p| p.trough, &cfg, scratch)
                     .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
-            })
+            }
+            _ => None,
         };
-        scratch.points.clear();
-        scratch.points.extend(track.gap.iter().copied());
-        let gap = fit(&scratch.points, cfg.z_interval, &mut scratch.trend);
+        let reserved_growing =
+            reserved_peaks.is_some_and(|r| r.p_up <= cfg.fragmentation.p_max && r.slope_low > 0.0);
+        let gap = if reserved_growing {
+            scratch.points.clear();
+            scratch.points.extend(track.gap.iter().copied());
+            fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+        } else {
+            None
+        };
         let retries_grew = track
             .retries_known
             .then(|| track.retry_history.back() > track.retry_history.front());

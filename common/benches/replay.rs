@@ -1,0 +1,39 @@
+//! Replay throughput, records per second on one core, gzip decoding
+//! included: the whole `gpumon replay` pipeline (reader, engine, every
+//! detector) over public-corpus traces held in memory.
+//!
+//! `cargo bench -p gpumon-common --bench replay`
+//!
+//! - `fragmentation-0`: 8 ranks with allocator stats and steps (9.4k records);
+//! - `combo-1`: leak, imbalance, straggler and OOM in one job;
+//! - `stable-1`: a quiet job, the common case.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::replay;
+
+mod support;
+
+fn replay_once(gz: &[u8]) -> usize {
+    let mut reader = support::reader(gz);
+    let mut engine = Engine::new(EngineConfig::default());
+    replay::run(&mut reader, &mut engine, u64::MAX, |_| {}).expect("the fixture is valid");
+    let alerts = engine.alerts().len();
+    alerts
+}
+
+fn replay_bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("replay");
+    for name in ["fragmentation-0", "combo-1", "stable-1"] {
+        let gz = support::load(&format!("tests/fixtures/traces/{name}.jsonl.gz"));
+        let records = support::count_refs(support::reader(&gz));
+        group.throughput(Throughput::Elements(records));
+        group.bench_function(name, |b| b.iter(|| replay_once(black_box(&gz))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, replay_bench);
+criterion_main!(benches);
