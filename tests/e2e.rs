@@ -5,7 +5,9 @@
 //!   the coordinator is killed with SIGKILL and restarted on the same data
 //!   directory, it shows the same state (redb log + snapshot);
 //! - `gpumon demo` prints its URL first and serves every simulated rank;
-//! - bad usage and bad configuration exit 2 with a reason.
+//! - bad usage and bad configuration exit 2 with a reason;
+//! - `gpumon record` writes a gzip trace from a live coordinator and agent
+//!   that `gpumon replay` reads.
 //!
 //! Every wait is bounded; processes are killed when their guards drop.
 
@@ -363,6 +365,145 @@ async fn an_agent_without_gpus_still_registers() {
     assert_eq!(cluster.agents[0].node, "cpu-node");
     assert_eq!(cluster.agents[0].source, "none");
     assert_eq!(cluster.gpus, 0);
+    agent.kill().await;
+    coord.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_writes_a_trace_from_a_live_cluster_that_replays() {
+    use gpumon_common::trace::RecordRef;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut coord = coordinator(&dir.path().join("data"));
+    let url = coord.url_line().await;
+    let mut cmd = gpumon();
+    cmd.args(["agent", "--coordinators", &url, "--source", "sim:leak"])
+        .args([
+            "--node-name",
+            "rec-node",
+            "--sim-gpus",
+            "2",
+            "--sim-job",
+            "rec-job",
+        ])
+        .args(["--sample-interval-ms", "100", "--window-ms", "300"]);
+    let agent = Proc::spawn(cmd);
+    // Record once windows flow, so that the recording is not empty.
+    wait_for(Duration::from_secs(30), "the simulated job", || async {
+        let jobs: JobsView = get(&format!("{url}/api/v1/jobs"))
+            .await
+            .map_err(|e| e.to_string())?;
+        match jobs.jobs.iter().find(|j| j.job == "rec-job") {
+            Some(j) if j.ranks.len() == 2 => Ok(()),
+            _ => Err(format!("{jobs:?}")),
+        }
+    })
+    .await;
+
+    let trace = dir.path().join("t.jsonl.gz");
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        gpumon()
+            .args([
+                "record",
+                "--coordinator",
+                &url,
+                "--duration",
+                "3",
+                "--output",
+            ])
+            .arg(&trace)
+            .output(),
+    )
+    .await
+    .expect("record stops after its duration")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stderr.contains("recorded ") && stderr.contains("t.jsonl.gz"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("t.jsonl.gz.partial").exists());
+
+    let mut reader = gpumon_common::trace::open(&trace).unwrap();
+    assert!(reader.source().starts_with("gpumon record http://"));
+    let (mut ranks, mut gpus, mut ts) = (Vec::new(), 0, Vec::new());
+    while let Some(record) = reader.next_ref().unwrap() {
+        match record {
+            RecordRef::Rank(r) => {
+                assert_eq!((r.job.as_ref(), r.node.as_ref()), ("rec-job", "rec-node"));
+                ranks.push(r.rank);
+                ts.push(r.t);
+            }
+            RecordRef::Gpu(g) => {
+                assert_eq!(g.node, "rec-node");
+                assert!(g.used > 0 && g.used <= g.total, "{g:?}");
+                gpus += 1;
+                ts.push(g.t);
+            }
+            other => panic!("only rank and gpu records are recorded: {other:?}"),
+        }
+    }
+    assert_eq!(reader.stats().invalid, 0, "{:?}", reader.stats());
+    ranks.sort_unstable();
+    ranks.dedup();
+    assert_eq!(ranks, [0, 1], "both ranks are announced");
+    // 3 s of 300 ms windows of 2 GPUs.
+    assert!(gpus >= 6, "{gpus} gpu records");
+    assert_eq!(ts[0], 0.0, "time starts at the first record");
+    let mut latest = f64::MIN;
+    for &t in &ts {
+        assert!(
+            t > latest - 2.0,
+            "t {t} after {latest}: out of order beyond skew"
+        );
+        latest = latest.max(t);
+    }
+    assert!((0.5..10.0).contains(&latest), "{latest} s recorded in 3 s");
+
+    let report_path = dir.path().join("r.json");
+    let out = gpumon()
+        .arg("replay")
+        .arg(&trace)
+        .arg("--output")
+        .arg(&report_path)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert!(report["alerts"].is_array(), "{report}");
+    assert!(report["devices"].is_object(), "{report}");
+
+    // Clear failures: an unreachable coordinator (1), bad flags (2); no file either way.
+    let failed = dir.path().join("failed.jsonl");
+    let out = gpumon()
+        .args(["record", "--coordinator", "http://127.0.0.1:1", "--output"])
+        .arg(&failed)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http://127.0.0.1:1"));
+    let out = gpumon()
+        .args([
+            "record",
+            "--coordinator",
+            &url,
+            "--duration",
+            "0",
+            "--output",
+        ])
+        .arg(&failed)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--duration"));
+    assert!(!failed.exists());
+
     agent.kill().await;
     coord.kill().await;
 }

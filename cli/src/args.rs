@@ -36,6 +36,27 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the detection engine over a recorded trace and write its report (JSON).
     Replay(ReplayArgs),
+    /// Record a trace (v1) from a live cluster: every window a coordinator applies, until Ctrl-C or --duration.
+    Record(RecordArgs),
+}
+
+/// `gpumon record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// A coordinator's base URL; any replica will do (each streams what it applies).
+    #[arg(
+        long,
+        env = "GPUMON_COORDINATOR",
+        default_value = "http://127.0.0.1:7070",
+        value_name = "URL"
+    )]
+    pub coordinator: String,
+    /// The trace to write; gzip-compressed when it ends in `.gz`.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Stop after this many seconds [default: run until Ctrl-C].
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
 }
 
 /// `gpumon replay`.

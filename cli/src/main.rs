@@ -6,6 +6,7 @@ mod args;
 mod cmd_agent;
 mod cmd_coordinator;
 mod cmd_demo;
+mod cmd_record;
 mod cmd_replay;
 mod cmd_status;
 mod shutdown;
@@ -39,7 +40,7 @@ pub fn usage(msg: impl std::fmt::Display) -> Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match &cli.command {
-        Command::Demo(_) | Command::Status(_) | Command::Replay(_) => "warn",
+        Command::Demo(_) | Command::Status(_) | Command::Replay(_) | Command::Record(_) => "warn",
         _ => "info,openraft=warn",
     };
     gpumon_common::logging::init(default_log);
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
             Command::Status(s) => cmd_status::run(s).await,
             Command::Demo(d) => cmd_demo::run(d).await,
             Command::Replay(r) => cmd_replay::run(r),
+            Command::Record(r) => cmd_record::run(r).await,
         }
     });
     match result {

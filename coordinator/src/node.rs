@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gpumon_common::view::ViewEvent;
 use openraft::{BasicNode, SnapshotPolicy};
 use thiserror::Error;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
@@ -59,7 +59,8 @@ pub struct Coordinator {
     local_addr: SocketAddr,
     raft: Raft,
     state_machine: StateMachine,
-    stop: Option<oneshot::Sender<()>>,
+    /// `true` once shutting down; the server and every `/api/v1/stream` watch it.
+    stop: watch::Sender<bool>,
     server: JoinHandle<()>,
 }
 
@@ -138,17 +139,20 @@ impl Coordinator {
             tracing::info!(id = config.id, "resumed from the existing Raft log");
         }
 
+        let (stop, mut stopped) = watch::channel(false);
         let state = AppState::new(
             config.id,
             raft.clone(),
             state_machine.clone(),
             config.max_push_bytes,
+            stopped.clone(),
         );
         let router = api::router(state);
-        let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
+            // Graceful shutdown waits for open responses, so the long-lived
+            // `/api/v1/stream` responses end on the same signal.
             let shutdown = async move {
-                let _ = stopped.await;
+                let _ = stopped.wait_for(|stop| *stop).await;
             };
             if let Err(e) = axum::serve(listener, router)
                 .with_graceful_shutdown(shutdown)
@@ -163,7 +167,7 @@ impl Coordinator {
             local_addr,
             raft,
             state_machine,
-            stop: Some(stop),
+            stop,
             server,
         })
     }
@@ -195,9 +199,7 @@ impl Coordinator {
 
     /// Stops serving and shuts Raft down; committed data stays on disk.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop.send_replace(true);
         let _ = (&mut self.server).await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");

@@ -8,6 +8,7 @@
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
 //! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] plus `analysis`: the engine's forecasts and flags per rank |
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | alert episodes, oldest first |
+//! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
 //! | `GET /healthz` | | `ok` |
 //! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
@@ -16,6 +17,7 @@ mod error;
 mod ingest;
 mod raft_rpc;
 mod read;
+mod stream;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+use tokio::sync::{watch, Semaphore};
 
 pub use error::ApiError;
 
@@ -42,6 +45,10 @@ struct Inner {
     state_machine: StateMachine,
     max_push_bytes: usize,
     rejected: Rejected,
+    /// `true` once the node shuts down.
+    shutdown: watch::Receiver<bool>,
+    /// One permit per open `/api/v1/stream` response.
+    stream_slots: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -61,8 +68,15 @@ struct Rejected {
 }
 
 impl AppState {
-    /// State for a node.
-    pub fn new(id: u64, raft: Raft, state_machine: StateMachine, max_push_bytes: usize) -> Self {
+    /// State for a node; `shutdown` turns `true` when the node stops, which
+    /// ends every open stream.
+    pub fn new(
+        id: u64,
+        raft: Raft,
+        state_machine: StateMachine,
+        max_push_bytes: usize,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 id,
@@ -70,6 +84,8 @@ impl AppState {
                 state_machine,
                 max_push_bytes,
                 rejected: Rejected::default(),
+                shutdown,
+                stream_slots: Arc::new(Semaphore::new(stream::MAX_STREAM_CLIENTS)),
             }),
         }
     }
@@ -87,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs", get(read::jobs))
         .route("/api/v1/jobs/{job}", get(read::job))
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route("/api/v1/stream", get(stream::stream))
         .route("/healthz", get(|| async { "ok" }))
         .merge(
             Router::new()

@@ -11,6 +11,13 @@
 //!
 //! Clones share the state: the Raft core applies through one clone while the
 //! HTTP API reads through another.
+//!
+//! Two bounded broadcast channels carry what was applied to live readers, sent
+//! after the write lock is released so a slow reader never holds up apply:
+//! [`ViewEvent`]s ([`StateMachine::subscribe`]) and the windows themselves
+//! ([`StateMachine::subscribe_applied`], behind `GET /api/v1/stream`). A
+//! reader that falls more than [`APPLIED_CHANNEL_CAPACITY`] batches behind
+//! loses the oldest and is told how many (`RecvError::Lagged`).
 
 use std::fmt;
 use std::io::{Cursor, Write};
@@ -19,6 +26,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use gpumon_common::engine::{Engine, EngineConfig};
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
+use gpumon_proto::GpuWindow;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -38,6 +46,19 @@ type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Vec<u8>);
 
 /// Name of the snapshot file inside the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// Batches an [`AppliedBatch`] subscriber may fall behind before it loses the oldest.
+pub const APPLIED_CHANNEL_CAPACITY: usize = 1024;
+
+/// The windows of one pushed batch that this replica applied: duplicates and
+/// invalid windows left out, in the batch's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedBatch {
+    /// Node the windows were sampled on.
+    pub node: String,
+    /// The applied windows (never empty).
+    pub windows: Vec<GpuWindow>,
+}
 
 /// What the state machine holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,6 +104,7 @@ pub struct StateMachine {
     snapshot_path: Arc<PathBuf>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
     events: broadcast::Sender<ViewEvent>,
+    applied_batches: broadcast::Sender<Arc<AppliedBatch>>,
 }
 
 impl fmt::Debug for StateMachine {
@@ -148,12 +170,14 @@ impl StateMachine {
             Err(e) => return Err(fail(e.to_string())),
         }
         let (events, _) = broadcast::channel(1024);
+        let (applied_batches, _) = broadcast::channel(APPLIED_CHANNEL_CAPACITY);
         Ok(Self {
             applied: Arc::new(RwLock::new(applied)),
             current_snapshot: Arc::new(Mutex::new(current)),
             snapshot_path: Arc::new(path),
             snapshots_built: Arc::default(),
             events,
+            applied_batches,
         })
     }
 
@@ -165,6 +189,11 @@ impl StateMachine {
     /// Events from every applied entry, for live displays.
     pub fn subscribe(&self) -> broadcast::Receiver<ViewEvent> {
         self.events.subscribe()
+    }
+
+    /// The windows of every push applied from now on, for `GET /api/v1/stream`.
+    pub fn subscribe_applied(&self) -> broadcast::Receiver<Arc<AppliedBatch>> {
+        self.applied_batches.subscribe()
     }
 
     fn write_snapshot_file(
@@ -272,6 +301,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut results = Vec::new();
         let mut events = Vec::new();
+        let mut batches = Vec::new();
+        // While nobody streams, applied windows are not packed for streaming.
+        let streaming = self.applied_batches.receiver_count() > 0;
         {
             let mut applied = self.applied.write().unwrap_or_else(|p| p.into_inner());
             for entry in entries {
@@ -294,6 +326,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             }
                         }
                         events.extend(out.events);
+                        if streaming && !out.applied_indexes.is_empty() {
+                            // The entry is ours: move the applied windows out, no copy.
+                            let mut keep = vec![false; batch.windows.len()];
+                            for &i in &out.applied_indexes {
+                                if let Some(k) = keep.get_mut(i as usize) {
+                                    *k = true;
+                                }
+                            }
+                            let windows: Vec<GpuWindow> = batch
+                                .windows
+                                .into_iter()
+                                .zip(keep)
+                                .filter_map(|(w, k)| k.then_some(w))
+                                .collect();
+                            batches.push(Arc::new(AppliedBatch {
+                                node: batch.node,
+                                windows,
+                            }));
+                        }
                         CommandResult {
                             duplicate: out.duplicate,
                             windows_applied: out.windows_applied as u32,
@@ -307,6 +358,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for e in events {
             // No subscriber is fine: events are for live displays only.
             let _ = self.events.send(e);
+        }
+        for b in batches {
+            // Likewise: a stream client that went away is no error.
+            let _ = self.applied_batches.send(b);
         }
         Ok(results)
     }

@@ -1,0 +1,401 @@
+//! `GET /api/v1/stream`: every window this replica applies from now on, as
+//! trace v1 records, one JSON object per line (`application/x-ndjson`, chunked,
+//! long-lived). `gpumon record` turns it into a trace file.
+//!
+//! Per applied window, in the order applied:
+//! - a `rank` record for each process with a known job and rank, but only when
+//!   that (job, rank) is new on this connection or moved (node, GPU, pid,
+//!   local rank or world size changed), to keep the stream small;
+//! - one `gpu` record.
+//!
+//! Records use the trace writer's own types and serde, so the lines are
+//! exactly what [`gpumon_common::trace::TraceWriter`] writes, except that `t`
+//! is absolute: the window's last sample (`end_ms`, the agent's clock) in
+//! seconds since the Unix epoch. `used` (device and per process) is the
+//! window's **peak** (`used_bytes.max`), so a spike between samples survives;
+//! the window's minimum, mean and last value are not streamed. `util`,
+//! `sm_clock_mhz` and `power_w` are the window means.
+//!
+//! A client that falls more than
+//! [`APPLIED_CHANNEL_CAPACITY`](crate::raft::state_machine::APPLIED_CHANNEL_CAPACITY)
+//! batches behind loses the oldest; the hole is marked by a line
+//! `{"type":"gap","t":T,"dropped_batches":N}` (`T`: the last `t` streamed),
+//! which trace readers skip and count as an unknown type. Nothing that
+//! streams can slow down apply.
+//!
+//! At most [`MAX_STREAM_CLIENTS`] streams are open at once per replica (503
+//! beyond). Every stream ends when the coordinator shuts down. The stream
+//! takes no query parameters; any is refused (400) so typos do not pass
+//! silently.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use gpumon_common::trace::{GpuRecord, ProcRecord, RankRecord, TraceRecord};
+use gpumon_proto::{GaugeStat, GpuWindow};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
+
+use super::{ApiError, AppState};
+use crate::raft::state_machine::AppliedBatch;
+
+/// Most `/api/v1/stream` responses one replica serves at once.
+pub const MAX_STREAM_CLIENTS: usize = 64;
+
+/// (job, rank) pairs a connection remembers to leave out repeated `rank`
+/// records; past it, it forgets them all and repeats each once.
+const MAX_RANKS_REMEMBERED: usize = 65_536;
+
+/// Content type of the stream.
+const NDJSON: &str = "application/x-ndjson";
+
+pub async fn stream(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        return Err(ApiError::BadRequest(format!(
+            "bad query {q:?}: /api/v1/stream takes no parameters"
+        )));
+    }
+    let inner = &state.inner;
+    let permit = Arc::clone(&inner.stream_slots)
+        .try_acquire_owned()
+        .map_err(|_| {
+            ApiError::Unavailable(format!(
+                "{MAX_STREAM_CLIENTS} streams are open on this replica, the most it serves; \
+                 close one or stream from another replica"
+            ))
+        })?;
+    // Subscribe before answering, so that everything applied after the
+    // client has the response head is in the stream.
+    let applied = inner.state_machine.subscribe_applied();
+    let open = MAX_STREAM_CLIENTS - inner.stream_slots.available_permits();
+    tracing::info!(open, "stream client connected");
+    let stream = Stream {
+        applied,
+        shutdown: inner.shutdown.clone(),
+        encoder: Encoder::default(),
+        _permit: permit,
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(stream, next_chunk));
+    Ok(([(CONTENT_TYPE, NDJSON), (CACHE_CONTROL, "no-cache")], body).into_response())
+}
+
+/// One open stream; dropping it (client gone, or the end) frees its slot.
+struct Stream {
+    applied: broadcast::Receiver<Arc<AppliedBatch>>,
+    shutdown: watch::Receiver<bool>,
+    encoder: Encoder,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The lines of the next applied batch, or `None` once the coordinator stops.
+async fn next_chunk(mut s: Stream) -> Option<(Result<Bytes, Infallible>, Stream)> {
+    loop {
+        let received = tokio::select! {
+            biased;
+            // `Err`: the node is gone without saying so; end as well.
+            _ = s.shutdown.wait_for(|stop| *stop) => return None,
+            r = s.applied.recv() => r,
+        };
+        let lines = match received {
+            Ok(batch) => s.encoder.batch(&batch),
+            Err(RecvError::Lagged(dropped)) => {
+                tracing::warn!(
+                    dropped_batches = dropped,
+                    "stream client fell behind; a gap record marks the dropped batches"
+                );
+                s.encoder.gap(dropped)
+            }
+            Err(RecvError::Closed) => return None,
+        };
+        if !lines.is_empty() {
+            return Some((Ok(Bytes::from(lines)), s));
+        }
+    }
+}
+
+/// What a connection has told its client about one rank.
+#[derive(Debug, PartialEq)]
+struct RankSeen {
+    local_rank: u32,
+    world_size: u32,
+    node: String,
+    gpu: u32,
+    pid: u32,
+}
+
+/// Turns applied batches into NDJSON trace records, remembering per
+/// connection which ranks it has announced.
+#[derive(Debug, Default)]
+struct Encoder {
+    /// job -> rank -> last announced placement.
+    ranks: HashMap<String, HashMap<u32, RankSeen>>,
+    ranks_remembered: usize,
+    /// `t` of the last `gpu` record, seconds since the Unix epoch.
+    last_t: Option<f64>,
+}
+
+impl Encoder {
+    /// The lines for one batch: per window, its new or moved ranks, then its `gpu` record.
+    fn batch(&mut self, batch: &AppliedBatch) -> Vec<u8> {
+        let mut out = Vec::with_capacity(batch.windows.len() * 320);
+        for w in &batch.windows {
+            let t = w.end_ms as f64 / 1000.0;
+            for p in &w.procs {
+                let Some(r) = &p.rank else { continue };
+                let seen = RankSeen {
+                    local_rank: r.local_rank,
+                    world_size: r.world_size,
+                    node: batch.node.clone(),
+                    gpu: w.gpu.index,
+                    pid: p.pid,
+                };
+                if !self.remember(&r.job, r.rank, seen) {
+                    continue;
+                }
+                push_line(
+                    &mut out,
+                    &TraceRecord::Rank(RankRecord {
+                        t,
+                        job: r.job.clone(),
+                        rank: r.rank,
+                        local_rank: r.local_rank,
+                        world_size: r.world_size,
+                        node: batch.node.clone(),
+                        gpu: w.gpu.index,
+                        pid: p.pid,
+                    }),
+                );
+            }
+            push_line(&mut out, &TraceRecord::Gpu(gpu_record(&batch.node, w)));
+            self.last_t = Some(self.last_t.map_or(t, |last| last.max(t)));
+        }
+        out
+    }
+
+    /// The line marking `dropped` batches this client never got.
+    fn gap(&mut self, dropped: u64) -> Vec<u8> {
+        let t = self.last_t.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        });
+        let mut out = Vec::with_capacity(64);
+        let line = serde_json::json!({ "type": "gap", "t": t, "dropped_batches": dropped });
+        // A `Value` always serializes.
+        let _ = serde_json::to_writer(&mut out, &line);
+        out.push(b'\n');
+        out
+    }
+
+    /// Records `seen` for (job, rank); true when it is new or differs from the last.
+    fn remember(&mut self, job: &str, rank: u32, seen: RankSeen) -> bool {
+        if let Some(last) = self.ranks.get(job).and_then(|ranks| ranks.get(&rank)) {
+            if *last == seen {
+                return false;
+            }
+        }
+        if self.ranks_remembered >= MAX_RANKS_REMEMBERED {
+            self.ranks.clear();
+            self.ranks_remembered = 0;
+        }
+        let ranks = self.ranks.entry(job.to_owned()).or_default();
+        if ranks.insert(rank, seen).is_none() {
+            self.ranks_remembered += 1;
+        }
+        true
+    }
+}
+
+/// The `gpu` record of one window, `t` absolute.
+fn gpu_record(node: &str, w: &GpuWindow) -> GpuRecord {
+    GpuRecord {
+        t: w.end_ms as f64 / 1000.0,
+        node: node.to_owned(),
+        gpu: w.gpu.index,
+        uuid: w.gpu.uuid.clone(),
+        name: w.gpu.name.clone(),
+        total: w.gpu.total_bytes,
+        used: w.used_bytes.max,
+        util: mean(w.util_pct.as_ref()),
+        sm_clock_mhz: mean(w.sm_clock_mhz.as_ref()),
+        power_w: mean(w.power_w.as_ref()),
+        procs: w
+            .procs
+            .iter()
+            .map(|p| ProcRecord {
+                pid: p.pid,
+                used: p.used_bytes.max,
+            })
+            .collect(),
+    }
+}
+
+/// A gauge's window mean as the f32's shortest decimal (`42.7`, not
+/// `42.70000076293945`, which `f64::from` gives); none when not finite.
+fn mean(g: Option<&GaugeStat>) -> Option<f64> {
+    let m = g?.mean;
+    if !m.is_finite() {
+        return None;
+    }
+    Some(m.to_string().parse().unwrap_or(f64::from(m)))
+}
+
+fn push_line(out: &mut Vec<u8>, record: &TraceRecord) {
+    // Trace records hold only strings and finite numbers: serializing cannot fail.
+    let _ = serde_json::to_writer(&mut *out, record);
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use gpumon_proto::{BytesStat, GpuInfo, ProcWindow, RankInfo};
+    use serde_json::Value;
+
+    use super::*;
+
+    fn window(end_ms: u64, gpu: u32, pid: u32) -> GpuWindow {
+        GpuWindow {
+            gpu: GpuInfo {
+                uuid: format!("GPU-{gpu}"),
+                index: gpu,
+                name: "H100".into(),
+                total_bytes: 80 << 30,
+            },
+            start_ms: end_ms - 500,
+            end_ms,
+            samples: 5,
+            used_bytes: BytesStat {
+                min: 10,
+                max: 30,
+                last: 20,
+                mean: 20,
+            },
+            reserved_bytes: None,
+            util_pct: Some(GaugeStat {
+                min: 40.0,
+                max: 45.0,
+                last: 42.0,
+                mean: 42.7,
+            }),
+            sm_clock_mhz: None,
+            power_w: Some(GaugeStat {
+                min: f32::NAN,
+                max: f32::NAN,
+                last: f32::NAN,
+                mean: f32::NAN,
+            }),
+            procs: vec![ProcWindow {
+                pid,
+                used_bytes: BytesStat {
+                    min: 1,
+                    max: 7,
+                    last: 3,
+                    mean: 3,
+                },
+                rank: Some(RankInfo {
+                    job: "job".into(),
+                    rank: gpu,
+                    local_rank: gpu,
+                    world_size: 2,
+                    master_addr: None,
+                    master_port: None,
+                }),
+            }],
+        }
+    }
+
+    fn lines(bytes: &[u8]) -> Vec<Value> {
+        std::str::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ranks_are_announced_once_then_again_when_they_move() {
+        let mut enc = Encoder::default();
+        let batch = |end_ms, pid| AppliedBatch {
+            node: "n0".into(),
+            windows: vec![window(end_ms, 0, pid), window(end_ms, 1, 200)],
+        };
+        let first = lines(&enc.batch(&batch(1_000, 100)));
+        let types: Vec<&str> = first.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["rank", "gpu", "rank", "gpu"]);
+        assert_eq!(first[0]["pid"], 100);
+        assert_eq!(first[0]["node"], "n0");
+
+        let second = lines(&enc.batch(&batch(2_000, 100)));
+        assert!(second.iter().all(|v| v["type"] == "gpu"), "{second:?}");
+
+        // Rank 0 restarted under a new pid.
+        let third = lines(&enc.batch(&batch(3_000, 101)));
+        let types: Vec<&str> = third.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["rank", "gpu", "gpu"]);
+        assert_eq!(third[0]["pid"], 101);
+        assert_eq!(third[0]["t"], 3.0);
+    }
+
+    #[test]
+    fn gpu_lines_are_trace_records_with_the_peak_and_absolute_time() {
+        let mut enc = Encoder::default();
+        let out = enc.batch(&AppliedBatch {
+            node: "n0".into(),
+            windows: vec![window(1_700_000_000_250, 0, 100)],
+        });
+        let text = std::str::from_utf8(&out).unwrap();
+        let gpu_line = text.lines().nth(1).unwrap();
+        let TraceRecord::Gpu(gpu) = serde_json::from_str(gpu_line).unwrap() else {
+            panic!("not a gpu record: {gpu_line}");
+        };
+        assert_eq!(gpu.t, 1_700_000_000.25);
+        assert_eq!(gpu.used, 30);
+        assert_eq!(gpu.util, Some(42.7));
+        assert_eq!(gpu.power_w, None, "NaN gauges are left out");
+        assert_eq!(gpu.procs, vec![ProcRecord { pid: 100, used: 7 }]);
+        // Byte for byte what the trace writer writes.
+        assert_eq!(
+            gpu_line,
+            serde_json::to_string(&TraceRecord::Gpu(gpu)).unwrap()
+        );
+        assert!(gpu_line.contains("\"util\":42.7,"), "{gpu_line}");
+    }
+
+    #[test]
+    fn a_gap_carries_the_last_time_and_the_count() {
+        let mut enc = Encoder::default();
+        enc.batch(&AppliedBatch {
+            node: "n0".into(),
+            windows: vec![window(5_000, 0, 100)],
+        });
+        let gap = lines(&enc.gap(7));
+        assert_eq!(
+            gap,
+            [serde_json::json!({"type": "gap", "t": 5.0, "dropped_batches": 7})]
+        );
+    }
+
+    #[test]
+    fn forgetting_ranks_is_bounded() {
+        let mut enc = Encoder::default();
+        let seen = |pid| RankSeen {
+            local_rank: 0,
+            world_size: 1,
+            node: "n".into(),
+            gpu: 0,
+            pid,
+        };
+        for r in 0..MAX_RANKS_REMEMBERED as u32 + 10 {
+            assert!(enc.remember("job", r, seen(1)));
+        }
+        assert!(enc.ranks_remembered <= MAX_RANKS_REMEMBERED);
+    }
+}
