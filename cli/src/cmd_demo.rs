@@ -18,6 +18,8 @@ use crate::{shutdown, usage, Failure};
 const NODES: u32 = 2;
 const GPUS_PER_NODE: u32 = 4;
 const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+/// How often the demo looks for new alerts.
+const ALERT_POLL_EVERY: Duration = Duration::from_secs(2);
 /// How often the demo prints a summary of the job.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
@@ -69,6 +71,8 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         tokio::time::interval_at(tokio::time::Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
     let ctrl_c = shutdown::signal();
     tokio::pin!(ctrl_c);
+    let mut alert_poll = tokio::time::interval(ALERT_POLL_EVERY);
+    let mut alerts_seen = std::collections::BTreeSet::new();
     loop {
         tokio::select! {
             e = events.recv() => match e {
@@ -78,6 +82,11 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             },
             _ = summary.tick() => {
                 if let Ok(line) = summarize(&url).await {
+                    println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
+                }
+            }
+            _ = alert_poll.tick() => {
+                for line in new_alerts(&url, &mut alerts_seen).await.unwrap_or_default() {
                     println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
                 }
             }
@@ -148,6 +157,30 @@ fn describe(e: &ViewEvent) -> String {
         }
         ViewEvent::JobEnded { job, .. } => format!("job {job} ended: no rank left"),
     }
+}
+
+/// Lines for alerts that fired since the last call (episodes by id).
+async fn new_alerts(
+    url: &str,
+    seen: &mut std::collections::BTreeSet<u64>,
+) -> anyhow::Result<Vec<String>> {
+    let body: serde_json::Value = reqwest::get(format!("{url}/api/v1/alerts"))
+        .await?
+        .json()
+        .await?;
+    let mut lines = Vec::new();
+    for a in body["alerts"].as_array().into_iter().flatten() {
+        let Some(id) = a["id"].as_u64() else { continue };
+        if seen.insert(id) {
+            lines.push(format!(
+                "ALERT {} ({}): {}",
+                a["kind"].as_str().unwrap_or("?"),
+                a["severity"].as_str().unwrap_or("?"),
+                a["message"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    Ok(lines)
 }
 
 /// One line: the job's ranks by memory, highest first.
