@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use gpumon_coordinator::{Coordinator, CoordinatorConfig};
-use gpumon_proto::wire;
+mod support;
+use support::start;
+
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GpuInfo,
-    GpuWindow, ProcWindow, PushBatch, PushOutcome, RankInfo,
+    AgentMessage, AgentMessageV1, BytesStat, GpuInfo, GpuWindow, ProcWindow, PushBatch, RankInfo,
 };
 use serde_json::Value;
 
@@ -19,15 +19,6 @@ const T0_MS: u64 = 1_700_000_000_000;
 const LEAK: u64 = 20 << 20;
 const WINDOW_MS: u64 = 2_000;
 const WINDOWS_PER_BATCH: u64 = 15;
-
-async fn start(dir: &std::path::Path) -> Coordinator {
-    let mut config = CoordinatorConfig::new(1, dir.to_owned());
-    config.listen = "127.0.0.1:0".into();
-    config.snapshot_every_entries = 5;
-    Coordinator::start(config)
-        .await
-        .expect("coordinator starts")
-}
 
 fn used(rank: u32, t_s: u64) -> u64 {
     let base = 20 * GIB + u64::from(rank) * (GIB / 20);
@@ -86,33 +77,6 @@ fn batch(seq: u64) -> AgentMessage {
     }))
 }
 
-/// Pushes until committed: a fresh single-node cluster needs a moment to elect itself.
-async fn push(url: &str, msg: &AgentMessage) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let client = reqwest::Client::new();
-    loop {
-        let resp = client
-            .post(format!("{url}/api/v1/ingest"))
-            .body(wire::encode(msg))
-            .send()
-            .await
-            .unwrap();
-        if resp.status().is_success() {
-            let reply: CoordinatorReply =
-                wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
-            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
-            if matches!(outcome, PushOutcome::Committed { .. }) {
-                return;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn get(url: &str, path: &str) -> (u16, Value) {
     let resp = reqwest::get(format!("{url}{path}")).await.unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap())
@@ -121,11 +85,11 @@ async fn get(url: &str, path: &str) -> (u16, Value) {
 #[tokio::test]
 async fn a_leaking_rank_is_forecast_in_the_api_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path()).await;
+    let c = start(dir.path(), 5).await;
     let url = c.api_url();
     // 20 batches x 15 windows x 2 s = 600 s of data.
     for seq in 1..=20 {
-        push(&url, &batch(seq)).await;
+        support::push(&url, &batch(seq)).await;
     }
     let (status, body) = get(&url, "/api/v1/alerts").await;
     assert_eq!(status, 200);
@@ -174,7 +138,7 @@ async fn a_leaking_rank_is_forecast_in_the_api_and_survives_a_restart() {
     assert_eq!(status, 400);
 
     c.shutdown().await;
-    let c = start(dir.path()).await;
+    let c = start(dir.path(), 5).await;
     let url = c.api_url();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {

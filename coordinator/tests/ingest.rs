@@ -3,24 +3,18 @@
 
 use std::time::Duration;
 
+mod support;
+use support::{push, start};
+
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use gpumon_proto::api::{ApiErrorBody, ClusterView, JobDetail, JobsView};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GpuInfo,
-    GpuWindow, Hello, ProcWindow, PushBatch, PushOutcome, RankInfo,
+    AgentMessage, AgentMessageV1, BytesStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch,
+    PushOutcome, RankInfo,
 };
 
 const GIB: u64 = 1 << 30;
-
-async fn start(dir: &std::path::Path, snapshot_every: u64) -> Coordinator {
-    let mut config = CoordinatorConfig::new(1, dir.to_owned());
-    config.listen = "127.0.0.1:0".into();
-    config.snapshot_every_entries = snapshot_every;
-    Coordinator::start(config)
-        .await
-        .expect("coordinator starts")
-}
 
 fn batch(seq: u64, used: u64) -> AgentMessage {
     let windows = (0..4)
@@ -70,32 +64,6 @@ async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
         .send()
         .await
         .unwrap()
-}
-
-/// Pushes until committed: a fresh single-node cluster needs a moment to elect itself.
-async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let resp = post(url, wire::encode(msg)).await;
-        assert!(
-            resp.status().is_success() || resp.status().as_u16() == 503,
-            "{}",
-            resp.status()
-        );
-        if resp.status().is_success() {
-            let reply: CoordinatorReply =
-                wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
-            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
-            if matches!(outcome, PushOutcome::Committed { .. }) {
-                return outcome;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn get<T: serde::de::DeserializeOwned>(url: &str, path: &str) -> T {

@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
+mod support;
+use support::start;
+
 use gpumon_common::trace::{GpuRecord, ProcRecord, RankRecord, TraceRecord};
-use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use gpumon_proto::api::ApiErrorBody;
-use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GaugeStat,
-    GpuInfo, GpuWindow, ProcWindow, PushBatch, PushOutcome, RankInfo,
+    AgentMessage, AgentMessageV1, BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBatch,
+    PushOutcome, RankInfo,
 };
 
 const GIB: u64 = 1 << 30;
@@ -21,14 +22,6 @@ const T0_MS: u64 = 1_700_000_000_000;
 const MAX_STREAMS: usize = 64;
 /// Bound on every wait.
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn start(dir: &std::path::Path) -> Coordinator {
-    let mut config = CoordinatorConfig::new(1, dir.to_owned());
-    config.listen = "127.0.0.1:0".into();
-    Coordinator::start(config)
-        .await
-        .expect("coordinator starts")
-}
 
 /// Batch `seq` (from 1): two 1-second windows of GPUs 0 and 1, rank g on GPU
 /// g; rank 0 runs as `pid0`.
@@ -93,32 +86,15 @@ fn batch(seq: u64, pid0: u32) -> AgentMessage {
     }))
 }
 
-/// Pushes until committed (a fresh cluster needs a moment to elect itself);
-/// whether it was a duplicate.
+/// Pushes until committed; whether it was a duplicate.
 async fn push(url: &str, msg: &AgentMessage) -> bool {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    let client = reqwest::Client::new();
-    loop {
-        let resp = client
-            .post(format!("{url}/api/v1/ingest"))
-            .body(wire::encode(msg))
-            .send()
-            .await
-            .unwrap();
-        if resp.status().is_success() {
-            let reply: CoordinatorReply =
-                wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
-            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
-            if let PushOutcome::Committed { duplicate, .. } = outcome {
-                return duplicate;
-            }
+    matches!(
+        support::push(url, msg).await,
+        PushOutcome::Committed {
+            duplicate: true,
+            ..
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader within {WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    )
 }
 
 /// A stream client reading whole lines.
@@ -222,7 +198,7 @@ fn gpu(seq: u64, i: u64, g: u32, pid0: u32) -> TraceRecord {
 #[tokio::test]
 async fn applied_windows_stream_as_trace_records_and_duplicates_never() {
     let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path()).await;
+    let c = start(dir.path(), 1000).await;
     let url = c.api_url();
     let mut first = StreamClient::connect(&url).await;
 
@@ -281,7 +257,7 @@ async fn applied_windows_stream_as_trace_records_and_duplicates_never() {
 #[tokio::test]
 async fn bad_requests_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path()).await;
+    let c = start(dir.path(), 1000).await;
     let url = c.api_url();
 
     let resp = reqwest::get(format!("{url}/api/v1/stream?job=x"))
@@ -303,7 +279,7 @@ async fn bad_requests_are_refused() {
 #[tokio::test]
 async fn streams_are_bounded_and_a_closed_one_frees_its_slot() {
     let dir = tempfile::tempdir().unwrap();
-    let c = start(dir.path()).await;
+    let c = start(dir.path(), 1000).await;
     let url = c.api_url();
 
     let mut open = Vec::new();

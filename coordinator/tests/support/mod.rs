@@ -1,0 +1,55 @@
+//! Helpers shared by the coordinator's integration tests: an in-process
+//! single-replica coordinator on a loopback port, and a push that waits for
+//! the commit.
+
+use std::time::Duration;
+
+use gpumon_coordinator::{Coordinator, CoordinatorConfig};
+use gpumon_proto::wire;
+use gpumon_proto::{AgentMessage, CoordinatorReply, CoordinatorReplyV1, PushOutcome};
+
+/// Bound on waiting for a fresh cluster to elect itself.
+const ELECTION_WITHIN: Duration = Duration::from_secs(10);
+
+/// Starts a coordinator on `dir`, listening on a free loopback port.
+pub async fn start(dir: &std::path::Path, snapshot_every: u64) -> Coordinator {
+    let mut config = CoordinatorConfig::new(1, dir.to_owned());
+    config.listen = "127.0.0.1:0".into();
+    config.snapshot_every_entries = snapshot_every;
+    Coordinator::start(config)
+        .await
+        .expect("coordinator starts")
+}
+
+/// Pushes until committed: a fresh single-node cluster needs a moment to
+/// elect itself. Any answer but success or 503 fails the test.
+pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
+    let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
+    let client = reqwest::Client::new();
+    loop {
+        let resp = client
+            .post(format!("{url}/api/v1/ingest"))
+            .body(wire::encode(msg))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.status().is_success() || resp.status().as_u16() == 503,
+            "{}",
+            resp.status()
+        );
+        if resp.status().is_success() {
+            let reply: CoordinatorReply =
+                wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
+            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
+            if matches!(outcome, PushOutcome::Committed { .. }) {
+                return outcome;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within {ELECTION_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
