@@ -9,6 +9,7 @@ use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
 use super::leak::leak_rate;
+use super::rank::LEAK_ADVICE;
 use super::regime::Placed;
 use super::tracks::GpuTrack;
 use super::trend::{fit, Trend};
@@ -257,7 +258,7 @@ impl Engine {
                 }
             }
             if r.leak.is_on() {
-                return "memory leaks: look for tensors kept across steps (losses, activations, caches held in Python lists)".into();
+                return format!("memory leaks: {LEAK_ADVICE}");
             }
         }
         "reduce the batch size or sequence length, or enable activation checkpointing".into()
@@ -276,26 +277,16 @@ impl Engine {
             .leak
             .update(rate.is_some(), params.raise_after, params.clear_after);
         r.leak_rate = rate.or(r.leak_rate.filter(|_| r.leak.is_on()));
+        let rate = r.leak_rate.unwrap_or(0.0);
         let subject = Subject::Rank(job.to_owned(), rank);
-        match edge {
-            Edge::Raised => {
-                let rate = r.leak_rate.unwrap_or(0.0);
-                let mut a = Alert::new(AlertKind::Leak, &subject, t, Severity::Warning);
-                a.node = Some(node.to_owned());
-                a.gpu = Some(gpu);
-                a.rate_bytes_per_s = Some(rate);
-                a.message = format!(
-                    "rank {rank} of {job} leaks about {}/s: its GPU's memory floor rises with its peaks",
-                    fmt_bytes(rate as u64)
-                );
-                a.recommendation = Some("look for tensors kept across steps (losses, activations, caches held in Python lists)".into());
-                self.alerts.raise(subject, a);
-            }
-            Edge::Cleared => {
-                self.alerts.resolve(AlertKind::Leak, &subject, t);
-            }
-            Edge::Steady => {}
-        }
+        self.leak_edge(
+            &subject,
+            (Some(node.to_owned()), Some(gpu)),
+            t,
+            edge,
+            rate,
+            "its GPU's memory floor",
+        );
     }
 
     /// A GPU's memory fell to idle: its processes ended (an OOM kills the

@@ -141,7 +141,6 @@ impl Engine {
             return;
         }
         let mut levels = Vec::with_capacity(j.ranks.len());
-        let mut growing = Vec::new();
         for (&rank, r) in &j.ranks {
             if r.ended_t.is_some() || r.levels.len() < params.level_points {
                 continue;
@@ -157,9 +156,7 @@ impl Engine {
                 .is_some_and(|g| g.growing || g.oom_latch.is_on());
             // A growing rank's level is a moving target: it is neither judged
             // nor part of the reference (its growth is the leak detector's call).
-            if gpu_growing || r.leak.is_on() || r.fragmentation.is_on() {
-                growing.push(rank);
-            } else {
+            if !(gpu_growing || r.leak.is_on() || r.fragmentation.is_on()) {
                 levels.push((rank, level));
             }
         }
@@ -171,10 +168,7 @@ impl Engine {
         let mut raised = Vec::new();
         let mut cleared = Vec::new();
         for &(rank, _) in &levels {
-            let hit = found
-                .iter()
-                .find(|e| e.rank == rank && !growing.contains(&rank))
-                .copied();
+            let hit = found.iter().find(|e| e.rank == rank).copied();
             let Some(r) = j.ranks.get_mut(&rank) else {
                 continue;
             };

@@ -14,6 +14,10 @@ use super::trend::fit;
 use super::Engine;
 use crate::units::fmt_bytes;
 
+/// What to look for when memory leaks.
+pub(super) const LEAK_ADVICE: &str =
+    "look for tensors kept across steps (losses, activations, caches held in Python lists)";
+
 impl Engine {
     /// A training process found on a GPU.
     pub fn observe_rank(&mut self, r: &RankObs<'_>) {
@@ -190,12 +194,12 @@ impl Engine {
         let closed_alloc = track.allocated_env.add(a.t, al, al, al);
         let closed_res = track.reserved_env.add(a.t, re, re, re);
         if let (Some(pa), Some(pr)) = (closed_alloc, closed_res) {
-            track.retry_streak = if track.retries > track.retries_at_window {
+            let at_last_window = track.retry_history.back().copied().unwrap_or(0);
+            track.retry_streak = if track.retries > at_last_window {
                 track.retry_streak + 1
             } else {
                 0
             };
-            track.retries_at_window = track.retries;
             if track.retry_history.len() == history {
                 track.retry_history.pop_front();
             }
@@ -287,24 +291,14 @@ impl Engine {
         let leak_rate_now = r.leak_rate.unwrap_or(0.0);
         let subject = Subject::Rank(job.to_owned(), rank);
         let t = allocated.t;
-        match leak_edge {
-            Edge::Raised => {
-                let mut a = Alert::new(AlertKind::Leak, &subject, t, Severity::Warning);
-                a.node = node.clone();
-                a.gpu = gpu;
-                a.rate_bytes_per_s = Some(leak_rate_now);
-                a.message = format!(
-                    "rank {rank} of {job} leaks about {}/s: allocated memory's floor rises with its peaks",
-                    fmt_bytes(leak_rate_now as u64)
-                );
-                a.recommendation = Some("look for tensors kept across steps (losses, activations, caches held in Python lists)".into());
-                self.alerts.raise(subject.clone(), a);
-            }
-            Edge::Cleared => {
-                self.alerts.resolve(AlertKind::Leak, &subject, t);
-            }
-            Edge::Steady => {}
-        }
+        self.leak_edge(
+            &subject,
+            (node.clone(), gpu),
+            t,
+            leak_edge,
+            leak_rate_now,
+            "allocated memory's floor",
+        );
         match frag_edge {
             Edge::Raised => {
                 let mut a = Alert::new(AlertKind::Fragmentation, &subject, t, Severity::Warning);
@@ -330,6 +324,41 @@ impl Engine {
                     a.reclaimable_bytes = Some(reclaimable);
                 });
             }
+        }
+    }
+
+    /// Raises or resolves a rank's leak alert on a latch edge; `floor` names
+    /// the series whose troughs rose.
+    pub(super) fn leak_edge(
+        &mut self,
+        subject: &Subject,
+        (node, gpu): (Option<String>, Option<u32>),
+        t: f64,
+        edge: Edge,
+        rate: f64,
+        floor: &str,
+    ) {
+        match edge {
+            Edge::Raised => {
+                let mut a = Alert::new(AlertKind::Leak, subject, t, Severity::Warning);
+                a.node = node;
+                a.gpu = gpu;
+                a.rate_bytes_per_s = Some(rate);
+                let who = match subject {
+                    Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
+                    Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
+                };
+                a.message = format!(
+                    "{who} leaks about {}/s: {floor} rises with its peaks",
+                    fmt_bytes(rate as u64)
+                );
+                a.recommendation = Some(LEAK_ADVICE.into());
+                self.alerts.raise(subject.clone(), a);
+            }
+            Edge::Cleared => {
+                self.alerts.resolve(AlertKind::Leak, subject, t);
+            }
+            Edge::Steady => {}
         }
     }
 

@@ -129,7 +129,7 @@ impl RegimeSeries {
         };
         if (p.peak - level).abs() <= tolerance {
             for spike in std::mem::take(&mut self.pending) {
-                self.remember_spike(spike.t, spike.peak - level, params);
+                self.remember_spike(spike.t, spike.peak - level);
             }
             self.accept(p, params);
             return Placed::Spike;
@@ -178,7 +178,7 @@ impl RegimeSeries {
         }
     }
 
-    fn remember_spike(&mut self, t: f64, height: f64, params: &RegimeParams) {
+    fn remember_spike(&mut self, t: f64, height: f64) {
         if height <= 0.0 {
             return;
         }
@@ -186,7 +186,6 @@ impl RegimeSeries {
             self.spikes.pop_front();
         }
         self.spikes.push_back((t, height));
-        let _ = params;
     }
 
     fn recent_level(&mut self) -> f64 {

@@ -206,12 +206,12 @@ impl StragglerTracker {
         let mut events = Vec::new();
         if rows.len() >= world_size as usize {
             if let Some(rows) = self.pending.remove(&step) {
-                self.score(step, rows, p, &mut events);
+                self.score(rows, p, &mut events);
             }
         }
         while self.pending.len() > p.max_pending_steps {
-            if let Some((old, rows)) = self.pending.pop_first() {
-                self.score(old, rows, p, &mut events);
+            if let Some((_, rows)) = self.pending.pop_first() {
+                self.score(rows, p, &mut events);
             }
         }
         events
@@ -243,13 +243,7 @@ impl StragglerTracker {
         Some(self.sections.len() - 1)
     }
 
-    fn score(
-        &mut self,
-        step: u64,
-        rows: Vec<Row>,
-        p: &StragglerParams,
-        events: &mut Vec<StragglerEvent>,
-    ) {
+    fn score(&mut self, rows: Vec<Row>, p: &StragglerParams, events: &mut Vec<StragglerEvent>) {
         if rows.len() < p.min_ranks.max(2) {
             self.dropped_steps += 1;
             return;
@@ -258,7 +252,6 @@ impl StragglerTracker {
         if self.scored_steps <= p.warmup_steps {
             return;
         }
-        let _ = step;
         let scratch = &mut self.scratch.0;
         let step_ms = median_of(rows.iter().map(|r| r.duration_ms), scratch).unwrap_or(0.0);
         let totals: Vec<f64> = rows

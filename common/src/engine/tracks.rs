@@ -112,9 +112,8 @@ pub struct AllocTrack {
     pub(crate) retries: u64,
     /// Whether any report carried `num_alloc_retries`.
     pub(crate) retries_known: bool,
-    /// `num_alloc_retries` at each recent window close.
+    /// `num_alloc_retries` at each recent window close, newest last.
     pub(crate) retry_history: VecDeque<u64>,
-    pub(crate) retries_at_window: u64,
     pub(crate) retry_streak: u32,
     pub(crate) ooms: u64,
 }
@@ -209,7 +208,6 @@ impl AllocTrack {
             retries: 0,
             retries_known: false,
             retry_history: VecDeque::new(),
-            retries_at_window: 0,
             retry_streak: 0,
             ooms: 0,
         }
