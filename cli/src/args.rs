@@ -38,6 +38,10 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Record a trace (v1) from a live cluster: every window a coordinator applies, until Ctrl-C or --duration.
     Record(RecordArgs),
+    /// Show or change the coordinators' Raft membership.
+    Cluster(ClusterArgs),
+    /// Load generators against a running cluster (`gpumon bench ingest`).
+    Bench(crate::cmd_bench::BenchArgs),
 }
 
 /// `gpumon record`.
@@ -146,6 +150,71 @@ pub struct CoordinatorArgs {
     /// Raft log entries between snapshots [default: 2000].
     #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
     pub snapshot_every_entries: Option<u64>,
+    /// The voters a fresh cluster forms with, this replica included; every replica gets the same list. Ignored once the replica has a log (change membership with `gpumon cluster`) [default: a single-replica cluster].
+    #[arg(long, env = "GPUMON_PEERS", value_name = "ID=HOST:PORT,...")]
+    pub peers: Option<String>,
+    /// Start empty and wait to be added to a running cluster with `gpumon cluster add`.
+    #[arg(long, env = "GPUMON_JOIN", conflicts_with = "peers")]
+    pub join: bool,
+    /// Token that membership changes must carry (16+ characters) [default: none; membership changes only from loopback].
+    #[arg(
+        long,
+        env = "GPUMON_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+}
+
+/// `gpumon cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Coordinator base URLs, comma-separated; any replica will do.
+    #[arg(
+        long,
+        env = "GPUMON_COORDINATORS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7070",
+        value_name = "URL,...",
+        global = true
+    )]
+    pub coordinators: Vec<String>,
+    /// The admin token the coordinators were started with.
+    #[arg(
+        long,
+        env = "GPUMON_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub admin_token: Option<String>,
+    #[command(subcommand)]
+    pub what: ClusterCommand,
+}
+
+/// What `gpumon cluster` does.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Every replica's role, term, indexes, lag and state digest.
+    Status {
+        /// Print JSON (one object per replica) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a running replica (started with --join): it catches up as a learner, then votes.
+    Add {
+        /// The replica, as ID=HOST:PORT.
+        #[arg(value_name = "ID=HOST:PORT")]
+        member: String,
+        /// Keep it a learner: it replicates and serves reads but never votes.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove a replica from the cluster.
+    Remove {
+        /// Its Raft id.
+        #[arg(value_name = "ID")]
+        id: u64,
+    },
 }
 
 /// `gpumon status`.

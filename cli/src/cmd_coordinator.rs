@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use gpumon_common::config::FileConfig;
-use gpumon_coordinator::{Coordinator, CoordinatorConfig, StartError};
+use gpumon_coordinator::peers::parse_peers;
+use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation, StartError};
 
 use crate::args::CoordinatorArgs;
 use crate::{shutdown, usage, Failure};
@@ -25,6 +26,7 @@ fn resolve(
         .or(file.data_dir)
         .unwrap_or_else(|| DEFAULT_DATA_DIR.into());
     let mut config = CoordinatorConfig::new(id, data_dir);
+    let listen_given = args.listen.is_some() || file.listen.is_some();
     if let Some(listen) = args.listen.or(file.listen) {
         config.listen = listen;
     }
@@ -37,6 +39,23 @@ fn resolve(
     }
     if let Some(v) = args.snapshot_every_entries.or(file.snapshot_every_entries) {
         config.snapshot_every_entries = v;
+    }
+    config.admin_token = args.admin_token.or(file.admin_token);
+    let join = args.join || file.join.unwrap_or(false);
+    match args.peers.or(file.peers) {
+        Some(_) if join => return Err(usage("--join and --peers exclude each other")),
+        Some(text) => {
+            let peers = parse_peers(&text).map_err(|e| usage(format!("--peers: {e}")))?;
+            // Without --listen, listen where the peers will look for us.
+            if !listen_given {
+                if let Some(own) = peers.get(&config.id) {
+                    config.listen = own.clone();
+                }
+            }
+            config.formation = Formation::Peers(peers);
+        }
+        None if join => config.formation = Formation::Join,
+        None => {}
     }
     config.validate().map_err(usage)?;
     Ok(config)

@@ -4,6 +4,8 @@
 
 mod args;
 mod cmd_agent;
+mod cmd_bench;
+mod cmd_cluster;
 mod cmd_coordinator;
 mod cmd_demo;
 mod cmd_record;
@@ -40,7 +42,12 @@ pub fn usage(msg: impl std::fmt::Display) -> Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match &cli.command {
-        Command::Demo(_) | Command::Status(_) | Command::Replay(_) | Command::Record(_) => "warn",
+        Command::Demo(_)
+        | Command::Status(_)
+        | Command::Replay(_)
+        | Command::Record(_)
+        | Command::Bench(_)
+        | Command::Cluster(_) => "warn",
         _ => "info,openraft=warn",
     };
     gpumon_common::logging::init(default_log);
@@ -62,6 +69,8 @@ fn main() -> ExitCode {
             Command::Demo(d) => cmd_demo::run(d).await,
             Command::Replay(r) => cmd_replay::run(r),
             Command::Record(r) => cmd_record::run(r).await,
+            Command::Bench(b) => cmd_bench::run(b).await,
+            Command::Cluster(c) => cmd_cluster::run(c).await,
         }
     });
     match result {

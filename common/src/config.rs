@@ -87,6 +87,12 @@ pub struct CoordinatorFile {
     pub history_windows: Option<usize>,
     /// Log entries between snapshots.
     pub snapshot_every_entries: Option<u64>,
+    /// `--peers`, as `"1=host:port,2=host:port"`.
+    pub peers: Option<String>,
+    /// `--join`.
+    pub join: Option<bool>,
+    /// `--admin-token`.
+    pub admin_token: Option<String>,
 }
 
 /// Why the file could not be used.

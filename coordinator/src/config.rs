@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use gpumon_common::view::Limits;
 
+use crate::peers::{check_addr, Peers};
+
 /// Default API and Raft listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// Default largest push accepted, bytes (4 MiB: a 2 s window of 8 GPUs with
@@ -15,6 +17,20 @@ pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 2_000;
 pub const MAX_WINDOWS_PER_PUSH: usize = 4_096;
 /// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).
 pub const MAX_RAFT_RPC_BYTES: usize = 64 << 20;
+/// Default size of one snapshot chunk sent to a lagging peer, bytes.
+pub const DEFAULT_SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
+
+/// How a replica with an empty log joins a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Formation {
+    /// Form a single-replica cluster of this node (the default without `--peers`).
+    Single,
+    /// Form a cluster of these voters; every listed replica does the same, and
+    /// a replica that already has a log ignores it.
+    Peers(Peers),
+    /// Wait, uninitialized, to be added by `gpumon cluster add`.
+    Join,
+}
 
 /// Everything a coordinator needs to run.
 #[derive(Debug, Clone)]
@@ -34,6 +50,13 @@ pub struct CoordinatorConfig {
     pub snapshot_every_entries: u64,
     /// Bounds on the cluster view.
     pub limits: Limits,
+    /// How a fresh replica forms or joins its cluster.
+    pub formation: Formation,
+    /// Bytes per snapshot chunk sent to a peer.
+    pub snapshot_chunk_bytes: u64,
+    /// Token that membership changes must carry (`Authorization: Bearer`);
+    /// without one, only loopback clients may change membership.
+    pub admin_token: Option<String>,
 }
 
 impl CoordinatorConfig {
@@ -47,6 +70,21 @@ impl CoordinatorConfig {
             max_push_bytes: DEFAULT_MAX_PUSH_BYTES,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             limits: Limits::default(),
+            formation: Formation::Single,
+            snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
+            admin_token: None,
+        }
+    }
+
+    /// The address peers and agents reach this replica at, before binding:
+    /// `--advertise`, else this replica's `--peers` entry, else `--listen`.
+    pub fn advertised(&self) -> Option<&str> {
+        if let Some(a) = &self.advertise {
+            return Some(a);
+        }
+        match &self.formation {
+            Formation::Peers(peers) => peers.get(&self.id).map(String::as_str),
+            _ => None,
         }
     }
 
@@ -66,6 +104,35 @@ impl CoordinatorConfig {
         }
         if self.limits.history_windows == 0 {
             return Err("history_windows must be at least 1".into());
+        }
+        if self.snapshot_chunk_bytes < 1024 {
+            return Err("snapshot_chunk_bytes must be at least 1024".into());
+        }
+        if let Some(a) = &self.advertise {
+            check_addr(a).map_err(|e| format!("--advertise: {e}"))?;
+        }
+        if let Some(t) = &self.admin_token {
+            if t.len() < 16 {
+                return Err("the admin token must be at least 16 characters".into());
+            }
+        }
+        if let Formation::Peers(peers) = &self.formation {
+            let Some(own) = peers.get(&self.id) else {
+                let ids: Vec<String> = peers.keys().map(u64::to_string).collect();
+                return Err(format!(
+                    "--id {} is not in --peers (ids {}); a replica that joins an existing cluster starts with --join instead",
+                    self.id,
+                    ids.join(", ")
+                ));
+            };
+            let port = |a: &str| a.rsplit_once(':').map(|(_, p)| p.to_owned());
+            let listen_port = port(&self.listen);
+            if listen_port.as_deref() != Some("0") && listen_port != port(own) {
+                return Err(format!(
+                    "--listen {} and this replica's --peers entry {}={own} name different ports; peers could never reach it",
+                    self.listen, self.id
+                ));
+            }
         }
         Ok(())
     }

@@ -19,7 +19,8 @@
 mod api;
 pub mod config;
 mod node;
+pub mod peers;
 pub mod raft;
 
-pub use config::CoordinatorConfig;
+pub use config::{CoordinatorConfig, Formation};
 pub use node::{Coordinator, StartError};

@@ -5,13 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use gpumon_common::view::ViewEvent;
+use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use thiserror::Error;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::{self, AppState};
-use crate::config::CoordinatorConfig;
+use crate::api::{self, AppParts, AppState};
+use crate::config::{CoordinatorConfig, Formation};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::state_machine::StateMachine;
@@ -19,6 +20,14 @@ use crate::raft::Raft;
 
 /// File name of the Raft log inside the data directory.
 pub const LOG_FILE: &str = "raft-log.redb";
+
+/// Leader heartbeat period, ms.
+const HEARTBEAT_MS: u64 = 100;
+/// Election timeout range, ms: a dead leader is replaced within about a second.
+const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+/// Time allowed to send one snapshot chunk and, for the last, to install the
+/// whole snapshot on the peer (decode and swap in), ms.
+const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
 
 /// Why a coordinator could not start.
 #[derive(Debug, Error)]
@@ -51,6 +60,57 @@ pub enum StartError {
     /// openraft refused to start.
     #[error("raft: {0}")]
     Raft(String),
+}
+
+/// Initializes a replica whose log is empty, as `config.formation` says; a
+/// replica with a log resumes from it and ignores `--peers`.
+async fn form(raft: &Raft, config: &CoordinatorConfig, advertise: &str) -> Result<(), StartError> {
+    let raft_err = |e: String| StartError::Raft(e);
+    if raft
+        .is_initialized()
+        .await
+        .map_err(|e| raft_err(e.to_string()))?
+    {
+        tracing::info!(id = config.id, "resumed from the existing Raft log");
+        return Ok(());
+    }
+    let members: BTreeMap<u64, BasicNode> = match &config.formation {
+        Formation::Join => {
+            tracing::info!(
+                id = config.id,
+                %advertise,
+                "waiting to be added: run `gpumon cluster add {}={advertise}` against the cluster",
+                config.id
+            );
+            return Ok(());
+        }
+        Formation::Single => BTreeMap::from([(
+            config.id,
+            BasicNode {
+                addr: advertise.to_owned(),
+            },
+        )]),
+        Formation::Peers(peers) => peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect(),
+    };
+    let voters: Vec<String> = members
+        .iter()
+        .map(|(id, n)| format!("{id}={}", n.addr))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => {
+            tracing::info!(id = config.id, voters = %voters.join(","), "initialized a new cluster");
+            Ok(())
+        }
+        // Another replica's vote or log reached us first: already formed.
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+            tracing::info!(id = config.id, "the cluster was formed by a peer");
+            Ok(())
+        }
+        Err(e) => Err(raft_err(e.to_string())),
+    }
 }
 
 /// A running coordinator.
@@ -96,21 +156,26 @@ impl Coordinator {
             source,
         })?;
         let advertise = config
-            .advertise
-            .clone()
+            .advertised()
+            .map(str::to_owned)
             .unwrap_or_else(|| local_addr.to_string());
 
         let raft_config = openraft::Config {
             cluster_name: "gpumon".into(),
-            heartbeat_interval: 100,
-            election_timeout_min: 300,
-            election_timeout_max: 600,
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MS.0,
+            election_timeout_max: ELECTION_TIMEOUT_MS.1,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
             max_in_snapshot_log_to_keep: 100,
+            // A peer further behind than two snapshot periods gets the snapshot.
+            replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
+            snapshot_max_chunk_size: config.snapshot_chunk_bytes,
+            install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
             ..Default::default()
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        let committed = log_store.committed();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -120,34 +185,19 @@ impl Coordinator {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?
-        {
-            let members = BTreeMap::from([(
-                config.id,
-                BasicNode {
-                    addr: advertise.clone(),
-                },
-            )]);
-            raft.initialize(members)
-                .await
-                .map_err(|e| StartError::Raft(e.to_string()))?;
-            tracing::info!(id = config.id, %advertise, "initialized a new single-node cluster");
-        } else {
-            tracing::info!(id = config.id, "resumed from the existing Raft log");
-        }
+        form(&raft, &config, &advertise).await?;
 
         let (stop, mut stopped) = watch::channel(false);
-        let state = AppState::new(
-            config.id,
-            raft.clone(),
-            state_machine.clone(),
-            config.max_push_bytes,
-            stopped.clone(),
-        );
-        let router = api::router(state);
+        let state = AppState::new(AppParts {
+            id: config.id,
+            raft: raft.clone(),
+            state_machine: state_machine.clone(),
+            committed,
+            max_push_bytes: config.max_push_bytes,
+            admin_token: config.admin_token.clone(),
+            shutdown: stopped.clone(),
+        });
+        let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {
             // Graceful shutdown waits for open responses, so the long-lived
             // `/api/v1/stream` responses end on the same signal.

@@ -24,6 +24,9 @@ struct AlertsQuery {
     job: Option<String>,
     /// At most this many, the newest.
     limit: Option<usize>,
+    /// Read by the `consistency` layer.
+    #[serde(rename = "consistency")]
+    _consistency: Option<serde::de::IgnoredAny>,
 }
 
 /// The response body.
@@ -45,7 +48,7 @@ pub async fn alerts(
         None | Some("") => AlertsQuery::default(),
         Some(q) => serde_urlencoded::from_str(q).map_err(|e| {
             ApiError::BadRequest(format!(
-                "bad query {q:?}: {e}; known parameters: active=true|false, job=NAME, limit=N"
+                "bad query {q:?}: {e}; known parameters: active=true|false, job=NAME, limit=N, consistency=local|linearizable"
             ))
         })?,
     };

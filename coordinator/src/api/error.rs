@@ -8,22 +8,39 @@ use gpumon_proto::api::ApiErrorBody;
 /// An error answered to an API client.
 #[derive(Debug)]
 pub enum ApiError {
-    /// 404: no such job, node or route.
+    /// 404: no such job, node, member or route.
     NotFound(String),
     /// 400: the request cannot be understood.
     BadRequest(String),
+    /// 401: an admin request without the right token.
+    Unauthorized(String),
+    /// 409: the request contradicts the current state.
+    Conflict(String),
     /// 413: the body is over the limit.
     TooLarge(String),
+    /// 421: only the leader does this; the leader's base URL when known.
+    NotLeader(Option<String>),
     /// 503: no leader, or the Raft core is unavailable; try again.
     Unavailable(String),
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut leader_url = None;
         let (status, code, message) = match self {
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "bad_request", m),
+            ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m),
+            ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m),
+            ApiError::NotLeader(url) => {
+                let m = match &url {
+                    Some(u) => format!("this replica is not the leader; send it to {u}"),
+                    None => "this replica is not the leader and knows no leader yet; retry".into(),
+                };
+                leader_url = url;
+                (StatusCode::MISDIRECTED_REQUEST, "not_leader", m)
+            }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
         };
         (
@@ -31,6 +48,7 @@ impl IntoResponse for ApiError {
             Json(ApiErrorBody {
                 error: code.into(),
                 message,
+                leader_url,
             }),
         )
             .into_response()

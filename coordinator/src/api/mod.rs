@@ -8,14 +8,27 @@
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
 //! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] plus `analysis`: the engine's forecasts and flags per rank |
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | alert episodes, oldest first |
+//! | `GET /api/v1/raft` | | [`gpumon_proto::api::RaftStatus`]: this replica's Raft figures and state digest |
+//! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
+//! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
 //! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
 //! | `GET /healthz` | | `ok` |
+//!
+//! Every read is served from this replica's own state; adding
+//! `?consistency=linearizable` makes it reflect every write committed before
+//! the request (see `consistency`). Membership changes go to the leader: a
+//! follower answers 421 with the leader's URL.
 //! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
+mod admin;
 mod alerts;
+mod consistency;
 mod error;
+mod forward;
 mod ingest;
+mod members;
 mod raft_rpc;
+mod raft_status;
 mod read;
 mod stream;
 
@@ -23,13 +36,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::middleware;
+use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::sync::{watch, Semaphore};
 
 pub use error::ApiError;
 
 use crate::config::MAX_RAFT_RPC_BYTES;
+use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 
@@ -39,16 +54,38 @@ pub struct AppState {
     inner: Arc<Inner>,
 }
 
+/// What a node hands the API when it starts.
+#[allow(missing_debug_implementations)]
+pub struct AppParts {
+    /// This replica's Raft id.
+    pub id: u64,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The replicated state.
+    pub state_machine: StateMachine,
+    /// The committed index, from the log store.
+    pub committed: CommittedIndex,
+    /// Largest push accepted, bytes.
+    pub max_push_bytes: usize,
+    /// Token membership changes must carry; `None`: loopback clients only.
+    pub admin_token: Option<String>,
+    /// Turns `true` when the node stops, which ends every open stream.
+    pub shutdown: watch::Receiver<bool>,
+}
+
 struct Inner {
     id: u64,
     raft: Raft,
     state_machine: StateMachine,
+    committed: CommittedIndex,
     max_push_bytes: usize,
+    admin_token: Option<String>,
     rejected: Rejected,
-    /// `true` once the node shuts down.
     shutdown: watch::Receiver<bool>,
     /// One permit per open `/api/v1/stream` response.
     stream_slots: Arc<Semaphore>,
+    /// Client requests forwarded to the leader; its own pool, apart from Raft RPC.
+    forward: reqwest::Client,
 }
 
 impl std::fmt::Debug for Inner {
@@ -68,24 +105,20 @@ struct Rejected {
 }
 
 impl AppState {
-    /// State for a node; `shutdown` turns `true` when the node stops, which
-    /// ends every open stream.
-    pub fn new(
-        id: u64,
-        raft: Raft,
-        state_machine: StateMachine,
-        max_push_bytes: usize,
-        shutdown: watch::Receiver<bool>,
-    ) -> Self {
+    /// State for a node.
+    pub fn new(parts: AppParts) -> Self {
         Self {
             inner: Arc::new(Inner {
-                id,
-                raft,
-                state_machine,
-                max_push_bytes,
+                id: parts.id,
+                raft: parts.raft,
+                state_machine: parts.state_machine,
+                committed: parts.committed,
+                max_push_bytes: parts.max_push_bytes,
+                admin_token: parts.admin_token,
                 rejected: Rejected::default(),
-                shutdown,
+                shutdown: parts.shutdown,
                 stream_slots: Arc::new(Semaphore::new(stream::MAX_STREAM_CLIENTS)),
+                forward: forward::client(),
             }),
         }
     }
@@ -93,16 +126,26 @@ impl AppState {
 
 /// All routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route(
-            "/api/v1/ingest",
-            post(ingest::ingest).layer(DefaultBodyLimit::disable()),
-        )
+    // Reads that may ask for `?consistency=linearizable`.
+    let reads = Router::new()
         .route("/api/v1/cluster", get(read::cluster))
         .route("/api/v1/nodes", get(read::nodes))
         .route("/api/v1/jobs", get(read::jobs))
         .route("/api/v1/jobs/{job}", get(read::job))
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route("/api/v1/raft", get(raft_status::raft_status))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            consistency::consistency,
+        ));
+    Router::new()
+        .route(
+            "/api/v1/ingest",
+            post(ingest::ingest).layer(DefaultBodyLimit::disable()),
+        )
+        .merge(reads)
+        .route("/api/v1/cluster/members", post(members::add))
+        .route("/api/v1/cluster/members/{id}", delete(members::remove))
         .route("/api/v1/stream", get(stream::stream))
         .route("/healthz", get(|| async { "ok" }))
         .merge(

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -37,6 +38,23 @@ type StorageResult<T> = Result<T, StorageError<NodeId>>;
 pub struct LogStore {
     db: Arc<Database>,
     path: Arc<PathBuf>,
+    committed: CommittedIndex,
+}
+
+/// The newest committed log index this replica knows of, shared with the API
+/// (openraft 0.9's metrics do not carry it). Updated when openraft saves it.
+#[derive(Debug, Clone, Default)]
+pub struct CommittedIndex(Arc<AtomicU64>);
+
+impl CommittedIndex {
+    /// The index, `None` before anything was committed.
+    pub fn get(&self) -> Option<u64> {
+        self.0.load(Relaxed).checked_sub(1)
+    }
+
+    fn set(&self, committed: Option<LogId<NodeId>>) {
+        self.0.store(committed.map_or(0, |c| c.index + 1), Relaxed);
+    }
 }
 
 impl fmt::Debug for LogStore {
@@ -56,6 +74,11 @@ pub struct OpenLogError {
 }
 
 impl LogStore {
+    /// The committed index, kept current as openraft advances it.
+    pub fn committed(&self) -> CommittedIndex {
+        self.committed.clone()
+    }
+
     /// Opens (or creates) the log at `path` and checks its tables.
     pub fn open(path: &Path) -> Result<Self, OpenLogError> {
         let fail = |reason: String| OpenLogError {
@@ -70,15 +93,50 @@ impl LogStore {
         let store = Self {
             db: Arc::new(db),
             path: Arc::new(path.to_owned()),
+            committed: CommittedIndex::default(),
         };
         // Decode the metadata now, so a corrupt file stops the replica at start-up.
         store
             .read_meta::<Vote<NodeId>>(KEY_VOTE)
             .map_err(|e| fail(e.to_string()))?;
-        store
+        let committed = store
+            .read_meta::<Option<LogId<NodeId>>>(KEY_COMMITTED)
+            .map_err(|e| fail(e.to_string()))?
+            .flatten();
+        store.committed.set(committed);
+        let purged = store
             .read_meta::<LogId<NodeId>>(KEY_PURGED)
             .map_err(|e| fail(e.to_string()))?;
+        store
+            .check_entries(purged.map_or(0, |p| p.index + 1))
+            .map_err(|e| fail(e.to_string()))?;
         Ok(store)
+    }
+
+    /// Decodes every entry (the log is kept short behind snapshots) and checks
+    /// that the indexes run without a gap from `first`, so a damaged file stops
+    /// the replica at start-up instead of losing entries later.
+    fn check_entries(&self, first: u64) -> StorageResult<()> {
+        let txn = self.db.begin_read().map_err(|e| self.read_err(e))?;
+        let table = txn.open_table(LOG).map_err(|e| self.read_err(e))?;
+        let mut expect = None;
+        for row in table.iter().map_err(|e| self.read_err(e))? {
+            let (index, raw) = row.map_err(|e| self.read_err(e))?;
+            let index = index.value();
+            let entry = self.decode_entry(index, raw.value())?;
+            if entry.log_id.index != index {
+                return Err(self.read_err(format!(
+                    "log entry stored at {index} claims index {}",
+                    entry.log_id.index
+                )));
+            }
+            let want = expect.unwrap_or(first);
+            if index != want {
+                return Err(self.read_err(format!("log entries {want}..{index} are missing")));
+            }
+            expect = Some(index + 1);
+        }
+        Ok(())
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> StorageResult<Option<T>> {
@@ -213,6 +271,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        self.committed.set(committed);
         self.blocking(move |s| s.write_meta(KEY_COMMITTED, &committed))
             .await
     }

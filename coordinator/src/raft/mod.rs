@@ -8,6 +8,7 @@
 // type; our helpers return it too so `?` works without conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod digest;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;

@@ -3,15 +3,22 @@
 //! A peer is addressed by its API `host:port` ([`openraft::BasicNode`]); the
 //! routes are `POST /raft/{append,vote,snapshot}` (see `api::raft_rpc`). Every
 //! request carries [`RAFT_VERSION_HEADER`] so a peer of another protocol
-//! version is refused with a clear error rather than misread. Timeouts come
-//! from openraft's per-RPC hard TTL; retry and backoff are openraft's.
-
-use std::error::Error;
+//! version is refused with a clear error rather than misread.
+//!
+//! Timeouts: each RPC is bounded by openraft's per-RPC hard TTL (the
+//! heartbeat period for appends and votes; `install_snapshot_timeout` for each
+//! snapshot chunk, which node.rs sizes for a chunk plus the final install).
+//! Snapshots travel in chunks of `snapshot_chunk_bytes`. An unreachable peer
+//! is retried after an exponential backoff (100 ms doubling to 2 s), so a
+//! dead replica costs the leader little while it is down.
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use std::error::Error;
+use std::time::Duration;
+
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -40,6 +47,7 @@ impl HttpNetwork {
         Self {
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(4)
+                .connect_timeout(Duration::from_secs(1))
                 .build()
                 .expect("reqwest client builds"),
         }
@@ -119,7 +127,17 @@ impl PeerClient {
     }
 }
 
+/// First and largest wait before retrying an unreachable peer.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
 impl RaftNetwork<TypeConfig> for PeerClient {
+    fn backoff(&self) -> Backoff {
+        let (first, cap) = BACKOFF;
+        Backoff::new(std::iter::successors(Some(first), move |d| {
+            Some((*d * 2).min(cap))
+        }))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

@@ -96,6 +96,9 @@ enum SnapshotFile {
     },
 }
 
+/// A state digest and the applied index it was taken at.
+type DigestAt = (Option<u64>, String);
+
 /// The state machine; clones share state.
 #[derive(Clone)]
 pub struct StateMachine {
@@ -103,6 +106,7 @@ pub struct StateMachine {
     current_snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_path: Arc<PathBuf>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
+    digest_cache: Arc<Mutex<Option<DigestAt>>>,
     events: broadcast::Sender<ViewEvent>,
     applied_batches: broadcast::Sender<Arc<AppliedBatch>>,
 }
@@ -176,6 +180,7 @@ impl StateMachine {
             current_snapshot: Arc::new(Mutex::new(current)),
             snapshot_path: Arc::new(path),
             snapshots_built: Arc::default(),
+            digest_cache: Arc::default(),
             events,
             applied_batches,
         })
@@ -184,6 +189,23 @@ impl StateMachine {
     /// Read access to the applied state (hold it briefly: apply waits for it).
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
         self.applied.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The applied index and the digest of the whole state at it (see
+    /// [`super::digest`]); cached until the next entry is applied.
+    pub fn digest(&self) -> (Option<u64>, String) {
+        let applied = self.read();
+        let index = applied.last_applied.map(|l| l.index);
+        let mut cache = self.digest_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, d)) = cache.as_ref() {
+            if *at == index {
+                return (index, d.clone());
+            }
+        }
+        let d =
+            super::digest::digest(&*applied).unwrap_or_else(|e| format!("unencodable state: {e}"));
+        *cache = Some((index, d.clone()));
+        (index, d)
     }
 
     /// Events from every applied entry, for live displays.

@@ -1,0 +1,102 @@
+//! `GET /api/v1/raft`: this replica's Raft figures and state digest.
+
+use axum::extract::State;
+use axum::Json;
+use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus};
+use openraft::ServerState;
+
+use super::AppState;
+
+pub async fn raft_status(State(state): State<AppState>) -> Json<RaftStatus> {
+    Json(status(&state))
+}
+
+/// The figures, read from openraft's metrics, the log store and the state machine.
+pub fn status(state: &AppState) -> RaftStatus {
+    let inner = &state.inner;
+    let m = inner.raft.metrics().borrow().clone();
+    let (applied_index, state_digest) = inner.state_machine.digest();
+    let commit_index = inner.committed.get();
+    let membership = m.membership_config.membership();
+    let member = |id: u64| RaftMember {
+        id,
+        addr: membership
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default(),
+    };
+    let voters: Vec<RaftMember> = membership.voter_ids().map(member).collect();
+    let learners: Vec<RaftMember> = membership.learner_ids().map(member).collect();
+    let last_log_index = m.last_log_index;
+    let replication = m
+        .replication
+        .as_ref()
+        .map(|r| {
+            r.iter()
+                .filter(|(id, _)| **id != inner.id)
+                .map(|(id, matched)| {
+                    let matched_index = matched.map(|l| l.index);
+                    PeerReplication {
+                        id: *id,
+                        matched_index,
+                        lag: lag(last_log_index, matched_index),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let leader_url = m
+        .current_leader
+        .and_then(|l| membership.get_node(&l))
+        .map(|n| format!("http://{}", n.addr));
+    RaftStatus {
+        id: inner.id,
+        role: role(m.state).into(),
+        leader: m.current_leader,
+        leader_url,
+        term: m.current_term,
+        last_log_index,
+        commit_index,
+        applied_index,
+        apply_lag: lag(commit_index, applied_index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        millis_since_quorum_ack: m.millis_since_quorum_ack,
+        voters,
+        learners,
+        replication,
+        state_digest,
+    }
+}
+
+/// How many entries `behind` trails `ahead` (none known counts as before 0).
+fn lag(ahead: Option<u64>, behind: Option<u64>) -> u64 {
+    match (ahead, behind) {
+        (Some(a), Some(b)) => a.saturating_sub(b),
+        (Some(a), None) => a + 1,
+        (None, _) => 0,
+    }
+}
+
+fn role(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag;
+
+    #[test]
+    fn lag_counts_entries_behind() {
+        assert_eq!(lag(Some(10), Some(7)), 3);
+        assert_eq!(lag(Some(10), Some(12)), 0);
+        assert_eq!(lag(Some(4), None), 5);
+        assert_eq!(lag(None, None), 0);
+    }
+}
