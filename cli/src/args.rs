@@ -150,6 +150,9 @@ pub struct CoordinatorArgs {
     /// Raft log entries between snapshots [default: 2000].
     #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
     pub snapshot_every_entries: Option<u64>,
+    /// Bytes per chunk when a snapshot is sent to a lagging replica [default: 1048576].
+    #[arg(long, env = "GPUMON_SNAPSHOT_CHUNK_BYTES")]
+    pub snapshot_chunk_bytes: Option<u64>,
     /// The voters a fresh cluster forms with, this replica included; every replica gets the same list. Ignored once the replica has a log (change membership with `gpumon cluster`) [default: a single-replica cluster].
     #[arg(long, env = "GPUMON_PEERS", value_name = "ID=HOST:PORT,...")]
     pub peers: Option<String>,

@@ -40,6 +40,9 @@ fn resolve(
     if let Some(v) = args.snapshot_every_entries.or(file.snapshot_every_entries) {
         config.snapshot_every_entries = v;
     }
+    if let Some(v) = args.snapshot_chunk_bytes.or(file.snapshot_chunk_bytes) {
+        config.snapshot_chunk_bytes = v;
+    }
     config.admin_token = args.admin_token.or(file.admin_token);
     let join = args.join || file.join.unwrap_or(false);
     match args.peers.or(file.peers) {

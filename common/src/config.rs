@@ -91,6 +91,8 @@ pub struct CoordinatorFile {
     pub peers: Option<String>,
     /// `--join`.
     pub join: Option<bool>,
+    /// `--snapshot-chunk-bytes`.
+    pub snapshot_chunk_bytes: Option<u64>,
     /// `--admin-token`.
     pub admin_token: Option<String>,
 }

@@ -282,9 +282,10 @@ pub struct RaftStatus {
     pub learners: Vec<RaftMember>,
     /// On the leader: how far each other member's log is behind; empty elsewhere.
     pub replication: Vec<PeerReplication>,
-    /// Hash of the whole replicated state at `applied_index` (cluster view,
-    /// histories, detector, alert and action state): equal on every replica
-    /// that applied the same entries.
+    /// Hash of the replicated data at `applied_index` (cluster view,
+    /// histories, detector, alert and action state; not Raft's own
+    /// bookkeeping): equal on every replica that applied the same entries,
+    /// and unchanged by a restart or a new term.
     pub state_digest: String,
 }
 

@@ -19,7 +19,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
     AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
 };
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
 use super::TypeConfig;
@@ -150,9 +150,16 @@ impl LogStore {
             .map_err(|e| self.read_err(format!("record {key:?} does not decode: {e}")))
     }
 
-    fn write_meta<T: Serialize>(&self, key: &str, value: &T) -> StorageResult<()> {
+    fn write_meta<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        durability: Durability,
+    ) -> StorageResult<()> {
         let bytes = postcard::to_allocvec(value).map_err(|e| self.write_err(e))?;
-        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        let mut txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        txn.set_durability(durability)
+            .map_err(|e| self.write_err(e))?;
         {
             let mut table = txn.open_table(META).map_err(|e| self.write_err(e))?;
             table
@@ -263,7 +270,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
         let vote = *vote;
-        self.blocking(move |s| s.write_meta(KEY_VOTE, &vote)).await
+        self.blocking(move |s| s.write_meta(KEY_VOTE, &vote, Durability::Immediate))
+            .await
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
@@ -272,7 +280,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
         self.committed.set(committed);
-        self.blocking(move |s| s.write_meta(KEY_COMMITTED, &committed))
+        // Not fsynced: the next append's commit makes it durable, and a
+        // replica that lost it recomputes it from its peers (openraft allows this).
+        self.blocking(move |s| s.write_meta(KEY_COMMITTED, &committed, Durability::None))
             .await
     }
 

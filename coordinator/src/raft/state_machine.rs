@@ -191,8 +191,11 @@ impl StateMachine {
         self.applied.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The applied index and the digest of the whole state at it (see
-    /// [`super::digest`]); cached until the next entry is applied.
+    /// The applied index and the digest of the replicated data at it: the
+    /// cluster view and the engine (histories, detector, alert and action
+    /// state), not Raft's own bookkeeping, so a blank entry of a new term or a
+    /// membership change leaves it alone. See [`super::digest`]; cached until
+    /// the next entry is applied.
     pub fn digest(&self) -> (Option<u64>, String) {
         let applied = self.read();
         let index = applied.last_applied.map(|l| l.index);
