@@ -4,7 +4,9 @@
 //!   every rank with plausible memory; `gpumon status` shows them too; after
 //!   the coordinator is killed with SIGKILL and restarted on the same data
 //!   directory, it shows the same state (redb log + snapshot);
-//! - `gpumon demo` prints its URL first and serves every simulated rank;
+//! - `gpumon demo` prints its URL first and serves every simulated rank; with
+//!   `--chaos` it stops the leader, prints the failover, brings the old
+//!   leader back, and windows keep being committed on every replica;
 //! - bad usage and bad configuration exit 2 with a reason;
 //! - `gpumon record` writes a gzip trace from a live coordinator and agent
 //!   that `gpumon replay` reads.
@@ -249,6 +251,85 @@ async fn demo_prints_its_url_first_and_serves_every_rank() {
     let status = demo.interrupt(Duration::from_secs(15)).await;
     assert!(status.success(), "{status:?}");
     assert!(!data_dir.exists(), "the demo leaves no data behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_chaos_fails_over_while_data_keeps_flowing() {
+    let mut cmd = gpumon();
+    // Stopped replicas make peers log connection errors; they are expected here.
+    cmd.env("GPUMON_LOG", "warn,openraft=off,gpumon_agent::uplink=error");
+    cmd.args([
+        "demo",
+        "--chaos",
+        "--chaos-every",
+        "3",
+        "--duration",
+        "40",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let mut demo = Proc::spawn(cmd);
+    let first = demo.next_line(Duration::from_secs(20)).await;
+    let urls: Vec<String> = first
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter(|w| w.starts_with("http://"))
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        urls.len(),
+        3,
+        "the first line lists three replicas: {first:?}"
+    );
+    // The chaos loop stops the leader, a new one is elected, the old one returns.
+    let (mut stopped, mut failover, mut caught_up) = (None, None, false);
+    while !caught_up {
+        let line = demo.next_line(Duration::from_secs(20)).await;
+        if let Some(rest) = line.split("chaos: stopping the leader, replica ").nth(1) {
+            stopped = Some(rest.trim().to_owned());
+        }
+        if line.contains("failover: replica ") {
+            assert!(stopped.is_some(), "a failover follows a stop: {line}");
+            failover = Some(line.clone());
+        }
+        caught_up = failover.is_some() && line.contains("caught up");
+    }
+    let failover = failover.unwrap();
+    let new_leader = failover
+        .split("failover: replica ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    assert_ne!(Some(new_leader), stopped, "{failover}");
+    // Windows keep being committed after the failover, on every replica.
+    let windows = |c: &ClusterView| c.ingest.windows_applied;
+    // Chaos goes on meanwhile: whichever replica answers first gives the count.
+    let before = wait_for(Duration::from_secs(20), "a replica answering", || async {
+        for url in &urls {
+            if let Ok(c) = get::<ClusterView>(&format!("{url}/api/v1/cluster")).await {
+                return Ok(windows(&c));
+            }
+        }
+        Err("no replica answers".to_owned())
+    })
+    .await;
+    for url in &urls {
+        wait_for(
+            Duration::from_secs(20),
+            "windows committed after the failover",
+            || async {
+                match get::<ClusterView>(&format!("{url}/api/v1/cluster")).await {
+                    Ok(c) if windows(&c) > before => Ok(()),
+                    Ok(c) => Err(format!("{url}: still {} windows", windows(&c))),
+                    Err(e) => Err(format!("{url}: {e}")),
+                }
+            },
+        )
+        .await;
+    }
+    let status = demo.interrupt(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test]

@@ -32,7 +32,7 @@ pub enum Command {
     Coordinator(CoordinatorArgs),
     /// Show the cluster by job and rank, from a coordinator's API.
     Status(StatusArgs),
-    /// A coordinator and simulated agents for a 2-node x 4-GPU job, on loopback; no GPU needed.
+    /// Three coordinator replicas and simulated agents for a 2-node x 4-GPU job, on loopback; no GPU needed.
     Demo(DemoArgs),
     /// Run the detection engine over a recorded trace and write its report (JSON).
     Replay(ReplayArgs),
@@ -241,7 +241,7 @@ pub struct DemoArgs {
     /// Stop after this many seconds [default: run until Ctrl-C].
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Address for the coordinator's API [default: 127.0.0.1:7070, or a free port if that is taken].
+    /// Address of the first replica's API; the other two take the next ports [default: 127.0.0.1:7070-7072, or free ports if taken].
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
     /// Simulated scenario: steady, leak, fragmentation, imbalance, straggler or mixed.
@@ -250,4 +250,10 @@ pub struct DemoArgs {
     /// Random seed of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Stop the Raft leader every --chaos-every seconds and restart it 5 s later, while data keeps flowing.
+    #[arg(long)]
+    pub chaos: bool,
+    /// Seconds between leader stops with --chaos.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    pub chaos_every: f64,
 }

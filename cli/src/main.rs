@@ -42,8 +42,10 @@ pub fn usage(msg: impl std::fmt::Display) -> Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match &cli.command {
-        Command::Demo(_)
-        | Command::Status(_)
+        // The demo stops replicas on purpose: peers' connection errors and the
+        // agents' retries are expected there, so only its own lines show.
+        Command::Demo(_) => "warn,openraft=off,gpumon_agent::uplink=error",
+        Command::Status(_)
         | Command::Replay(_)
         | Command::Record(_)
         | Command::Bench(_)

@@ -1,23 +1,28 @@
-//! `gpumon demo`: a coordinator and two simulated agents (2 nodes x 4 GPUs,
-//! one 8-rank job) on loopback, in one process. It prints the API URL first,
-//! then a line for each thing that happens, and stops on Ctrl-C or after
-//! `--duration`.
+//! `gpumon demo`: a three-replica coordinator cluster and two simulated
+//! agents (2 nodes x 4 GPUs, one 8-rank job) on loopback, in one process.
+//! It prints the API URL first, then a line for each thing that happens, and
+//! stops on Ctrl-C or after `--duration`. With `--chaos` the leader is
+//! stopped every so often and comes back later; each failover is printed
+//! while the agents keep pushing.
 
+mod chaos;
+mod replicas;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon_agent::{AgentConfig, SimPlacement, SourceSpec};
 use gpumon_common::units::fmt_bytes;
 use gpumon_common::view::ViewEvent;
-use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, mpsc, watch, Mutex};
 
 use crate::args::DemoArgs;
 use crate::{shutdown, usage, Failure};
+use replicas::Replicas;
 
 const NODES: u32 = 2;
 const GPUS_PER_NODE: u32 = 4;
-const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// How often the demo looks for new alerts.
 const ALERT_POLL_EVERY: Duration = Duration::from_secs(2);
 /// How often the demo prints a summary of the job.
@@ -25,27 +30,46 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let source: SourceSpec = format!("sim:{}", args.scenario).parse().map_err(usage)?;
-    if let Some(d) = args.duration {
-        if !(d.is_finite() && d > 0.0) {
-            return Err(usage(format!(
-                "--duration {d} must be a positive number of seconds"
-            )));
+    for (flag, v) in [
+        ("--duration", args.duration),
+        ("--chaos-every", Some(args.chaos_every)),
+    ] {
+        if let Some(d) = v {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(usage(format!(
+                    "{flag} {d} must be a positive number of seconds"
+                )));
+            }
         }
     }
     let data_dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
     let _cleanup = RemoveOnDrop(data_dir.clone());
-    let coordinator = start_coordinator(&args, &data_dir).await?;
-    let url = coordinator.api_url();
-    println!("gpumon demo: coordinator API at {url}");
+    let addrs = replicas::pick_addrs(args.listen.as_deref()).map_err(usage)?;
+    let replicas = Replicas::start(&addrs, &data_dir).await.map_err(|e| {
+        Failure::Runtime(anyhow::Error::new(e).context("demo cluster failed to start"))
+    })?;
+    let urls = replicas.urls();
+    let url = urls[0].clone();
+    println!(
+        "gpumon demo: coordinator API at {url} (replicas {})",
+        urls.join(" ")
+    );
     println!("  simulating job \"demo-job\" ({} ranks on {NODES} nodes x {GPUS_PER_NODE} GPUs), scenario {}", NODES * GPUS_PER_NODE, args.scenario);
-    println!("  try: curl {url}/api/v1/jobs   or   gpumon status --coordinator {url}");
+    println!("  try: curl {url}/api/v1/jobs   or   gpumon status --coordinator {url}   or   gpumon cluster status --coordinators {url}");
+    if args.chaos {
+        println!(
+            "  chaos: the leader is stopped every {} s and restarted 5 s later",
+            args.chaos_every
+        );
+    }
 
-    let mut events = coordinator.subscribe();
+    let (mut observed, mut events) = observe(&replicas).expect("every replica runs at start");
+    let replicas = Arc::new(Mutex::new(replicas));
     let (stop, stopped) = watch::channel(false);
     let mut agents = Vec::new();
     for node in 0..NODES {
         let mut config = AgentConfig::new(&format!("node-{node}"));
-        config.coordinators = vec![url.clone()];
+        config.coordinators = urls.clone();
         config.source = source;
         config.sample_interval = Duration::from_millis(250);
         config.window = Duration::from_millis(1000);
@@ -58,8 +82,18 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         };
         agents.push(tokio::spawn(gpumon_agent::run(config, stopped.clone())));
     }
+    let (chaos_lines, mut chaos_rx) = mpsc::unbounded_channel();
+    let chaos = args.chaos.then(|| {
+        tokio::spawn(chaos::run(
+            replicas.clone(),
+            Duration::from_secs_f64(args.chaos_every),
+            chaos_lines,
+            stopped.clone(),
+        ))
+    });
 
     let started = Instant::now();
+    let stamp = move || format!("[{:>6.1}s]", started.elapsed().as_secs_f64());
     let until = async {
         match args.duration {
             Some(d) => tokio::time::sleep(Duration::from_secs_f64(d)).await,
@@ -76,18 +110,28 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     loop {
         tokio::select! {
             e = events.recv() => match e {
-                Ok(e) => println!("[{:>6.1}s] {}", started.elapsed().as_secs_f64(), describe(&e)),
-                Err(RecvError::Lagged(n)) => println!("[{:>6.1}s] ({n} events skipped)", started.elapsed().as_secs_f64()),
-                Err(RecvError::Closed) => break,
+                Ok(e) => println!("{} {}", stamp(), describe(&e)),
+                Err(RecvError::Lagged(n)) => println!("{} ({n} events skipped)", stamp()),
+                // The replica we listened to was stopped: listen to another.
+                Err(RecvError::Closed) => match observe(&*replicas.lock().await) {
+                    Some((id, rx)) => {
+                        observed = id;
+                        events = rx;
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(100)).await,
+                },
             },
+            Some(line) = chaos_rx.recv() => println!("{} {line}", stamp()),
             _ = summary.tick() => {
+                let url = live_url(&replicas, observed).await;
                 if let Ok(line) = summarize(&url).await {
-                    println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
+                    println!("{} {line}", stamp());
                 }
             }
             _ = alert_poll.tick() => {
+                let url = live_url(&replicas, observed).await;
                 for line in new_alerts(&url, &mut alerts_seen).await.unwrap_or_default() {
-                    println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
+                    println!("{} {line}", stamp());
                 }
             }
             _ = &mut until => break,
@@ -96,30 +140,30 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     }
     println!("stopping");
     let _ = stop.send(true);
+    if let Some(c) = chaos {
+        let _ = c.await;
+    }
     for a in agents {
         let _ = a.await;
     }
-    coordinator.shutdown().await;
+    let replicas =
+        Arc::try_unwrap(replicas).map_err(|_| anyhow::anyhow!("replicas still shared"))?;
+    replicas.into_inner().shutdown().await;
     Ok(())
 }
 
-async fn start_coordinator(
-    args: &DemoArgs,
-    data_dir: &std::path::Path,
-) -> Result<Coordinator, Failure> {
-    let mut config = CoordinatorConfig::new(1, data_dir.to_owned());
-    config.listen = args.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.into());
-    match Coordinator::start(config.clone()).await {
-        Ok(c) => Ok(c),
-        // The default port is taken: any free port will do for a demo.
-        Err(gpumon_coordinator::StartError::Listen { .. }) if args.listen.is_none() => {
-            config.listen = "127.0.0.1:0".into();
-            Ok(Coordinator::start(config)
-                .await
-                .map_err(anyhow::Error::new)?)
-        }
-        Err(e) => Err(Failure::Runtime(anyhow::Error::new(e))),
-    }
+/// Events of some running replica (every replica applies the same entries).
+fn observe(replicas: &Replicas) -> Option<(u64, broadcast::Receiver<ViewEvent>)> {
+    replicas.running().next().map(|c| (c.id(), c.subscribe()))
+}
+
+/// The API of replica `preferred` if it runs, else of any running one.
+async fn live_url(replicas: &Mutex<Replicas>, preferred: u64) -> String {
+    let r = replicas.lock().await;
+    r.get(preferred)
+        .or_else(|| r.running().next())
+        .map(|c| c.api_url())
+        .unwrap_or_default()
 }
 
 fn describe(e: &ViewEvent) -> String {
@@ -206,11 +250,16 @@ async fn summarize(url: &str) -> anyhow::Result<String> {
             )
         })
         .collect();
+    let cluster: gpumon_proto::api::ClusterView = reqwest::get(format!("{url}/api/v1/cluster"))
+        .await?
+        .json()
+        .await?;
     Ok(format!(
-        "job {}: {} live ranks; highest: {}",
+        "job {}: {} live ranks; highest: {}; {} windows committed",
         job.job,
         ranks.len(),
-        top.join(", ")
+        top.join(", "),
+        cluster.ingest.windows_applied
     ))
 }
 
