@@ -1,8 +1,83 @@
-//! `gpumon bench`: load generators against a running cluster (being written).
+//! `gpumon bench`: load generators against a running cluster.
+//!
+//! `gpumon bench ingest` simulates many agents pushing to the coordinators
+//! and reports sustained committed throughput and push-to-commit latency:
+//!
+//! ```text
+//! gpumon bench ingest --coordinators http://c1:7070,http://c2:7070,http://c3:7070 \
+//!     --agents 1000 --gpus-per-agent 8 --rate 2 --duration 30 --json
+//! ```
+//!
+//! Definitions:
+//!
+//! - `--rate HZ` is readings per second per GPU (the agent's sampling rate);
+//!   a *GPU-sample* is one reading of one GPU. The cluster is offered
+//!   `agents x gpus-per-agent x rate` GPU-samples per second.
+//! - Like the real agent, each simulated agent folds its readings into
+//!   windows: every `--window-ms` it has one `GpuWindow` per GPU whose
+//!   `samples` is round(rate x window_ms / 1000), at least 1.
+//! - Each agent sends a `Hello`, then one `PushBatch` per window period (seq
+//!   1, 2, 3…, a random incarnation), to `POST /api/v1/ingest`, following
+//!   leader hints. At most one push is in flight per agent: periods that
+//!   close meanwhile are queued and go out together in the next push, so the
+//!   load is closed-loop and a cluster that cannot keep up shows as committed
+//!   throughput below offered. Agents start staggered over one window period.
+//! - Push-to-commit latency runs from sending the request to receiving the
+//!   `Committed` reply, leader hops included (not earlier failed attempts:
+//!   those are counted in `errors`).
+//! - The first `--warmup` seconds are not counted; the next `--duration`
+//!   seconds are measured, counting what commits in them; then the agents
+//!   stop and in-flight pushes get at most [`DRAIN`] to finish.
+//!
+//! Files: [`window`] makes what an agent sends, [`push`] delivers one
+//! message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
+//! histogram and [`report`] prints.
+//!
+//! The coordinator tracks at most `max_agents` agents (2048 by default) and
+//! as many GPUs and ranks as its limits allow: pushes beyond them still
+//! commit through Raft, but their windows are skipped by the view. Each
+//! agent holds one connection, so `ulimit -n` must exceed `--agents`.
 
+mod agent;
+mod latency;
+mod push;
+mod report;
+mod stats;
+mod window;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::anyhow;
 use clap::{Args, Subcommand};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use crate::Failure;
+use crate::{usage, Failure};
+use agent::AgentRun;
+use push::Pusher;
+use report::{Progress, Report};
+use stats::Stats;
+use window::{mix, Shape, SimAgent};
+
+/// Most simulated agents.
+pub const MAX_AGENTS: u64 = 100_000;
+/// Most GPUs per simulated agent.
+pub const MAX_GPUS: u32 = 64;
+/// Shortest window period, ms.
+pub const MIN_WINDOW_MS: u64 = 10;
+/// Longest window period, ms (one hour).
+pub const MAX_WINDOW_MS: u64 = 3_600_000;
+/// Highest sampling rate, Hz.
+pub const MAX_RATE_HZ: f64 = 1e6;
+/// Longest warmup or measured period, seconds (one week).
+pub const MAX_SECS: f64 = 7.0 * 86_400.0;
+/// Time in-flight pushes get to finish after the measured period.
+pub const DRAIN: Duration = Duration::from_secs(5);
+/// Time allowed for one push request.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `gpumon bench`.
 #[derive(Debug, Args)]
@@ -14,15 +89,433 @@ pub struct BenchArgs {
 /// What to benchmark.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Simulated agents push windows to a running cluster.
+    /// Simulated agents push windows to a running cluster; reports sustained GPU-samples/s and push-to-commit latency.
+    #[command(long_about = INGEST_ABOUT)]
     Ingest(IngestArgs),
 }
 
+const INGEST_ABOUT: &str = "\
+Simulated agents push windows to a running cluster; reports sustained GPU-samples/s and push-to-commit latency.
+
+Each agent sends a Hello, then one push per window period carrying one window per GPU, each folding \
+round(rate x window-ms / 1000) readings (GPU-samples). At most one push is in flight per agent: periods \
+that close meanwhile go out together in the next push, so a cluster that cannot keep up commits less \
+than offered (agents x gpus-per-agent x rate GPU-samples/s). Latency runs from sending a push to its \
+Committed reply, leader hops included. The first --warmup seconds are not counted; --duration seconds \
+are measured; in-flight pushes then get 5 s to finish.
+
+Prints samples_per_s, windows_per_s, pushes_per_s, offered_samples_per_s, p50/p90/p99/max_ms, errors, \
+rejected and not_leader_hops (JSON with --json). Exits 1 when the cluster never committed anything.";
+
 /// `gpumon bench ingest`.
 #[derive(Debug, Args)]
-pub struct IngestArgs {}
+pub struct IngestArgs {
+    /// Coordinator base URLs, comma-separated; pushes start on them round-robin and follow the leader.
+    #[arg(long, value_delimiter = ',', value_name = "URL,...", required = true)]
+    pub coordinators: Vec<String>,
+    /// Simulated agents (nodes), 1 to 100000.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub agents: u64,
+    /// GPUs per agent, 1 to 64.
+    #[arg(long, default_value_t = 8, value_name = "G")]
+    pub gpus_per_agent: u32,
+    /// Readings per second per GPU (the sampling rate); one reading of one GPU is a GPU-sample.
+    #[arg(long, default_value_t = 2.0, value_name = "HZ")]
+    pub rate: f64,
+    /// Window period, ms (at least 10): one push per agent per period, one window per GPU.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub window_ms: u64,
+    /// Measured period, seconds, after the warmup.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Seconds at the start whose pushes are not counted.
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    pub warmup: f64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress lines on standard error.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
 
+/// Validated settings of one run.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// Base URLs, no trailing slash.
+    pub urls: Vec<String>,
+    /// Simulated agents.
+    pub agents: usize,
+    /// GPUs per agent.
+    pub gpus: u32,
+    /// Readings per second per GPU.
+    pub rate_hz: f64,
+    /// Window period, ms.
+    pub window_ms: u64,
+    /// `samples` of each window.
+    pub samples_per_window: u32,
+    /// Measured period.
+    pub duration: Duration,
+    /// Uncounted start.
+    pub warmup: Duration,
+}
+
+impl IngestConfig {
+    /// agents x GPUs x rate.
+    pub fn offered_samples_per_s(&self) -> f64 {
+        self.agents as f64 * f64::from(self.gpus) * self.rate_hz
+    }
+}
+
+fn secs(flag: &str, v: f64, zero_ok: bool) -> Result<Duration, Failure> {
+    let ok = v.is_finite() && v <= MAX_SECS && (v > 0.0 || (zero_ok && v == 0.0));
+    if !ok {
+        let what = if zero_ok {
+            "zero or more"
+        } else {
+            "more than zero"
+        };
+        return Err(usage(format!(
+            "{flag} {v}: give {what} seconds (at most {MAX_SECS})"
+        )));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Checks the flags; every problem is a usage error naming its flag.
+pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
+    if !(1..=MAX_AGENTS).contains(&args.agents) {
+        return Err(usage(format!(
+            "--agents {}: give between 1 and {MAX_AGENTS} agents",
+            args.agents
+        )));
+    }
+    if !(1..=MAX_GPUS).contains(&args.gpus_per_agent) {
+        return Err(usage(format!(
+            "--gpus-per-agent {}: give between 1 and {MAX_GPUS} GPUs",
+            args.gpus_per_agent
+        )));
+    }
+    if !(args.rate.is_finite() && args.rate > 0.0 && args.rate <= MAX_RATE_HZ) {
+        return Err(usage(format!(
+            "--rate {}: give readings per second per GPU, more than 0 and at most {MAX_RATE_HZ}",
+            args.rate
+        )));
+    }
+    if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&args.window_ms) {
+        return Err(usage(format!(
+            "--window-ms {}: give between {MIN_WINDOW_MS} and {MAX_WINDOW_MS} ms",
+            args.window_ms
+        )));
+    }
+    let duration = secs("--duration", args.duration, false)?;
+    let warmup = secs("--warmup", args.warmup, true)?;
+    let mut urls = Vec::with_capacity(args.coordinators.len());
+    for raw in &args.coordinators {
+        let url = raw.trim().trim_end_matches('/');
+        match reqwest::Url::parse(url) {
+            Ok(u) if u.scheme() == "http" && u.host().is_some() => urls.push(url.to_owned()),
+            Ok(u) if u.scheme() == "https" => {
+                return Err(usage(format!(
+                    "--coordinators {raw:?}: this build speaks plain http only, give http://HOST:PORT"
+                )))
+            }
+            _ => {
+                return Err(usage(format!(
+                    "--coordinators {raw:?}: give coordinator base URLs such as http://127.0.0.1:7070, comma-separated"
+                )))
+            }
+        }
+    }
+    if urls.is_empty() {
+        return Err(usage("--coordinators: give at least one URL"));
+    }
+    let samples = (args.rate * args.window_ms as f64 / 1000.0)
+        .round()
+        .max(1.0);
+    Ok(IngestConfig {
+        urls,
+        agents: args.agents as usize,
+        gpus: args.gpus_per_agent,
+        rate_hz: args.rate,
+        window_ms: args.window_ms,
+        samples_per_window: samples as u32,
+        duration,
+        warmup,
+    })
+}
+
+/// Runs `gpumon bench`.
 pub async fn run(args: BenchArgs) -> Result<(), Failure> {
-    let BenchCommand::Ingest(_) = args.what;
-    Err(crate::usage("gpumon bench ingest is not available in this build yet"))
+    let BenchCommand::Ingest(args) = args.what;
+    let (json, quiet) = (args.json, args.quiet);
+    let config = resolve(args)?;
+    if !quiet {
+        warn_about(&config);
+    }
+    let stats = ingest(&config, quiet).await?;
+    let report = Report::new(&config, &stats);
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(why) = stats.first_rejection.get() {
+        eprintln!(
+            "bench: {} messages were refused (a generator bug); the first: {why}",
+            report.rejected
+        );
+    }
+    if stats
+        .committed_total
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        let why = stats.first_error.get().map_or("", String::as_str);
+        return Err(Failure::Runtime(anyhow!(
+            "the cluster never committed a push in {:.1} s (no leader, or no URL reachable?); first error: {why}",
+            (config.warmup + config.duration).as_secs_f64()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the agents for warmup + duration, drains, and returns the counters.
+async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failure> {
+    let client = reqwest::Client::builder()
+        .timeout(PUSH_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_max_idle_per_host(config.agents)
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| anyhow!("cannot build the HTTP client: {e}"))?;
+    let pusher = Arc::new(Pusher::new(client, config.urls.clone()));
+    let start = Instant::now();
+    let t0_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let measure_from = start + config.warmup;
+    let end = measure_from + config.duration;
+    let stats = Arc::new(Stats::new(measure_from, end));
+    let shape = Shape {
+        agents: config.agents,
+        gpus: config.gpus,
+        samples_per_window: config.samples_per_window,
+        window_ms: config.window_ms,
+        t0_ms,
+    };
+    // Incarnations differ between runs (a rerun against the same cluster
+    // must not look like duplicates) and between agents.
+    let seed = u64::from(std::process::id()) ^ t0_ms.rotate_left(20) ^ start_nanos();
+    let window = Duration::from_millis(config.window_ms);
+    let mut agents = JoinSet::new();
+    for i in 0..config.agents {
+        let run = AgentRun {
+            sim: SimAgent::new(shape, i),
+            incarnation: mix(seed ^ mix(i as u64)),
+            gpus: config.gpus,
+            samples_per_window: config.samples_per_window,
+            start: start + Duration::from_millis(shape.offset_ms(i)),
+            window,
+            first_url: i % config.urls.len(),
+        };
+        agents.spawn(run.run(pusher.clone(), stats.clone()));
+    }
+    let progress = (!quiet).then(|| tokio::spawn(progress(stats.clone(), start)));
+    tokio::time::sleep_until(end).await;
+    let drained =
+        tokio::time::timeout(DRAIN, async { while agents.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        agents.abort_all();
+        while agents.join_next().await.is_some() {}
+    }
+    if let Some(p) = progress {
+        p.abort();
+    }
+    Ok(stats)
+}
+
+fn start_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()))
+}
+
+/// A progress line on standard error every second.
+async fn progress(stats: Arc<Stats>, start: Instant) {
+    let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+    let mut state = Progress::default();
+    let mut last = start;
+    loop {
+        tick.tick().await;
+        // The actual time, not the tick's: a busy runtime can run this late.
+        let now = Instant::now();
+        eprintln!("{}", state.line(&stats, now - start, now - last));
+        last = now;
+    }
+}
+
+/// Says on standard error what could skew the figures.
+fn warn_about(config: &IngestConfig) {
+    let effective = f64::from(config.samples_per_window) * 1000.0 / config.window_ms as f64;
+    if (effective - config.rate_hz).abs() > config.rate_hz * 0.01 {
+        eprintln!(
+            "bench: {} Hz x {} ms windows rounds to {} samples per window ({effective:.2} Hz); offered_samples_per_s uses {} Hz",
+            config.rate_hz, config.window_ms, config.samples_per_window, config.rate_hz
+        );
+    }
+    if let Some(limit) = open_files_limit() {
+        if limit < config.agents as u64 + 64 {
+            eprintln!(
+                "bench: {} agents need about {} connections but `ulimit -n` is {limit}; expect transport errors",
+                config.agents,
+                config.agents + 64
+            );
+        }
+    }
+}
+
+/// The soft limit on open files, from /proc (Linux); `None` elsewhere.
+fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> IngestArgs {
+        IngestArgs {
+            coordinators: vec![
+                "http://127.0.0.1:7070/".into(),
+                "http://10.0.0.2:7070".into(),
+            ],
+            agents: 8,
+            gpus_per_agent: 4,
+            rate: 20.0,
+            window_ms: 250,
+            duration: 2.0,
+            warmup: 1.0,
+            json: true,
+            quiet: true,
+        }
+    }
+
+    fn usage_text(a: IngestArgs) -> String {
+        match resolve(a) {
+            Err(Failure::Usage(e)) => e.to_string(),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resolves_good_flags() {
+        let c = resolve(args()).unwrap();
+        assert_eq!(
+            c.urls,
+            vec!["http://127.0.0.1:7070", "http://10.0.0.2:7070"]
+        );
+        assert_eq!(c.samples_per_window, 5);
+        assert_eq!(c.offered_samples_per_s(), 640.0);
+        let c = resolve(IngestArgs {
+            rate: 0.1,
+            ..args()
+        })
+        .unwrap();
+        assert_eq!(c.samples_per_window, 1, "at least one sample per window");
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors_naming_the_flag() {
+        let cases: Vec<(IngestArgs, &str)> = vec![
+            (
+                IngestArgs {
+                    agents: 0,
+                    ..args()
+                },
+                "--agents 0",
+            ),
+            (
+                IngestArgs {
+                    agents: 100_001,
+                    ..args()
+                },
+                "--agents",
+            ),
+            (
+                IngestArgs {
+                    gpus_per_agent: 65,
+                    ..args()
+                },
+                "--gpus-per-agent",
+            ),
+            (
+                IngestArgs {
+                    rate: f64::NAN,
+                    ..args()
+                },
+                "--rate",
+            ),
+            (
+                IngestArgs {
+                    rate: 0.0,
+                    ..args()
+                },
+                "--rate",
+            ),
+            (
+                IngestArgs {
+                    window_ms: 9,
+                    ..args()
+                },
+                "--window-ms",
+            ),
+            (
+                IngestArgs {
+                    duration: 0.0,
+                    ..args()
+                },
+                "--duration",
+            ),
+            (
+                IngestArgs {
+                    warmup: -1.0,
+                    ..args()
+                },
+                "--warmup",
+            ),
+            (
+                IngestArgs {
+                    coordinators: vec!["127.0.0.1:7070".into()],
+                    ..args()
+                },
+                "--coordinators",
+            ),
+            (
+                IngestArgs {
+                    coordinators: vec!["https://c:7070".into()],
+                    ..args()
+                },
+                "http only",
+            ),
+            (
+                IngestArgs {
+                    coordinators: vec![],
+                    ..args()
+                },
+                "--coordinators",
+            ),
+        ];
+        for (a, want) in cases {
+            let text = usage_text(a);
+            assert!(text.contains(want), "{text:?} should name {want}");
+        }
+        assert!(resolve(IngestArgs {
+            warmup: 0.0,
+            ..args()
+        })
+        .is_ok());
+    }
 }

@@ -1,0 +1,198 @@
+//! One delivery attempt of an agent message, following leader hints.
+//!
+//! The same rules as the real agent's uplink (`agent/src/uplink.rs`), minus
+//! its exponential backoff: a follower's `NotLeader { leader_url: Some(u) }`
+//! is followed to `u`, at most [`MAX_LEADER_HOPS`] times per attempt; any
+//! other failure ends the attempt, and the agent's [`Route`] moves on to the
+//! next URL in the list (round-robin) for the next one. A 4xx is a refusal:
+//! the coordinator will never take this message.
+
+use gpumon_proto::wire;
+use gpumon_proto::{CoordinatorReply, PushOutcome};
+
+/// Leader hints followed in one attempt.
+pub const MAX_LEADER_HOPS: u32 = 3;
+/// Largest reply accepted from a coordinator.
+const MAX_REPLY_BYTES: usize = 1 << 20;
+/// Longest refusal text kept.
+const MAX_REASON_BYTES: usize = 512;
+
+/// Where one agent sends: the leader when known, else its turn in the list.
+#[derive(Debug)]
+pub struct Route {
+    leader: Option<String>,
+    next: usize,
+}
+
+impl Route {
+    /// A route starting at URL number `first` (modulo the list's length).
+    pub fn new(first: usize) -> Self {
+        Self {
+            leader: None,
+            next: first,
+        }
+    }
+
+    fn target<'a>(&'a self, urls: &'a [String]) -> &'a str {
+        self.leader
+            .as_deref()
+            .unwrap_or(&urls[self.next % urls.len()])
+    }
+
+    /// After a failure: forget the leader, take the next URL.
+    fn rotate(&mut self, urls: &[String]) {
+        self.leader = None;
+        self.next = (self.next + 1) % urls.len();
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Committed through Raft.
+    Committed {
+        /// The coordinator had applied it before.
+        duplicate: bool,
+    },
+    /// Worth retrying elsewhere: no leader, 5xx, transport error, bad reply.
+    Failed(String),
+    /// Refused for good (4xx).
+    Rejected(String),
+}
+
+/// The shared HTTP client and the coordinators' URLs.
+#[derive(Debug)]
+pub struct Pusher {
+    client: reqwest::Client,
+    urls: Vec<String>,
+}
+
+impl Pusher {
+    /// A pusher over `urls` (base URLs without a trailing slash, at least one).
+    pub fn new(client: reqwest::Client, urls: Vec<String>) -> Self {
+        Self { client, urls }
+    }
+
+    /// Sends `body` (an encoded `AgentMessage`) along `route`, following up
+    /// to [`MAX_LEADER_HOPS`] leader hints; `on_hop` is called for each.
+    pub async fn attempt(
+        &self,
+        route: &mut Route,
+        body: &[u8],
+        mut on_hop: impl FnMut(),
+    ) -> Attempt {
+        let mut hops = 0;
+        loop {
+            let url = route.target(&self.urls).to_owned();
+            let outcome = match self.post(&url, body).await {
+                Ok(o) => o,
+                Err(Failure::Retry(why)) => {
+                    route.rotate(&self.urls);
+                    return Attempt::Failed(format!("{url}: {why}"));
+                }
+                Err(Failure::Refused(why)) => return Attempt::Rejected(format!("{url}: {why}")),
+            };
+            match outcome {
+                PushOutcome::Committed { duplicate, .. } => {
+                    return Attempt::Committed { duplicate };
+                }
+                PushOutcome::NotLeader {
+                    leader_url: Some(leader),
+                } if leader != url && hops < MAX_LEADER_HOPS => {
+                    hops += 1;
+                    on_hop();
+                    route.leader = Some(leader.trim_end_matches('/').to_owned());
+                }
+                PushOutcome::NotLeader { leader_url } => {
+                    route.rotate(&self.urls);
+                    let why = match leader_url {
+                        None => "no leader is known yet".to_owned(),
+                        Some(l) => format!("still not the leader after {hops} hops (hint {l})"),
+                    };
+                    return Attempt::Failed(format!("{url}: {why}"));
+                }
+            }
+        }
+    }
+
+    async fn post(&self, url: &str, body: &[u8]) -> Result<PushOutcome, Failure> {
+        let resp = self
+            .client
+            .post(format!("{url}/api/v1/ingest"))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(|e| Failure::Retry(error_chain(&e)))?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| Failure::Retry(error_chain(&e)))?;
+        if status.is_client_error() {
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_REASON_BYTES)]);
+            return Err(Failure::Refused(format!("HTTP {status}: {text}")));
+        }
+        if !status.is_success() {
+            return Err(Failure::Retry(format!("HTTP {status}")));
+        }
+        let reply: CoordinatorReply = wire::decode(&bytes, MAX_REPLY_BYTES)
+            .map_err(|e| Failure::Retry(format!("bad reply: {e}")))?;
+        let CoordinatorReply::V1(reply) = reply;
+        Ok(reply.outcome)
+    }
+}
+
+enum Failure {
+    Retry(String),
+    Refused(String),
+}
+
+/// An error with its causes ("error sending request: connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_rotates_through_the_list_and_forgets_the_leader() {
+        let urls: Vec<String> = ["http://a", "http://b", "http://c"]
+            .map(String::from)
+            .into();
+        let mut r = Route::new(2);
+        assert_eq!(r.target(&urls), "http://c");
+        r.leader = Some("http://b".into());
+        assert_eq!(r.target(&urls), "http://b");
+        r.rotate(&urls);
+        assert_eq!(r.target(&urls), "http://a");
+        r.rotate(&urls);
+        assert_eq!(r.target(&urls), "http://b");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_url_fails_and_rotates() {
+        // Port 1 on loopback: connection refused, at once.
+        let urls = vec![
+            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+        ];
+        let pusher = Pusher::new(reqwest::Client::new(), urls);
+        let mut route = Route::new(0);
+        let got = pusher.attempt(&mut route, b"x", || {}).await;
+        assert!(
+            matches!(&got, Attempt::Failed(why) if why.starts_with("http://127.0.0.1:1")),
+            "{got:?}"
+        );
+        assert_eq!(route.target(&pusher.urls), "http://127.0.0.1:2");
+    }
+}
