@@ -147,7 +147,7 @@ pub struct CoordinatorArgs {
     /// Windows of history kept per memory series [default: 1024].
     #[arg(long, env = "GPUMON_HISTORY_WINDOWS")]
     pub history_windows: Option<usize>,
-    /// Raft log entries between snapshots [default: 2000].
+    /// Raft log entries applied between snapshots on a follower; the leader waits three times as long [default: 10000].
     #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
     pub snapshot_every_entries: Option<u64>,
     /// Bytes per chunk when a snapshot is sent to a lagging replica [default: 1048576].

@@ -12,7 +12,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// dozens of processes is a few KiB).
 pub const DEFAULT_MAX_PUSH_BYTES: usize = 4 << 20;
 /// Default log entries between snapshots.
-pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 2_000;
+pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Most windows accepted in one push.
 pub const MAX_WINDOWS_PER_PUSH: usize = 4_096;
 /// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).

@@ -16,7 +16,7 @@ use crate::config::{CoordinatorConfig, Formation};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::state_machine::StateMachine;
-use crate::raft::Raft;
+use crate::raft::{snapshot_schedule, Raft};
 
 /// File name of the Raft log inside the data directory.
 pub const LOG_FILE: &str = "raft-log.redb";
@@ -122,6 +122,7 @@ pub struct Coordinator {
     /// `true` once shutting down; the server and every `/api/v1/stream` watch it.
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
+    snapshots: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -165,7 +166,8 @@ impl Coordinator {
             heartbeat_interval: HEARTBEAT_MS,
             election_timeout_min: ELECTION_TIMEOUT_MS.0,
             election_timeout_max: ELECTION_TIMEOUT_MS.1,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
+            // Snapshots follow our own schedule (raft::snapshot_schedule).
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: 100,
             // A peer further behind than two snapshot periods gets the snapshot.
             replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
@@ -188,6 +190,12 @@ impl Coordinator {
         form(&raft, &config, &advertise).await?;
 
         let (stop, mut stopped) = watch::channel(false);
+        let snapshots = snapshot_schedule::spawn(
+            raft.clone(),
+            config.id,
+            config.snapshot_every_entries,
+            stopped.clone(),
+        );
         let state = AppState::new(AppParts {
             id: config.id,
             raft: raft.clone(),
@@ -219,6 +227,7 @@ impl Coordinator {
             state_machine,
             stop,
             server,
+            snapshots,
         })
     }
 
@@ -251,6 +260,7 @@ impl Coordinator {
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
         let _ = (&mut self.server).await;
+        let _ = (&mut self.snapshots).await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

@@ -191,10 +191,19 @@ async fn a_restarted_coordinator_recovers_from_its_log_and_snapshot() {
         push(&url, &batch(seq, seq * GIB)).await;
     }
     let before: JobDetail = get(&url, "/api/v1/jobs/job-x").await;
+    // The snapshot schedule looks every 200 ms: 12 entries are past 5.
+    let mut metrics = c.raft().metrics();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= 5)),
+    )
+    .await
+    .expect("a snapshot within 10 s")
+    .unwrap();
     c.shutdown().await;
     assert!(
         dir.path().join("snapshot.bin").exists(),
-        "a snapshot was taken every 5 entries"
+        "the snapshot is on disk"
     );
 
     let c = start(dir.path(), 5).await;

@@ -11,6 +11,7 @@
 pub mod digest;
 pub mod log_store;
 pub mod network;
+pub mod snapshot_schedule;
 pub mod state_machine;
 
 use std::io::Cursor;

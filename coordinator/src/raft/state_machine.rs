@@ -42,7 +42,7 @@ type Node = openraft::BasicNode;
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
 /// A snapshot's metadata and bytes.
-type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Vec<u8>);
+type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Arc<Vec<u8>>);
 
 /// Name of the snapshot file inside the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
@@ -98,6 +98,18 @@ enum SnapshotFile {
 
 /// A state digest and the applied index it was taken at.
 type DigestAt = (Option<u64>, String);
+
+/// [`SnapshotFile::V2`] borrowed, for writing without copying the data;
+/// postcard encodes both the same way.
+#[derive(Serialize)]
+enum SnapshotFileRef<'a> {
+    #[allow(dead_code)]
+    V1,
+    V2 {
+        meta: &'a SnapshotMeta<NodeId, Node>,
+        data: &'a [u8],
+    },
+}
 
 /// The state machine; clones share state.
 #[derive(Clone)]
@@ -162,11 +174,11 @@ impl StateMachine {
                         };
                         let data =
                             postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
-                        current = Some((meta, data));
+                        current = Some((meta, Arc::new(data)));
                     }
                     SnapshotFile::V2 { meta, data } => {
                         applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
-                        current = Some((meta, data));
+                        current = Some((meta, Arc::new(data)));
                     }
                 }
             }
@@ -221,21 +233,20 @@ impl StateMachine {
         self.applied_batches.subscribe()
     }
 
+    /// Writes the snapshot file atomically (temporary file, fsync, rename,
+    /// fsync of the directory), streaming: no copy of `data` is made.
     fn write_snapshot_file(
         &self,
         meta: &SnapshotMeta<NodeId, Node>,
         data: &[u8],
     ) -> std::io::Result<()> {
-        let file = SnapshotFile::V2 {
-            meta: meta.clone(),
-            data: data.to_vec(),
-        };
-        let bytes = postcard::to_allocvec(&file).map_err(std::io::Error::other)?;
+        let file = SnapshotFileRef::V2 { meta, data };
         let tmp = self.snapshot_path.with_extension("bin.tmp");
         {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+            postcard::to_io(&file, &mut w).map_err(std::io::Error::other)?;
+            w.flush()?;
+            w.get_ref().sync_all()?;
         }
         std::fs::rename(&tmp, self.snapshot_path.as_path())?;
         if let Some(dir) = self.snapshot_path.parent() {
@@ -247,11 +258,10 @@ impl StateMachine {
     /// Writes the snapshot file off the runtime, then makes it the current snapshot.
     async fn persist_snapshot(
         &self,
-        meta: &SnapshotMeta<NodeId, Node>,
-        data: &[u8],
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Arc<Vec<u8>>,
     ) -> StorageResult<()> {
         let me = self.clone();
-        let (meta, data) = (meta.clone(), data.to_vec());
         let (meta2, data2) = (meta.clone(), data.clone());
         tokio::task::spawn_blocking(move || me.write_snapshot_file(&meta2, &data2))
             .await
@@ -279,11 +289,15 @@ fn decode_applied(data: &[u8]) -> Result<Applied, postcard::Error> {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let (data, last_applied, membership) = {
-            let applied = self.read();
-            let data = postcard::to_allocvec(&*applied).map_err(|e| self.snapshot_err(e))?;
-            (data, applied.last_applied, applied.membership.clone())
-        };
+        // Apply waits only for the copy; encoding and writing happen after.
+        let started = std::time::Instant::now();
+        let copy = self.read().clone();
+        let copied = started.elapsed();
+        let (last_applied, membership) = (copy.last_applied, copy.membership.clone());
+        let data = tokio::task::spawn_blocking(move || postcard::to_allocvec(&copy))
+            .await
+            .map_err(|e| self.snapshot_err(e))?
+            .map_err(|e| self.snapshot_err(e))?;
         let n = self
             .snapshots_built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -299,12 +313,18 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: membership,
             snapshot_id,
         };
-        self.persist_snapshot(&meta, &data).await?;
-
-        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "built snapshot");
+        let data = Arc::new(data);
+        self.persist_snapshot(meta.clone(), data.clone()).await?;
+        tracing::info!(
+            snapshot = %meta.snapshot_id,
+            bytes = data.len(),
+            copy_ms = copied.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "built snapshot"
+        );
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
         })
     }
 }
@@ -411,7 +431,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 AnyError::error(format!("received snapshot does not decode: {e}")),
             )
         })?;
-        self.persist_snapshot(meta, &data).await?;
+        self.persist_snapshot(meta.clone(), Arc::new(data)).await?;
         *self.applied.write().unwrap_or_else(|p| p.into_inner()) = Applied {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
@@ -431,7 +451,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .clone();
         Ok(current.map(|(meta, data)| Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
         }))
     }
 }
