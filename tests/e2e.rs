@@ -394,6 +394,87 @@ async fn bad_usage_exits_2_with_a_reason() {
 }
 
 #[tokio::test]
+async fn a_wrong_cluster_definition_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = "1=127.0.0.1:17801,2=127.0.0.1:17802,3=127.0.0.1:17803";
+    for (args, says) in [
+        (
+            vec!["--id", "4", "--peers", peers],
+            "--id 4 is not in --peers",
+        ),
+        (
+            vec!["--id", "1", "--peers", "1=127.0.0.1,2=b:1"],
+            "no :PORT",
+        ),
+        (
+            vec!["--id", "1", "--peers", "1=127.0.0.1:1,1=b:2"],
+            "listed twice",
+        ),
+        (
+            vec!["--id", "1", "--peers", peers, "--listen", "127.0.0.1:17999"],
+            "different ports",
+        ),
+        (
+            vec!["--id", "1", "--peers", peers, "--join"],
+            "cannot be used with",
+        ),
+    ] {
+        let data = dir.path().join("data");
+        let out = gpumon()
+            .arg("coordinator")
+            .args(&args)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!data.exists(), "{args:?} wrote {data:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_damaged_raft_log_stops_the_replica_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = gpumon();
+    cmd.args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path());
+    let mut c = Proc::spawn(cmd);
+    let url = c.url_line().await;
+    wait_for(Duration::from_secs(20), "a leader", || async {
+        match get::<ClusterView>(&format!("{url}/api/v1/cluster")).await {
+            Ok(v) if v.coordinator.as_ref().is_some_and(|c| c.leader.is_some()) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    c.kill().await;
+    let log = dir.path().join("raft-log.redb");
+    let len = std::fs::metadata(&log).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let out = gpumon()
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // redb's reason depends on where the cut falls; the file is always named.
+    assert!(
+        err.contains("cannot open Raft log") && err.contains("raft-log.redb"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn configuration_merges_file_then_environment_then_flags() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gpumon.toml");

@@ -343,3 +343,68 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn blank(index: u64) -> Vec<u8> {
+        let entry = Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        };
+        postcard::to_allocvec(&entry).unwrap()
+    }
+
+    fn write_rows(path: &Path, rows: &[(u64, Vec<u8>)]) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(LOG).unwrap();
+            for (i, bytes) in rows {
+                t.insert(*i, bytes.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn a_clean_log_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        write_rows(&path, &[(0, blank(0)), (1, blank(1)), (2, blank(2))]);
+        LogStore::open(&path).unwrap();
+    }
+
+    #[test]
+    fn an_undecodable_entry_stops_the_open_naming_file_and_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        write_rows(&path, &[(0, blank(0)), (1, vec![0xff; 7])]);
+        let err = LogStore::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("log.redb") && err.contains("log entry 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_entry_stops_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        write_rows(&path, &[(0, blank(0)), (1, blank(1)), (3, blank(3))]);
+        let err = LogStore::open(&path).unwrap_err().to_string();
+        assert!(err.contains("2..3 are missing"), "{err}");
+    }
+
+    #[test]
+    fn an_entry_under_the_wrong_index_stops_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        write_rows(&path, &[(0, blank(0)), (1, blank(5))]);
+        let err = LogStore::open(&path).unwrap_err().to_string();
+        assert!(err.contains("claims index 5"), "{err}");
+    }
+}
