@@ -2,6 +2,9 @@
 //! single-replica coordinator on a loopback port, and a push that waits for
 //! the commit.
 
+// Each test binary uses its own subset of these helpers.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
