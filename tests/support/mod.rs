@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod pusher;
+
 use std::process::Stdio;
 use std::time::Duration;
 

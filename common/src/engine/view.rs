@@ -126,8 +126,9 @@ pub struct JobSummary {
 pub struct JobForecast {
     /// The rank expected to run out first.
     pub rank: u32,
-    /// Its risk.
-    pub risk: Risk,
+    /// That rank's risk level after hysteresis (the forecast's own `risk` is
+    /// before it); a separate name, since the forecast is flattened beside it.
+    pub risk_level: Risk,
     /// Its forecast.
     #[serde(flatten)]
     pub forecast: OomForecast,
@@ -208,9 +209,9 @@ impl Engine {
             .filter(|r| r.ended_t.is_none())
             .filter_map(|r| r.forecast.map(|f| (r.rank, r.risk, f)))
             .min_by(|a, b| a.2.predicted_oom_t.total_cmp(&b.2.predicted_oom_t))
-            .map(|(rank, risk, forecast)| JobForecast {
+            .map(|(rank, risk_level, forecast)| JobForecast {
                 rank,
-                risk,
+                risk_level,
                 forecast,
             });
         Some(JobSummary {
@@ -222,5 +223,35 @@ impl Engine {
             ranks,
             markers: j.markers.iter().cloned().collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_forecast_reads_back_from_its_json() {
+        let f = JobForecast {
+            rank: 3,
+            risk_level: Risk::Low,
+            forecast: OomForecast {
+                t: 100.0,
+                predicted_oom_t: 700.0,
+                earliest_oom_t: 600.0,
+                latest_oom_t: 900.0,
+                confidence: 0.9,
+                slope_bytes_per_s: 1e6,
+                level_bytes: 5e10,
+                margin_bytes: 1e9,
+                usable_bytes: 8e10,
+                risk: Risk::Warning,
+            },
+        };
+        let json = serde_json::to_string(&f).unwrap();
+        // One key per name: a duplicate would make strict parsers refuse it.
+        assert_eq!(json.matches("\"risk\"").count(), 1, "{json}");
+        let back: JobForecast = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, f);
     }
 }

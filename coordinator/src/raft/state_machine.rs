@@ -217,8 +217,8 @@ impl StateMachine {
                 return (index, d.clone());
             }
         }
-        let d =
-            super::digest::digest(&*applied).unwrap_or_else(|e| format!("unencodable state: {e}"));
+        let d = super::digest::digest(&(&applied.state, &applied.engine))
+            .unwrap_or_else(|e| format!("unencodable state: {e}"));
         *cache = Some((index, d.clone()));
         (index, d)
     }
