@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gpumon_proto::api::{ClusterView, NodesView};
 use serde_json::Value;
-use support::{get, gpumon, wait_for, Proc};
+use support::{get, gpumon, leading_coordinator};
 
 /// Runs `gpumon bench ingest ARGS` to the end, within `within`; (exit code, stdout, stderr).
 async fn bench(args: &[&str], within: Duration) -> (i32, String, String) {
@@ -46,29 +46,7 @@ fn num(report: &Value, key: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_against_one_coordinator() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = gpumon();
-    cmd.args([
-        "coordinator",
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-    ])
-    .arg(dir.path());
-    let mut coord = Proc::spawn(cmd);
-    let url = coord.url_line().await;
-    // A single replica elects itself; measure once it leads.
-    wait_for(Duration::from_secs(10), "a leader", || async {
-        let c: ClusterView = get(&format!("{url}/api/v1/cluster"))
-            .await
-            .map_err(|e| e.to_string())?;
-        match c.coordinator.and_then(|c| c.leader) {
-            Some(_) => Ok(()),
-            None => Err("no leader yet".to_owned()),
-        }
-    })
-    .await;
+    let (coord, url) = leading_coordinator(dir.path()).await;
 
     let (code, stdout, stderr) = bench(
         &[

@@ -18,7 +18,7 @@ mod support;
 use std::time::Duration;
 
 use gpumon_proto::api::{ClusterView, JobDetail, JobsView};
-use support::{get, gpumon, wait_for, Proc};
+use support::{get, gpumon, leading_coordinator, wait_for, Proc};
 
 const GIB: u64 = 1 << 30;
 const RANKS: u32 = 8;
@@ -438,18 +438,7 @@ async fn a_wrong_cluster_definition_is_refused_before_anything_is_written() {
 #[tokio::test]
 async fn a_damaged_raft_log_stops_the_replica_and_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = gpumon();
-    cmd.args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path());
-    let mut c = Proc::spawn(cmd);
-    let url = c.url_line().await;
-    wait_for(Duration::from_secs(20), "a leader", || async {
-        match get::<ClusterView>(&format!("{url}/api/v1/cluster")).await {
-            Ok(v) if v.coordinator.as_ref().is_some_and(|c| c.leader.is_some()) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let (c, _) = leading_coordinator(dir.path()).await;
     c.kill().await;
     let log = dir.path().join("raft-log.redb");
     let len = std::fs::metadata(&log).unwrap().len();

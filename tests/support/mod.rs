@@ -104,3 +104,31 @@ where
         }
     }
 }
+
+/// Starts a single-replica `gpumon coordinator` on a free loopback port over
+/// `data_dir` and waits until it leads; returns it and its URL.
+pub async fn leading_coordinator(data_dir: &std::path::Path) -> (Proc, String) {
+    let mut cmd = gpumon();
+    cmd.args([
+        "coordinator",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(data_dir);
+    let mut proc = Proc::spawn(cmd);
+    let url = proc.url_line().await;
+    wait_for(Duration::from_secs(20), "a leader", || async {
+        let s: gpumon_proto::api::RaftStatus = get(&format!("{url}/api/v1/raft"))
+            .await
+            .map_err(|e| e.to_string())?;
+        match s.leader {
+            Some(_) => Ok(()),
+            None => Err(format!("{s:?}")),
+        }
+    })
+    .await;
+    (proc, url)
+}
