@@ -7,7 +7,11 @@
 //! - `gpumon demo` prints its URL first and serves every simulated rank; with
 //!   `--chaos` it stops the leader, prints the failover, brings the old
 //!   leader back, and windows keep being committed on every replica;
-//! - bad usage and bad configuration exit 2 with a reason;
+//! - bad usage and bad configuration exit 2 with a reason; a wrong cluster
+//!   definition is refused before anything is written; a damaged Raft log
+//!   stops its replica with the file named;
+//! - a replica started with `--join` is added by `gpumon cluster add`, catches
+//!   up, shows in `gpumon cluster status`, and is removed again;
 //! - `gpumon record` writes a gzip trace from a live coordinator and agent
 //!   that `gpumon replay` reads.
 //!
@@ -657,4 +661,101 @@ async fn record_writes_a_trace_from_a_live_cluster_that_replays() {
 
     agent.kill().await;
     coord.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_replica_is_added_caught_up_and_removed_with_gpumon_cluster() {
+    use gpumon_proto::api::RaftStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let (_first, url1) = leading_coordinator(&dir.path().join("1")).await;
+    // Something to replicate before the new replica arrives.
+    let _agent = agent(&url1, 0);
+    wait_for(Duration::from_secs(20), "windows on replica 1", || async {
+        match get::<ClusterView>(&format!("{url1}/api/v1/cluster")).await {
+            Ok(c) if c.ingest.windows_applied > 0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let addr2 = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut cmd = gpumon();
+    cmd.args([
+        "coordinator",
+        "--id",
+        "2",
+        "--join",
+        "--listen",
+        &addr2,
+        "--data-dir",
+    ])
+    .arg(dir.path().join("2"));
+    let mut second = Proc::spawn(cmd);
+    let url2 = second.url_line().await;
+
+    let cluster = |args: &[&str]| {
+        let mut cmd = gpumon();
+        cmd.arg("cluster")
+            .args(args)
+            .arg("--coordinators")
+            .arg(format!("{url2},{url1}"));
+        cmd.output()
+    };
+    // Asked first through the replica that is not a member yet: it knows no
+    // leader, so the command moves on to the next URL.
+    let out = cluster(&["add", &format!("2={addr2}")]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("added replica 2") && text.contains(&format!("2={addr2}")),
+        "{text}"
+    );
+
+    // Replica 2 votes, has the same data, and `cluster status` shows both.
+    let s2: RaftStatus = wait_for(Duration::from_secs(20), "replica 2 caught up", || async {
+        let s1: RaftStatus = get(&format!("{url1}/api/v1/raft"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let s2: RaftStatus = get(&format!("{url2}/api/v1/raft"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if s2.voters.len() == 2 && s2.applied_index >= s1.applied_index && s2.leader == Some(1) {
+            Ok(s2)
+        } else {
+            Err(format!("{s1:?} / {s2:?}"))
+        }
+    })
+    .await;
+    assert_eq!(s2.role, "follower");
+    let out = cluster(&["status"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains("127.0.0.1:")).count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("leader") && text.contains("follower"),
+        "{text}"
+    );
+
+    let out = cluster(&["remove", "2"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s1: RaftStatus = get(&format!("{url1}/api/v1/raft")).await.unwrap();
+    assert_eq!(s1.voters.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1]);
+    assert!(s1.learners.is_empty());
+    second.kill().await;
 }
