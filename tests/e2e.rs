@@ -22,7 +22,7 @@ mod support;
 use std::time::Duration;
 
 use gpumon_proto::api::{ClusterView, JobDetail, JobsView};
-use support::{get, gpumon, leading_coordinator, wait_for, Proc};
+use support::{coordinator_cmd, get, gpumon, leading_coordinator, wait_for, Proc};
 
 const GIB: u64 = 1 << 30;
 const RANKS: u32 = 8;
@@ -53,18 +53,8 @@ fn agent(url: &str, node: u32) -> Proc {
 }
 
 fn coordinator(data_dir: &std::path::Path) -> Proc {
-    let mut cmd = gpumon();
-    cmd.args([
-        "coordinator",
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--snapshot-every-entries",
-        "5",
-        "--data-dir",
-    ])
-    .arg(data_dir);
+    let mut cmd = coordinator_cmd(data_dir);
+    cmd.args(["--snapshot-every-entries", "5"]);
     Proc::spawn(cmd)
 }
 

@@ -105,6 +105,22 @@ where
     }
 }
 
+/// `gpumon coordinator` as a single replica (id 1) on a free loopback port
+/// over `data_dir`; add flags before spawning.
+pub fn coordinator_cmd(data_dir: &std::path::Path) -> Command {
+    let mut cmd = gpumon();
+    cmd.args([
+        "coordinator",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(data_dir);
+    cmd
+}
+
 /// Starts a single-replica `gpumon coordinator` on a free loopback port over
 /// `data_dir` and waits until it leads; returns it and its URL.
 pub async fn leading_coordinator(data_dir: &std::path::Path) -> (Proc, String) {

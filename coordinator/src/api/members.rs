@@ -15,7 +15,7 @@ use gpumon_proto::api::{AddMember, RaftStatus};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 
-use super::raft_status::status;
+use super::raft_status::{leader_url, status};
 use super::{admin, ApiError, AppState};
 use crate::peers::check_addr;
 
@@ -133,11 +133,7 @@ fn ensure_leader(state: &AppState) -> Result<(), ApiError> {
     if m.current_leader == Some(state.inner.id) {
         return Ok(());
     }
-    let url = m
-        .current_leader
-        .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
-        .map(|n| format!("http://{}", n.addr));
-    Err(ApiError::NotLeader(url))
+    Err(ApiError::NotLeader(leader_url(&m)))
 }
 
 fn write_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> ApiError {

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::Json;
 use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus};
-use openraft::ServerState;
+use openraft::{BasicNode, RaftMetrics, ServerState};
 
 use super::AppState;
 
@@ -45,10 +45,7 @@ pub fn status(state: &AppState) -> RaftStatus {
                 .collect()
         })
         .unwrap_or_default();
-    let leader_url = m
-        .current_leader
-        .and_then(|l| membership.get_node(&l))
-        .map(|n| format!("http://{}", n.addr));
+    let leader_url = leader_url(&m);
     RaftStatus {
         id: inner.id,
         role: role(m.state).into(),
@@ -67,6 +64,13 @@ pub fn status(state: &AppState) -> RaftStatus {
         replication,
         state_digest,
     }
+}
+
+/// The known leader's base URL, from its membership entry.
+pub fn leader_url(m: &RaftMetrics<u64, BasicNode>) -> Option<String> {
+    m.current_leader
+        .and_then(|l| m.membership_config.membership().get_node(&l))
+        .map(|n| format!("http://{}", n.addr))
 }
 
 /// How many entries `behind` trails `ahead` (none known counts as before 0).
