@@ -136,6 +136,8 @@ impl Uplink {
                 node: self.hello.node.clone(),
                 dropped_batches: self.stats.dropped.load(Relaxed),
                 windows,
+                hook: Vec::new(),
+                acks: Vec::new(),
             };
             self.next_seq += 1;
             self.buffer.push_back(batch);

@@ -74,6 +74,8 @@ fn batch(seq: u64) -> AgentMessage {
         node: "node-a".into(),
         dropped_batches: 0,
         windows,
+        hook: Vec::new(),
+        acks: Vec::new(),
     }))
 }
 

@@ -54,6 +54,8 @@ fn batch(seq: u64, used: u64) -> AgentMessage {
         node: "node-a".into(),
         dropped_batches: 0,
         windows,
+        hook: Vec::new(),
+        acks: Vec::new(),
     }))
 }
 

@@ -83,6 +83,8 @@ fn batch(seq: u64, pid0: u32) -> AgentMessage {
         node: "node-r".into(),
         dropped_batches: 0,
         windows,
+        hook: Vec::new(),
+        acks: Vec::new(),
     }))
 }
 

@@ -1,6 +1,7 @@
 //! Every gpumon type that crosses a process boundary, and the wire codec.
 //!
 //! - [`sample`]: raw NVML-style samples and the per-GPU windows agents push;
+//! - [`hook`]: what the in-process hook reports and the action acknowledgements;
 //! - [`uplink`]: the versioned agent → coordinator messages and the replies;
 //! - [`api`]: the JSON documents the coordinator's read API serves;
 //! - [`wire`]: the postcard codec with size limits and version checks.
@@ -27,10 +28,14 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod hook;
 pub mod sample;
 pub mod uplink;
 pub mod wire;
 
+pub use hook::{
+    ActionAck, ActionOutcome, AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord,
+};
 pub use sample::{
     BytesStat, GaugeStat, GpuInfo, GpuSample, GpuWindow, ProcSample, ProcWindow, RankInfo,
 };

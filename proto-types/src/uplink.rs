@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hook::{ActionAck, HookRecord};
 use crate::sample::{GpuInfo, GpuWindow};
 
 /// Everything an agent sends to a coordinator; the variant is the protocol version.
@@ -60,6 +61,10 @@ pub struct PushBatch {
     pub dropped_batches: u64,
     /// The windows.
     pub windows: Vec<GpuWindow>,
+    /// Records from the in-process hooks on the node, oldest first.
+    pub hook: Vec<HookRecord>,
+    /// How actions delivered earlier ended.
+    pub acks: Vec<ActionAck>,
 }
 
 /// What a coordinator answers to an [`AgentMessage`]; the variant is the protocol version.
@@ -107,11 +112,23 @@ pub struct PendingAction {
     pub rank: u32,
     /// What to do.
     pub kind: ActionKind,
+    /// Why it was issued, for the user's callback and the logs.
+    pub reason: String,
 }
 
 /// The kinds of action a training process can carry out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ActionKind {
     /// `gc.collect()` then `torch.cuda.empty_cache()` at the next step boundary.
     ReleaseCache,
+}
+
+impl ActionKind {
+    /// The name used in the API and by the hook: `release_cache`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ReleaseCache => "release_cache",
+        }
+    }
 }

@@ -107,6 +107,7 @@ pub fn decode<T: Versioned>(bytes: &[u8], max_bytes: usize) -> Result<T, DecodeE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::{ActionAck, ActionOutcome, AllocRecord, AllocStats, HookRecord, StepRecord};
     use crate::sample::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
     use crate::uplink::{AgentMessageV1, PushBatch};
 
@@ -150,6 +151,36 @@ mod tests {
                         master_port: Some(29500),
                     }),
                 }],
+            }],
+            hook: vec![
+                HookRecord::Alloc(AllocRecord {
+                    t_ms: 2000,
+                    job: "j".into(),
+                    rank: 3,
+                    stats: AllocStats {
+                        allocated: 5,
+                        reserved: 9,
+                        inactive_split: Some(1),
+                        ..AllocStats::default()
+                    },
+                }),
+                HookRecord::Step(StepRecord {
+                    t_ms: 2001,
+                    job: "j".into(),
+                    rank: 3,
+                    step: 12,
+                    duration_ms: 250.5,
+                    sections: vec![("forward".into(), 80.0)],
+                }),
+            ],
+            acks: vec![ActionAck {
+                id: 4,
+                t_ms: 2002,
+                outcome: ActionOutcome::Done {
+                    freed_bytes: 3,
+                    at_step: Some(12),
+                },
+                response: None,
             }],
         }))
     }

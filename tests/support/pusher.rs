@@ -161,6 +161,8 @@ impl Plan {
             node: format!("node-{agent}"),
             dropped_batches: 0,
             windows,
+            hook: Vec::new(),
+            acks: Vec::new(),
         }))
     }
 }

@@ -120,6 +120,8 @@ impl SimAgent {
             node: self.node.clone(),
             dropped_batches: 0,
             windows,
+            hook: Vec::new(),
+            acks: Vec::new(),
         }
     }
 

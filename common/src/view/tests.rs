@@ -60,6 +60,8 @@ fn batch(seq: u64, incarnation: u64, windows: Vec<GpuWindow>) -> PushBatch {
         node: "node-0".into(),
         dropped_batches: 0,
         windows,
+        hook: Vec::new(),
+        acks: Vec::new(),
     }
 }
 

@@ -1,0 +1,151 @@
+//! What the in-process Python hook reports, as it travels from the agent to
+//! the coordinators inside a [`crate::PushBatch`], and what comes back:
+//! acknowledgements of the actions the hook carried out.
+//!
+//! The hook speaks JSON lines to its local agent (see
+//! `agent/python/PROTOCOL.md`); the agent checks each record against the
+//! registered session (job, rank, process) and forwards it in these compact
+//! forms. They map one to one onto the `alloc`, `step` and `event` records
+//! of trace format v1; a named snapshot is an `event` that also carries the
+//! allocator's statistics.
+
+use serde::{Deserialize, Serialize};
+
+/// The caching allocator's statistics, from `torch.cuda.memory_stats()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocStats {
+    /// `allocated_bytes.all.current`: bytes in live tensors.
+    pub allocated: u64,
+    /// `reserved_bytes.all.current`: bytes the allocator holds from CUDA.
+    pub reserved: u64,
+    /// `active_bytes.all.current`: bytes in blocks in use, including the unused tail of split blocks.
+    pub active: Option<u64>,
+    /// `inactive_split_bytes.all.current`: free bytes inside split blocks, which `empty_cache` cannot return.
+    pub inactive_split: Option<u64>,
+    /// `allocated_bytes.all.peak`.
+    pub peak_allocated: Option<u64>,
+    /// `reserved_bytes.all.peak`.
+    pub peak_reserved: Option<u64>,
+    /// `num_alloc_retries`: cudaMalloc failures that forced a cache flush.
+    pub alloc_retries: Option<u64>,
+    /// `num_ooms`: out-of-memory errors the allocator raised.
+    pub ooms: Option<u64>,
+}
+
+impl AllocStats {
+    /// Cache that `torch.cuda.empty_cache()` could give back to the driver:
+    /// reserved minus allocated minus the free parts of split blocks.
+    pub fn reclaimable(&self) -> u64 {
+        self.reserved
+            .saturating_sub(self.allocated)
+            .saturating_sub(self.inactive_split.unwrap_or(0))
+    }
+}
+
+/// One record from a training process, stamped by the hook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum HookRecord {
+    /// Allocator statistics (trace type `alloc`).
+    Alloc(AllocRecord),
+    /// A finished step (trace type `step`).
+    Step(StepRecord),
+    /// A user marker or a named snapshot (trace type `event`).
+    Event(EventRecord),
+}
+
+impl HookRecord {
+    /// The job and rank the record is about.
+    pub fn subject(&self) -> (&str, u32) {
+        match self {
+            Self::Alloc(r) => (&r.job, r.rank),
+            Self::Step(r) => (&r.job, r.rank),
+            Self::Event(r) => (&r.job, r.rank),
+        }
+    }
+
+    /// When it was taken, ms since the Unix epoch (the node's clock).
+    pub fn t_ms(&self) -> u64 {
+        match self {
+            Self::Alloc(r) => r.t_ms,
+            Self::Step(r) => r.t_ms,
+            Self::Event(r) => r.t_ms,
+        }
+    }
+}
+
+/// The allocator's statistics of one rank at one time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocRecord {
+    /// When, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// The statistics.
+    pub stats: AllocStats,
+}
+
+/// One finished training step of one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// When the step ended, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// Step number, counted by the hook from 1.
+    pub step: u64,
+    /// Wall time of the whole step, ms.
+    pub duration_ms: f64,
+    /// Time spent in named sections (`data`, `forward`, `backward`, ...), ms.
+    pub sections: Vec<(String, f64)>,
+}
+
+/// A user marker (`gpumon.mark`) or a named snapshot (`gpumon.snapshot`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// When, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// The marker's or snapshot's name.
+    pub name: String,
+    /// Free text the user attached.
+    pub detail: Option<String>,
+    /// Present for a snapshot: the allocator's statistics at that moment.
+    pub snapshot: Option<AllocStats>,
+}
+
+/// How an action ended in the training process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ActionOutcome {
+    /// Carried out; `freed_bytes` is reserved memory before minus after.
+    Done {
+        /// Bytes the allocator gave back to the driver.
+        freed_bytes: u64,
+        /// The step after which it ran, when the hook counts steps.
+        at_step: Option<u64>,
+    },
+    /// Not carried out, and why.
+    Failed {
+        /// The reason, for the API and the logs.
+        reason: String,
+    },
+}
+
+/// An agent's report of how an action ended, sent in its next push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionAck {
+    /// The action's id.
+    pub id: u64,
+    /// When it ended, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// What happened.
+    pub outcome: ActionOutcome,
+    /// What the user's `gpumon.on_action` callback answered, if anything.
+    pub response: Option<String>,
+}
