@@ -16,10 +16,11 @@ fn resolve(
     args: CoordinatorArgs,
     config_file: Option<&Path>,
 ) -> Result<CoordinatorConfig, Failure> {
-    let file = match config_file {
-        Some(path) => FileConfig::load(path).map_err(usage)?.coordinator,
-        None => Default::default(),
+    let whole = match config_file {
+        Some(path) => FileConfig::load(path).map_err(usage)?,
+        None => FileConfig::default(),
     };
+    let file = whole.coordinator;
     let id = args.id.or(file.id).unwrap_or(1);
     let data_dir = args
         .data_dir
@@ -44,6 +45,8 @@ fn resolve(
         config.snapshot_chunk_bytes = v;
     }
     config.admin_token = args.admin_token.or(file.admin_token);
+    config.engine = whole.engine;
+    config.planner = whole.actions;
     let join = args.join || file.join.unwrap_or(false);
     match args.peers.or(file.peers) {
         Some(_) if join => return Err(usage("--join and --peers exclude each other")),

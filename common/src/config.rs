@@ -23,10 +23,13 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::actions::PlannerConfig;
+use crate::engine::EngineConfig;
 use thiserror::Error;
 
 /// The whole file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// `[agent]`.
@@ -35,6 +38,13 @@ pub struct FileConfig {
     /// `[coordinator]`.
     #[serde(default)]
     pub coordinator: CoordinatorFile,
+    /// `[engine]`: the detection engine's tunables; every replica (and a
+    /// replay meant to match them) must use the same values.
+    #[serde(default)]
+    pub engine: EngineConfig,
+    /// `[actions]`: the leader's release planner.
+    #[serde(default)]
+    pub actions: PlannerConfig,
 }
 
 /// `[agent]`: see `gpumon agent --help` for each field's meaning and default.

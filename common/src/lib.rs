@@ -20,8 +20,10 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod actions;
 pub mod config;
 pub mod engine;
+pub mod hook;
 pub mod logging;
 pub mod replay;
 pub mod trace;

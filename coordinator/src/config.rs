@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use gpumon_common::actions::PlannerConfig;
+use gpumon_common::engine::EngineConfig;
 use gpumon_common::view::Limits;
 
 use crate::peers::{check_addr, Peers};
@@ -15,6 +17,10 @@ pub const DEFAULT_MAX_PUSH_BYTES: usize = 4 << 20;
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Most windows accepted in one push.
 pub const MAX_WINDOWS_PER_PUSH: usize = 4_096;
+/// Most hook records one push may carry.
+pub const MAX_HOOK_RECORDS_PER_PUSH: usize = 65_536;
+/// Most action acknowledgements one push may carry.
+pub const MAX_ACKS_PER_PUSH: usize = 4096;
 /// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).
 pub const MAX_RAFT_RPC_BYTES: usize = 64 << 20;
 /// Default size of one snapshot chunk sent to a lagging peer, bytes.
@@ -57,6 +63,10 @@ pub struct CoordinatorConfig {
     /// Token that membership changes must carry (`Authorization: Bearer`);
     /// without one, only loopback clients may change membership.
     pub admin_token: Option<String>,
+    /// The detection engine's tunables; the same on every replica.
+    pub engine: EngineConfig,
+    /// The release planner the leader runs.
+    pub planner: PlannerConfig,
 }
 
 impl CoordinatorConfig {
@@ -73,6 +83,8 @@ impl CoordinatorConfig {
             formation: Formation::Single,
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             admin_token: None,
+            engine: EngineConfig::default(),
+            planner: PlannerConfig::default(),
         }
     }
 
@@ -97,6 +109,18 @@ impl CoordinatorConfig {
             return Err(format!(
                 "max_push_bytes {} is below the 1024-byte minimum",
                 self.max_push_bytes
+            ));
+        }
+        self.planner.validate()?;
+        let e = &self.engine;
+        if !(e.window_s.is_finite()
+            && e.window_s > 0.0
+            && e.warmup_s.is_finite()
+            && e.warmup_s >= 0.0)
+        {
+            return Err(format!(
+                "[engine] window_s ({}) must be positive and warmup_s ({}) zero or more",
+                e.window_s, e.warmup_s
             ));
         }
         if self.snapshot_every_entries == 0 {

@@ -20,6 +20,7 @@ mod api;
 pub mod config;
 mod node;
 pub mod peers;
+mod planner;
 pub mod raft;
 
 pub use config::{CoordinatorConfig, Formation};

@@ -123,6 +123,7 @@ pub struct Coordinator {
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
     snapshots: JoinHandle<()>,
+    planner: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -144,7 +145,7 @@ impl Coordinator {
             source,
         })?;
         let log_store = LogStore::open(&config.data_dir.join(LOG_FILE))?;
-        let state_machine = StateMachine::open(&config.data_dir, config.limits)?;
+        let state_machine = StateMachine::open(&config.data_dir, config.limits, &config.engine)?;
 
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
@@ -196,6 +197,12 @@ impl Coordinator {
             config.snapshot_every_entries,
             stopped.clone(),
         );
+        let planner = crate::planner::spawn(
+            raft.clone(),
+            state_machine.clone(),
+            config.planner.clone(),
+            stopped.clone(),
+        );
         let state = AppState::new(AppParts {
             id: config.id,
             raft: raft.clone(),
@@ -203,6 +210,7 @@ impl Coordinator {
             committed,
             max_push_bytes: config.max_push_bytes,
             admin_token: config.admin_token.clone(),
+            planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
@@ -228,6 +236,7 @@ impl Coordinator {
             stop,
             server,
             snapshots,
+            planner,
         })
     }
 
@@ -261,6 +270,7 @@ impl Coordinator {
         self.stop.send_replace(true);
         let _ = (&mut self.server).await;
         let _ = (&mut self.snapshots).await;
+        let _ = (&mut self.planner).await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

@@ -67,6 +67,10 @@ pub struct RankSummary {
     /// Allocator `reserved` now, bytes (with the hook).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reserved_bytes: Option<u64>,
+    /// Allocator `inactive_split` now, bytes (with the hook): free space
+    /// inside split blocks, which `empty_cache` cannot return.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub inactive_split_bytes: Option<u64>,
     /// Allocation retries so far (with the hook).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub alloc_retries: Option<u64>,
@@ -189,6 +193,7 @@ impl Engine {
                 peak_used_bytes: r.used_peak,
                 allocated_bytes: r.alloc.as_ref().map(|a| a.allocated_last),
                 reserved_bytes: r.alloc.as_ref().map(|a| a.reserved_last),
+                inactive_split_bytes: r.alloc.as_ref().map(|a| a.inactive_split),
                 alloc_retries: r.alloc.as_ref().map(|a| a.retries),
                 risk: gpu.map_or(Risk::None, |g| g.risk),
                 forecast: gpu.and_then(|g| g.forecast),

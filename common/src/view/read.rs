@@ -8,8 +8,26 @@ use gpumon_proto::api::{
 };
 
 use super::{ClusterState, RankEntry};
+use crate::actions::RankPlace;
 
 impl ClusterState {
+    /// Where a rank runs, for actions: its node while live.
+    pub fn rank_place(&self, job: &str, rank: u32) -> RankPlace<'_> {
+        match self.ranks.get(&(job.to_owned(), rank)) {
+            None => RankPlace::Unknown,
+            Some(r) if r.ended_ms.is_some() => RankPlace::Ended,
+            Some(r) => RankPlace::Live { node: &r.node },
+        }
+    }
+
+    /// True when the view has seen this job (live or ended).
+    pub fn has_job(&self, job: &str) -> bool {
+        self.ranks
+            .range((job.to_owned(), 0)..=(job.to_owned(), u32::MAX))
+            .next()
+            .is_some()
+    }
+
     /// `GET /api/v1/cluster`.
     pub fn cluster_view(&self) -> ClusterView {
         let live: Vec<&RankEntry> = self

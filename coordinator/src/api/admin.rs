@@ -15,7 +15,7 @@ pub fn authorize(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Res
             return Ok(());
         }
         return Err(ApiError::Unauthorized(format!(
-            "membership changes from {} need an admin token; start the coordinators with --admin-token (GPUMON_ADMIN_TOKEN)",
+            "admin requests from {} need an admin token; start the coordinators with --admin-token (GPUMON_ADMIN_TOKEN)",
             peer.ip()
         )));
     };

@@ -4,6 +4,8 @@
 //! protocol version or an undecodable body 400, each with the reason in the
 //! body and counted per replica (`/api/v1/cluster` → `coordinator.rejected_pushes`).
 //! A replica that is not the leader answers `NotLeader` with the leader's URL.
+//! The reply to a committed push carries the actions for ranks on the
+//! pushing agent's node (see `actions::for_agent`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -18,7 +20,7 @@ use gpumon_proto::{
 use openraft::error::{ClientWriteError, RaftError};
 
 use super::{ApiError, AppState};
-use crate::config::MAX_WINDOWS_PER_PUSH;
+use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
 use crate::raft::{Command, CommandV1};
 
 pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
@@ -53,6 +55,10 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         ApiError::BadRequest(e.to_string())
     })?;
     let AgentMessage::V1(msg) = msg;
+    let push_node = match &msg {
+        AgentMessageV1::Push(batch) => Some(batch.node.clone()),
+        AgentMessageV1::Hello(_) => None,
+    };
     let (acked_seq, command) = match msg {
         AgentMessageV1::Hello(hello) => (0, CommandV1::Hello(hello)),
         AgentMessageV1::Push(batch) => {
@@ -61,6 +67,15 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
                 return Err(ApiError::BadRequest(format!(
                     "push has {} windows; at most {MAX_WINDOWS_PER_PUSH} are accepted in one batch",
                     batch.windows.len()
+                )));
+            }
+            if batch.hook.len() > MAX_HOOK_RECORDS_PER_PUSH || batch.acks.len() > MAX_ACKS_PER_PUSH
+            {
+                inner.rejected.malformed.fetch_add(1, Relaxed);
+                return Err(ApiError::BadRequest(format!(
+                    "push has {} hook records and {} acks; at most {MAX_HOOK_RECORDS_PER_PUSH} and {MAX_ACKS_PER_PUSH} are accepted in one batch",
+                    batch.hook.len(),
+                    batch.acks.len()
                 )));
             }
             (batch.seq, CommandV1::Push(batch))
@@ -80,10 +95,13 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
             )))
         }
     };
-    let reply = CoordinatorReply::V1(CoordinatorReplyV1 {
-        outcome,
-        actions: Vec::new(),
-    });
+    let actions = match (&outcome, push_node) {
+        (PushOutcome::Committed { .. }, Some(node)) => {
+            super::actions::for_agent(&state, &node).await
+        }
+        _ => Vec::new(),
+    };
+    let reply = CoordinatorReply::V1(CoordinatorReplyV1 { outcome, actions });
     Ok((
         [(CONTENT_TYPE, "application/octet-stream")],
         wire::encode(&reply),

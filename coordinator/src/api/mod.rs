@@ -7,7 +7,10 @@
 //! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
 //! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] plus `analysis`: the engine's forecasts and flags per rank |
+//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | named allocator snapshots; with `a` and `b`, their difference per rank |
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | alert episodes, oldest first |
+//! | `GET /api/v1/actions?job=&state=&limit=` | | actions on training processes and how they ended |
+//! | `POST /api/v1/actions` | JSON `{"kind", "job", "ranks", "reason"}` | admin, leader: issue actions by hand |
 //! | `GET /api/v1/raft` | | [`gpumon_proto::api::RaftStatus`]: this replica's Raft figures and state digest |
 //! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
 //! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
@@ -20,6 +23,7 @@
 //! follower answers 421 with the leader's URL.
 //! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
+mod actions;
 mod admin;
 mod alerts;
 mod consistency;
@@ -30,6 +34,7 @@ mod members;
 mod raft_rpc;
 mod raft_status;
 mod read;
+mod snapshots;
 mod stream;
 
 use std::sync::atomic::AtomicU64;
@@ -42,6 +47,8 @@ use axum::Router;
 use tokio::sync::{watch, Semaphore};
 
 pub use error::ApiError;
+
+use gpumon_common::actions::IssueRules;
 
 use crate::config::MAX_RAFT_RPC_BYTES;
 use crate::raft::log_store::CommittedIndex;
@@ -69,6 +76,8 @@ pub struct AppParts {
     pub max_push_bytes: usize,
     /// Token membership changes must carry; `None`: loopback clients only.
     pub admin_token: Option<String>,
+    /// Expiry and rate limit given to actions an admin issues.
+    pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -80,6 +89,7 @@ struct Inner {
     committed: CommittedIndex,
     max_push_bytes: usize,
     admin_token: Option<String>,
+    planner_rules: IssueRules,
     rejected: Rejected,
     shutdown: watch::Receiver<bool>,
     /// One permit per open `/api/v1/stream` response.
@@ -115,6 +125,7 @@ impl AppState {
                 committed: parts.committed,
                 max_push_bytes: parts.max_push_bytes,
                 admin_token: parts.admin_token,
+                planner_rules: parts.planner_rules,
                 rejected: Rejected::default(),
                 shutdown: parts.shutdown,
                 stream_slots: Arc::new(Semaphore::new(stream::MAX_STREAM_CLIENTS)),
@@ -132,6 +143,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/nodes", get(read::nodes))
         .route("/api/v1/jobs", get(read::jobs))
         .route("/api/v1/jobs/{job}", get(read::job))
+        .route("/api/v1/jobs/{job}/snapshots", get(snapshots::snapshots))
+        .route("/api/v1/actions", get(actions::list).post(actions::issue))
         .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/raft", get(raft_status::raft_status))
         .layer(middleware::from_fn_with_state(

@@ -16,6 +16,7 @@ pub mod state_machine;
 
 use std::io::Cursor;
 
+use gpumon_common::actions::{ActionRequest, IssueOutcome, IssueRules};
 use gpumon_proto::{Hello, PushBatch};
 use serde::{Deserialize, Serialize};
 
@@ -45,12 +46,28 @@ pub enum Command {
 pub enum CommandV1 {
     /// An agent said hello.
     Hello(Hello),
-    /// An agent pushed windows.
+    /// An agent pushed windows, hook records and action acknowledgements.
     Push(PushBatch),
+    /// Issue actions (the leader's planner or an admin), with the
+    /// proposer's timing rules.
+    IssueActions {
+        /// One request per rank.
+        requests: Vec<ActionRequest>,
+        /// Expiry and rate limit.
+        rules: IssueRules,
+    },
+    /// The agent on `node` pulled these actions (the leader hands them out
+    /// in its reply to that agent's push).
+    DeliverActions {
+        /// The agent's node.
+        node: String,
+        /// The actions handed out.
+        ids: Vec<u64>,
+    },
 }
 
 /// What applying a command did, returned to the proposer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommandResult {
     /// The batch had been applied before.
     pub duplicate: bool,
@@ -58,4 +75,6 @@ pub struct CommandResult {
     pub windows_applied: u32,
     /// Windows skipped as invalid.
     pub windows_skipped: u32,
+    /// What became of each request of an `IssueActions`, in order.
+    pub issued: Vec<IssueOutcome>,
 }

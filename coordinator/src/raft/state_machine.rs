@@ -24,7 +24,9 @@ use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use gpumon_common::actions::ActionBook;
 use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::hook::HookState;
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
 use gpumon_proto::GpuWindow;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -71,6 +73,31 @@ pub struct Applied {
     pub state: ClusterState,
     /// The detection engine: forecasts, alerts, detector state.
     pub engine: Engine,
+    /// Actions on training processes and how they ended.
+    pub actions: ActionBook,
+    /// Hook data beside the engine: named snapshots, counters.
+    pub hook: HookState,
+}
+
+impl Applied {
+    /// Data time for actions, seconds: the newest time the engine has seen.
+    pub fn now_t(&self) -> f64 {
+        let t = self.engine.now();
+        if t.is_finite() {
+            t
+        } else {
+            0.0
+        }
+    }
+}
+
+/// [`Applied`] as snapshot format 2 wrote it, before actions and hook data.
+#[derive(Deserialize)]
+struct AppliedV2 {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Node>,
+    state: ClusterState,
+    engine: Engine,
 }
 
 /// [`Applied`] as snapshot format 1 wrote it, before the engine existed.
@@ -94,18 +121,25 @@ enum SnapshotFile {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
     },
+    /// The cluster view, the engine, actions and hook data.
+    V3 {
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Vec<u8>,
+    },
 }
 
 /// A state digest and the applied index it was taken at.
 type DigestAt = (Option<u64>, String);
 
-/// [`SnapshotFile::V2`] borrowed, for writing without copying the data;
+/// [`SnapshotFile::V3`] borrowed, for writing without copying the data;
 /// postcard encodes both the same way.
 #[derive(Serialize)]
 enum SnapshotFileRef<'a> {
     #[allow(dead_code)]
     V1,
-    V2 {
+    #[allow(dead_code)]
+    V2,
+    V3 {
         meta: &'a SnapshotMeta<NodeId, Node>,
         data: &'a [u8],
     },
@@ -141,7 +175,11 @@ pub struct LoadSnapshotError {
 
 impl StateMachine {
     /// Opens the state machine of `data_dir`, restoring the newest snapshot if there is one.
-    pub fn open(data_dir: &Path, limits: Limits) -> Result<Self, LoadSnapshotError> {
+    pub fn open(
+        data_dir: &Path,
+        limits: Limits,
+        engine_config: &EngineConfig,
+    ) -> Result<Self, LoadSnapshotError> {
         let path = data_dir.join(SNAPSHOT_FILE);
         let fail = |reason: String| LoadSnapshotError {
             path: path.clone(),
@@ -151,7 +189,9 @@ impl StateMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             state: ClusterState::new(limits),
-            engine: Engine::new(EngineConfig::default()),
+            engine: Engine::new(engine_config.clone()),
+            actions: ActionBook::default(),
+            hook: HookState::default(),
         };
         let mut current = None;
         match std::fs::read(&path) {
@@ -170,13 +210,34 @@ impl StateMachine {
                             last_applied: old.last_applied,
                             membership: old.membership,
                             state: old.state,
-                            engine: Engine::new(EngineConfig::default()),
+                            engine: Engine::new(engine_config.clone()),
+                            actions: ActionBook::default(),
+                            hook: HookState::default(),
                         };
                         let data =
                             postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
                         current = Some((meta, Arc::new(data)));
                     }
                     SnapshotFile::V2 { meta, data } => {
+                        let old: AppliedV2 =
+                            postcard::from_bytes(&data).map_err(|e| fail(e.to_string()))?;
+                        tracing::warn!(
+                            path = %path.display(),
+                            "snapshot format 2 has no action book; actions start afresh"
+                        );
+                        applied = Applied {
+                            last_applied: old.last_applied,
+                            membership: old.membership,
+                            state: old.state,
+                            engine: old.engine,
+                            actions: ActionBook::default(),
+                            hook: HookState::default(),
+                        };
+                        let data =
+                            postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
+                        current = Some((meta, Arc::new(data)));
+                    }
+                    SnapshotFile::V3 { meta, data } => {
                         applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
                         current = Some((meta, Arc::new(data)));
                     }
@@ -204,8 +265,8 @@ impl StateMachine {
     }
 
     /// The applied index and the digest of the replicated data at it: the
-    /// cluster view and the engine (histories, detector, alert and action
-    /// state), not Raft's own bookkeeping, so a blank entry of a new term or a
+    /// cluster view, the engine (histories, detector and alert state), the
+    /// action book and the hook data, not Raft's own bookkeeping, so a blank entry of a new term or a
     /// membership change leaves it alone. See [`super::digest`]; cached until
     /// the next entry is applied.
     pub fn digest(&self) -> (Option<u64>, String) {
@@ -217,8 +278,13 @@ impl StateMachine {
                 return (index, d.clone());
             }
         }
-        let d = super::digest::digest(&(&applied.state, &applied.engine))
-            .unwrap_or_else(|e| format!("unencodable state: {e}"));
+        let d = super::digest::digest(&(
+            &applied.state,
+            &applied.engine,
+            &applied.actions,
+            &applied.hook,
+        ))
+        .unwrap_or_else(|e| format!("unencodable state: {e}"));
         *cache = Some((index, d.clone()));
         (index, d)
     }
@@ -240,7 +306,7 @@ impl StateMachine {
         meta: &SnapshotMeta<NodeId, Node>,
         data: &[u8],
     ) -> std::io::Result<()> {
-        let file = SnapshotFileRef::V2 { meta, data };
+        let file = SnapshotFileRef::V3 { meta, data };
         let tmp = self.snapshot_path.with_extension("bin.tmp");
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
@@ -371,6 +437,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             }
                         }
                         events.extend(out.events);
+                        if !out.duplicate {
+                            let applied = &mut *applied;
+                            applied.hook.apply(&mut applied.engine, &batch.hook);
+                            let t = applied.now_t();
+                            for ack in &batch.acks {
+                                applied.actions.ack(&batch.node, ack, t);
+                            }
+                            if !applied.actions.nothing_outstanding() {
+                                let state = &applied.state;
+                                applied
+                                    .actions
+                                    .expire(t, |job, rank| state.rank_place(job, rank));
+                            }
+                        }
                         if streaming && !out.applied_indexes.is_empty() {
                             // The entry is ours: move the applied windows out, no copy.
                             let mut keep = vec![false; batch.windows.len()];
@@ -394,7 +474,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             duplicate: out.duplicate,
                             windows_applied: out.windows_applied as u32,
                             windows_skipped: out.windows_skipped as u32,
+                            issued: Vec::new(),
                         }
+                    }
+                    EntryPayload::Normal(Command::V1(CommandV1::IssueActions {
+                        requests,
+                        rules,
+                    })) => {
+                        let applied = &mut *applied;
+                        let t = applied.now_t();
+                        let issued = requests
+                            .iter()
+                            .map(|req| {
+                                let place = applied.state.rank_place(&req.job, req.rank);
+                                applied.actions.issue(t, req, &rules, place)
+                            })
+                            .collect();
+                        CommandResult {
+                            issued,
+                            ..CommandResult::default()
+                        }
+                    }
+                    EntryPayload::Normal(Command::V1(CommandV1::DeliverActions { node, ids })) => {
+                        let t = applied.now_t();
+                        applied.actions.deliver(&node, &ids, t);
+                        CommandResult::default()
                     }
                 };
                 results.push(result);
@@ -437,6 +541,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             membership: meta.last_membership.clone(),
             state: new_state.state,
             engine: new_state.engine,
+            actions: new_state.actions,
+            hook: new_state.hook,
         };
 
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");

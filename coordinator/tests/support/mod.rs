@@ -16,9 +16,17 @@ const ELECTION_WITHIN: Duration = Duration::from_secs(10);
 
 /// Starts a coordinator on `dir`, listening on a free loopback port.
 pub async fn start(dir: &std::path::Path, snapshot_every: u64) -> Coordinator {
+    start_with(dir, |c| c.snapshot_every_entries = snapshot_every).await
+}
+
+/// Starts a coordinator on `dir` with defaults changed by `tune`.
+pub async fn start_with(
+    dir: &std::path::Path,
+    tune: impl FnOnce(&mut CoordinatorConfig),
+) -> Coordinator {
     let mut config = CoordinatorConfig::new(1, dir.to_owned());
     config.listen = "127.0.0.1:0".into();
-    config.snapshot_every_entries = snapshot_every;
+    tune(&mut config);
     Coordinator::start(config)
         .await
         .expect("coordinator starts")
@@ -27,6 +35,11 @@ pub async fn start(dir: &std::path::Path, snapshot_every: u64) -> Coordinator {
 /// Pushes until committed: a fresh single-node cluster needs a moment to
 /// elect itself. Any answer but success or 503 fails the test.
 pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
+    push_reply(url, msg).await.outcome
+}
+
+/// Like [`push`], with the whole reply (the actions handed out included).
+pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
     let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
     let client = reqwest::Client::new();
     loop {
@@ -44,9 +57,9 @@ pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
         if resp.status().is_success() {
             let reply: CoordinatorReply =
                 wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
-            let CoordinatorReply::V1(CoordinatorReplyV1 { outcome, .. }) = reply;
-            if matches!(outcome, PushOutcome::Committed { .. }) {
-                return outcome;
+            let CoordinatorReply::V1(reply) = reply;
+            if matches!(reply.outcome, PushOutcome::Committed { .. }) {
+                return reply;
             }
         }
         assert!(

@@ -1,0 +1,61 @@
+//! The leader's release planner task: every `interval_ms`, on the leader
+//! only, it runs the pure planner (`gpumon_common::actions::plan_releases`)
+//! over the applied state and proposes what it returns through Raft. The
+//! book re-checks every rule at apply time, so a proposal racing a leader
+//! change, or a new leader planning again, cannot issue an action twice.
+
+use std::time::Duration;
+
+use gpumon_common::actions::{plan_releases, IssueOutcome, PlannerConfig};
+use openraft::ServerState;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::raft::state_machine::StateMachine;
+use crate::raft::{Command, CommandV1, Raft};
+
+/// Starts the planner; it ends when `stop` turns true.
+pub fn spawn(
+    raft: Raft,
+    state_machine: StateMachine,
+    config: PlannerConfig,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if !config.enabled {
+            return;
+        }
+        let every = Duration::from_millis(config.interval_ms);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            if raft.metrics().borrow().state != ServerState::Leader {
+                continue;
+            }
+            let requests = {
+                let applied = state_machine.read();
+                plan_releases(&applied.engine, &applied.actions, applied.now_t(), &config)
+            };
+            if requests.is_empty() {
+                continue;
+            }
+            let command = Command::V1(CommandV1::IssueActions {
+                requests: requests.clone(),
+                rules: config.rules(),
+            });
+            match raft.client_write(command).await {
+                Ok(resp) => {
+                    for (req, outcome) in requests.iter().zip(&resp.data.issued) {
+                        if let IssueOutcome::Issued { id } = outcome {
+                            tracing::info!(id, job = %req.job, rank = req.rank, reason = %req.reason, "planned release_cache");
+                        }
+                    }
+                }
+                // Lost leadership meanwhile: the new leader plans.
+                Err(e) => tracing::debug!(error = %e, "planned actions not committed"),
+            }
+        }
+    })
+}
