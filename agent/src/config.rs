@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::hook::HookAddr;
 use crate::source::sim::Scenario;
 
 /// Default sampling period, ms.
@@ -92,6 +93,9 @@ pub struct AgentConfig {
     pub max_batch_bytes: usize,
     /// Simulator placement (used with `SourceSpec::Sim`).
     pub sim: SimPlacement,
+    /// Where the hook endpoint listens (`unix:PATH` or a loopback
+    /// `HOST:PORT`); `None` (the default): no hook endpoint.
+    pub hook_listen: Option<HookAddr>,
 }
 
 impl AgentConfig {
@@ -107,6 +111,7 @@ impl AgentConfig {
             max_buffered_batches: DEFAULT_MAX_BUFFERED_BATCHES,
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             sim: SimPlacement::default(),
+            hook_listen: None,
         }
     }
 
@@ -146,6 +151,19 @@ impl AgentConfig {
         if self.agent_id.is_empty() || self.node_name.is_empty() {
             return Err("agent id and node name must not be empty".into());
         }
+        if let Some(addr) = &self.hook_listen {
+            // Any HookAddr is loopback or a short enough socket path by
+            // construction; checked again so a future constructor cannot
+            // slip past.
+            let valid = match (addr.unix_path(), addr.tcp_addr()) {
+                (Some(path), _) => HookAddr::unix(path).is_ok(),
+                (None, Some(sock)) => sock.ip().is_loopback(),
+                (None, None) => false,
+            };
+            if !valid {
+                return Err(format!("hook address {addr} is not a usable hook endpoint"));
+            }
+        }
         Ok(())
     }
 }
@@ -181,5 +199,15 @@ mod tests {
         c.window = Duration::from_secs(2);
         c.coordinators = vec!["127.0.0.1:7070".into()];
         assert!(c.validate().unwrap_err().contains("http://"));
+    }
+
+    #[test]
+    fn the_hook_endpoint_is_off_by_default_and_checked_when_set() {
+        let mut c = AgentConfig::new("n");
+        assert_eq!(c.hook_listen, None);
+        c.hook_listen = Some("unix:/tmp/gpumon-test/hook.sock".parse().unwrap());
+        c.validate().unwrap();
+        c.hook_listen = Some("[::1]:7071".parse().unwrap());
+        c.validate().unwrap();
     }
 }

@@ -363,9 +363,24 @@ impl RankFinder {
     }
 }
 
+/// The torchrun rank named by the environment of process `pid`, read from
+/// `<proc_root>/<pid>/environ` and parsed by [`parse_environ`]: `Ok(None)`
+/// when the process is no torchrun worker.
+///
+/// Used by the hook endpoint to check what a connecting process claims.
+///
+/// # Errors
+///
+/// The read's error: the process is gone or not visible (`NotFound`), or
+/// belongs to another user (`PermissionDenied`).
+pub fn read_rank(proc_root: &Path, pid: u32) -> io::Result<Option<RankInfo>> {
+    let path = proc_root.join(pid.to_string()).join("environ");
+    Ok(parse_environ(&read_bounded(&path, MAX_ENVIRON_BYTES)?))
+}
+
 /// Reads at most `limit + 1` bytes of `path`, so an oversized file is
 /// detectable without reading all of it.
-fn read_bounded(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+pub(crate) fn read_bounded(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)?
         .take(limit as u64 + 1)
@@ -521,6 +536,18 @@ mod tests {
         let mut blob = RANK3.to_vec();
         blob.extend(std::iter::repeat_n(b'x', MAX_ENVIRON_BYTES));
         assert_eq!(parse_environ(&blob), None);
+    }
+
+    #[test]
+    fn read_rank_reads_a_process_environment_under_a_proc_root() {
+        let root = tempfile::tempdir().unwrap();
+        write_proc(root.path(), 4242, RANK3, None);
+        write_proc(root.path(), 4243, NOT_TORCH, None);
+        let info = read_rank(root.path(), 4242).unwrap().unwrap();
+        assert_eq!((info.job.as_str(), info.rank), ("llama-7b-sft-20240611", 3));
+        assert_eq!(read_rank(root.path(), 4243).unwrap(), None);
+        let e = read_rank(root.path(), 4244).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! It samples every GPU of its node ([`source`]: NVML, a simulator, or
 //! nothing), attributes each GPU process to its torchrun job and rank
 //! ([`discovery`]), folds samples into windows (`gpumon_common::window`) and
-//! pushes them to the coordinators ([`uplink`]). [`run`] wires it together.
+//! pushes them to the coordinators ([`uplink`]). With a hook address it also
+//! serves the in-process hooks of the node's training processes ([`hook`]):
+//! their records travel in the same pushes, and actions come back to them.
+//! [`run`] wires it together.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -17,9 +20,11 @@
 
 pub mod config;
 pub mod discovery;
+pub mod hook;
 mod run;
 pub mod source;
 pub mod uplink;
 
 pub use config::{AgentConfig, SimPlacement, SourceSpec};
+pub use hook::{HookAddr, HookAddrError, HookError};
 pub use run::{run, AgentError};

@@ -4,24 +4,33 @@
 //! through a bounded channel with `try_send`; when the uplink is that far
 //! behind, the window is dropped and counted (the uplink's own buffer holds
 //! the real backlog).
+//!
+//! With a hook address, the hook endpoint is bound first (a bad address or
+//! a live agent on the socket stops the start with [`AgentError::Hook`]);
+//! each window tick then also drains the hook records and action acks
+//! gathered in its [`HookHub`] into the same hand-over. Hook records wait in
+//! the hub (bounded, oldest dropped and counted) while the channel is full,
+//! so a slow uplink never loses them here.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpumon_common::window::WindowFolder;
 use gpumon_proto::Hello;
 use thiserror::Error;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
+use crate::hook::{HookError, HookHub, HookServer, HookSource};
 use crate::source::nvml::NvmlSource;
 use crate::source::sim::{SimSettings, SimSource};
 use crate::source::{GpuSource, NoSource};
-use crate::uplink::Uplink;
+use crate::uplink::{Outgoing, Uplink};
 
 /// Windows queued between the sampler and the uplink task.
 const WINDOW_CHANNEL: usize = 16;
@@ -35,6 +44,10 @@ pub enum AgentError {
     /// The simulator settings are invalid.
     #[error(transparent)]
     Source(#[from] crate::source::SourceError),
+    /// The hook endpoint cannot listen (the message names the address and
+    /// the operating system's reason).
+    #[error(transparent)]
+    Hook(#[from] HookError),
 }
 
 /// Milliseconds since the Unix epoch, from the wall clock.
@@ -52,15 +65,30 @@ fn new_incarnation() -> u64 {
     h.finish()
 }
 
+/// Without a GPU of its own to sample, the agent builds samples from hook
+/// reports when it serves hooks, and samples nothing otherwise.
+fn no_gpu_source(hub: Option<&Arc<HookHub>>) -> Box<dyn GpuSource> {
+    match hub {
+        Some(hub) => Box::new(HookSource::new(hub.clone())),
+        None => Box::new(NoSource),
+    }
+}
+
+/// The source to sample and whether its processes need attributing to ranks.
 fn make_source(
     config: &AgentConfig,
     start_ms: u64,
+    hub: Option<&Arc<HookHub>>,
 ) -> Result<(Box<dyn GpuSource>, bool), AgentError> {
     Ok(match config.source {
         SourceSpec::Nvml => match NvmlSource::new() {
             Ok(s) => (Box::new(s), true),
+            Err(e) if hub.is_some() => {
+                tracing::warn!(error = %e, "NVML unavailable: this agent samples no GPU and builds GPU samples from hook reports only");
+                (no_gpu_source(hub), false)
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "NVML unavailable: this agent samples no GPU and relays hook data only");
+                tracing::warn!(error = %e, "NVML unavailable and no hook endpoint (--hook-listen): this agent samples no GPU");
                 (Box::new(NoSource), false)
             }
         },
@@ -72,8 +100,58 @@ fn make_source(
             settings.start_ms = start_ms;
             (Box::new(SimSource::new(settings)?), false)
         }
-        SourceSpec::None => (Box::new(NoSource), false),
+        SourceSpec::None => (no_gpu_source(hub), false),
     })
+}
+
+/// The running hook endpoint.
+struct Hooks {
+    hub: Arc<HookHub>,
+    /// Dropping it stops the server.
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Hooks {
+    /// Binds the hook endpoint when configured and serves it in a task.
+    async fn start(config: &AgentConfig) -> Result<Option<Hooks>, AgentError> {
+        let Some(addr) = &config.hook_listen else {
+            return Ok(None);
+        };
+        let hub = Arc::new(HookHub::new(&config.agent_id, &config.node_name));
+        let server = HookServer::bind(addr, hub.clone()).await?;
+        tracing::info!(address = %server.local_addr(), "hook endpoint listening");
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(server.serve(async move {
+            let _ = stopped.await;
+        }));
+        Ok(Some(Hooks { hub, stop, task }))
+    }
+
+    /// Closes every connection (failing the actions their sessions leave
+    /// unfinished) and removes the socket file.
+    async fn stop(self) {
+        drop(self.stop);
+        let _ = self.task.await;
+    }
+}
+
+/// This window's hand-over: the windows, plus the hub's records and acks
+/// when the channel has room for them (otherwise they keep in the hub).
+fn outgoing(
+    windows: Vec<gpumon_proto::GpuWindow>,
+    hub: Option<&Arc<HookHub>>,
+    room: bool,
+) -> Outgoing {
+    let (hook, acks) = match hub {
+        Some(hub) if room => hub.take_outgoing(),
+        _ => (Vec::new(), Vec::new()),
+    };
+    Outgoing {
+        windows,
+        hook,
+        acks,
+    }
 }
 
 /// Runs the agent until `shutdown` turns true; then flushes briefly and returns.
@@ -82,8 +160,18 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
     config.validate().map_err(AgentError::Config)?;
+    let hooks = Hooks::start(&config).await?;
+    let hub = hooks.as_ref().map(|h| h.hub.clone());
     let start_ms = now_ms();
-    let (mut source, attribute) = make_source(&config, start_ms)?;
+    let (mut source, attribute) = match make_source(&config, start_ms, hub.as_ref()) {
+        Ok(made) => made,
+        Err(e) => {
+            if let Some(hooks) = hooks {
+                hooks.stop().await;
+            }
+            return Err(e);
+        }
+    };
     let mut finder = attribute.then(|| RankFinder::new(PathBuf::from("/proc")));
     let hello = Hello {
         agent_id: config.agent_id.clone(),
@@ -97,12 +185,15 @@ pub async fn run(
         agent = %hello.agent_id, node = %hello.node, source = %hello.source, gpus = hello.gpus.len(),
         coordinators = ?config.coordinators, "agent starting"
     );
-    let uplink = Uplink::new(
+    let mut uplink = Uplink::new(
         config.coordinators.clone(),
         hello,
         config.max_buffered_batches,
         config.max_batch_bytes,
     );
+    if let Some(hub) = &hub {
+        uplink = uplink.with_hook_hub(hub.clone());
+    }
     let (tx, rx) = mpsc::channel(WINDOW_CHANNEL);
     let uplink_task = tokio::spawn(uplink.run(rx));
 
@@ -135,8 +226,13 @@ pub async fn run(
                 }
             }
             _ = window_tick.tick() => {
-                let windows = folder.take();
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(windows) {
+                // The sampler is the only sender, so room seen here is still
+                // there at `try_send`.
+                let out = outgoing(folder.take(), hub.as_ref(), tx.capacity() > 0);
+                if out.is_empty() {
+                    continue;
+                }
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(out) {
                     windows_dropped += 1;
                     tracing::warn!(windows_dropped, "uplink is behind; dropped a window set");
                 }
@@ -144,7 +240,12 @@ pub async fn run(
             _ = shutdown.changed() => break,
         }
     }
-    let rest = folder.take();
+    // Stop the hook endpoint first, so the acks of actions its sessions
+    // leave unfinished make it into the last hand-over.
+    if let Some(hooks) = hooks {
+        hooks.stop().await;
+    }
+    let rest = outgoing(folder.take(), hub.as_ref(), tx.capacity() > 0);
     if !rest.is_empty() {
         let _ = tx.try_send(rest);
     }

@@ -11,6 +11,12 @@
 //! Any coordinator URL will do: a follower answers with the leader's URL and
 //! the uplink follows it; on a transport error it tries the next URL after an
 //! exponential backoff (100 ms doubling to 5 s, with jitter).
+//!
+//! A batch carries windows and, when the agent serves hooks, the hook
+//! records and action acks gathered since the last one ([`Outgoing`]). The
+//! actions in every committed reply go to the [`HookHub`] (see
+//! [`Uplink::with_hook_hub`]), which hands them to the training processes;
+//! their acks come back in a later batch.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,10 +25,14 @@ use std::time::Duration;
 
 use gpumon_proto::wire::{self, DecodeError};
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, CoordinatorReply, GpuWindow, Hello, PushBatch, PushOutcome,
+    ActionAck, AgentMessage, AgentMessageV1, CoordinatorReply, GpuWindow, Hello, HookRecord,
+    PendingAction, PushBatch, PushOutcome,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
+
+use crate::hook::HookHub;
+use crate::run::now_ms;
 
 /// Hops followed on leader hints before backing off.
 const MAX_LEADER_HOPS: usize = 3;
@@ -46,6 +56,53 @@ pub struct UplinkStats {
     pub failures: AtomicU64,
     /// Batches waiting in the buffer.
     pub buffered: AtomicU64,
+    /// Hook records lost: in a dropped batch, or alone over `max_batch_bytes`.
+    pub dropped_hook_records: AtomicU64,
+    /// Action acks lost: in a dropped batch, or alone over `max_batch_bytes`.
+    pub dropped_acks: AtomicU64,
+}
+
+/// What the agent hands the uplink each window: the windows, plus the hook
+/// records and action acks gathered since the last hand-over.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outgoing {
+    /// Windows of samples.
+    pub windows: Vec<GpuWindow>,
+    /// Hook records, oldest first.
+    pub hook: Vec<HookRecord>,
+    /// Action acks, oldest first.
+    pub acks: Vec<ActionAck>,
+}
+
+impl Outgoing {
+    /// Nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty() && self.hook.is_empty() && self.acks.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.windows.len() + self.hook.len() + self.acks.len()
+    }
+
+    fn encoded_len(&self) -> usize {
+        wire::encode(&(&self.windows, &self.hook, &self.acks)).len()
+    }
+
+    /// Keeps the first `n` items (windows, then records, then acks) and
+    /// returns the rest, order kept.
+    fn split_off(&mut self, n: usize) -> Outgoing {
+        let w = n.min(self.windows.len());
+        let windows = self.windows.split_off(w);
+        let h = (n - w).min(self.hook.len());
+        let hook = self.hook.split_off(h);
+        let a = (n - w - h).min(self.acks.len());
+        let acks = self.acks.split_off(a);
+        Outgoing {
+            windows,
+            hook,
+            acks,
+        }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -78,6 +135,7 @@ pub struct Uplink {
     attempt: u32,
     jitter: u64,
     stats: Arc<UplinkStats>,
+    hub: Option<Arc<HookHub>>,
 }
 
 impl Uplink {
@@ -110,7 +168,14 @@ impl Uplink {
             next_seq: 1,
             attempt: 0,
             stats: Arc::default(),
+            hub: None,
         }
+    }
+
+    /// Hands the actions of every committed reply to `hub`.
+    pub fn with_hook_hub(mut self, hub: Arc<HookHub>) -> Self {
+        self.hub = Some(hub);
+        self
     }
 
     /// The delivery counters.
@@ -118,16 +183,34 @@ impl Uplink {
         self.stats.clone()
     }
 
-    /// Stamps windows into batches of at most `max_batch_bytes` and buffers them,
-    /// dropping the oldest batches past `max_buffered`.
-    pub fn enqueue(&mut self, windows: Vec<GpuWindow>) {
-        if windows.is_empty() {
+    /// Stamps windows, hook records and acks into batches of at most
+    /// `max_batch_bytes` and buffers them, dropping the oldest batches past
+    /// `max_buffered` (and counting what they held). Nothing to send: no batch.
+    pub fn enqueue(
+        &mut self,
+        windows: Vec<GpuWindow>,
+        hook: Vec<HookRecord>,
+        acks: Vec<ActionAck>,
+    ) {
+        let out = Outgoing {
+            windows,
+            hook,
+            acks,
+        };
+        if out.is_empty() {
             return;
         }
-        for windows in self.split(windows) {
+        for Outgoing {
+            windows,
+            hook,
+            acks,
+        } in self.split(out)
+        {
             while self.buffer.len() >= self.max_buffered {
-                self.buffer.pop_front();
-                self.stats.dropped.fetch_add(1, Relaxed);
+                if let Some(old) = self.buffer.pop_front() {
+                    self.stats.dropped.fetch_add(1, Relaxed);
+                    self.count_lost(&old.hook, &old.acks);
+                }
             }
             let batch = PushBatch {
                 agent_id: self.hello.agent_id.clone(),
@@ -136,8 +219,8 @@ impl Uplink {
                 node: self.hello.node.clone(),
                 dropped_batches: self.stats.dropped.load(Relaxed),
                 windows,
-                hook: Vec::new(),
-                acks: Vec::new(),
+                hook,
+                acks,
             };
             self.next_seq += 1;
             self.buffer.push_back(batch);
@@ -145,22 +228,39 @@ impl Uplink {
         self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
     }
 
-    /// Splits windows in halves until each part encodes within `max_batch_bytes`;
-    /// a single window over the limit is dropped and counted.
-    fn split(&self, windows: Vec<GpuWindow>) -> Vec<Vec<GpuWindow>> {
+    fn count_lost(&self, hook: &[HookRecord], acks: &[ActionAck]) {
+        self.stats
+            .dropped_hook_records
+            .fetch_add(hook.len() as u64, Relaxed);
+        self.stats
+            .dropped_acks
+            .fetch_add(acks.len() as u64, Relaxed);
+    }
+
+    /// Splits in halves (by item count, order kept) until each part encodes
+    /// within `max_batch_bytes`; a single item over the limit is dropped and
+    /// counted.
+    fn split(&self, out: Outgoing) -> Vec<Outgoing> {
         let mut done = Vec::new();
-        let mut todo = vec![windows];
+        let mut todo = vec![out];
         while let Some(mut part) = todo.pop() {
             // Envelope overhead (ids, seq) is small; 256 bytes of slack covers it.
-            if wire::encode(&part).len() + 256 <= self.max_batch_bytes {
+            if part.encoded_len() + 256 <= self.max_batch_bytes {
                 done.push(part);
             } else if part.len() > 1 {
                 let back = part.split_off(part.len() / 2);
                 todo.push(back);
                 todo.push(part);
-            } else {
-                tracing::error!(gpu = %part[0].gpu.uuid, "dropped a window larger than max_batch_bytes");
+            } else if let Some(w) = part.windows.first() {
+                tracing::error!(gpu = %w.gpu.uuid, "dropped a window larger than max_batch_bytes");
                 self.stats.dropped.fetch_add(1, Relaxed);
+            } else {
+                tracing::error!(
+                    records = part.hook.len(),
+                    acks = part.acks.len(),
+                    "dropped a hook record or action ack larger than max_batch_bytes"
+                );
+                self.count_lost(&part.hook, &part.acks);
             }
         }
         done
@@ -188,14 +288,20 @@ impl Uplink {
         for _ in 0..MAX_LEADER_HOPS {
             let url = self.target();
             match self.post(&url, body.clone()).await {
-                Ok(PushOutcome::Committed { .. }) => return Ok(()),
-                Ok(PushOutcome::NotLeader {
-                    leader_url: Some(leader),
-                }) if leader != url => {
+                Ok((PushOutcome::Committed { .. }, actions)) => {
+                    self.offer(actions);
+                    return Ok(());
+                }
+                Ok((
+                    PushOutcome::NotLeader {
+                        leader_url: Some(leader),
+                    },
+                    _,
+                )) if leader != url => {
                     tracing::info!(%leader, "following the leader hint");
                     self.leader = Some(leader);
                 }
-                Ok(PushOutcome::NotLeader { .. }) => {
+                Ok((PushOutcome::NotLeader { .. }, _)) => {
                     self.forget_leader();
                     return Err(DeliveryError::NoLeader { url });
                 }
@@ -209,7 +315,29 @@ impl Uplink {
         Err(DeliveryError::NoLeader { url: self.target() })
     }
 
-    async fn post(&self, url: &str, body: Vec<u8>) -> Result<PushOutcome, DeliveryError> {
+    /// Hands a committed reply's actions to the hook hub; without one (no
+    /// hook endpoint) there is nobody to run them: they are logged and left
+    /// for the coordinator to time out.
+    fn offer(&self, actions: Vec<PendingAction>) {
+        if actions.is_empty() {
+            return;
+        }
+        match &self.hub {
+            Some(hub) => hub.offer_actions(actions, now_ms()),
+            None => {
+                tracing::debug!(
+                    actions = actions.len(),
+                    "the coordinator sent actions but this agent serves no hooks"
+                )
+            }
+        }
+    }
+
+    async fn post(
+        &self,
+        url: &str,
+        body: Vec<u8>,
+    ) -> Result<(PushOutcome, Vec<PendingAction>), DeliveryError> {
         let transport = |e: &dyn std::fmt::Display| DeliveryError::Transport {
             url: url.to_owned(),
             reason: e.to_string(),
@@ -238,7 +366,7 @@ impl Uplink {
         let reply: CoordinatorReply =
             wire::decode(&bytes, MAX_REPLY_BYTES).map_err(|e: DecodeError| transport(&e))?;
         let CoordinatorReply::V1(reply) = reply;
-        Ok(reply.outcome)
+        Ok((reply.outcome, reply.actions))
     }
 
     /// Sends the hello where the current target has not had it.
@@ -292,9 +420,13 @@ impl Uplink {
         Duration::from_millis(base * 4 / 5 + self.jitter % (base * 2 / 5 + 1))
     }
 
-    /// Runs until the window channel closes (the sampler stopped), then tries
-    /// to flush what is left for a short while.
-    pub async fn run(mut self, mut windows: mpsc::Receiver<Vec<GpuWindow>>) {
+    fn enqueue_outgoing(&mut self, out: Outgoing) {
+        self.enqueue(out.windows, out.hook, out.acks);
+    }
+
+    /// Runs until the channel closes (the sampler stopped), then tries to
+    /// flush what is left for a short while.
+    pub async fn run(mut self, mut windows: mpsc::Receiver<Outgoing>) {
         let mut failing = false;
         let mut open = true;
         // Say hello right away, so an agent with nothing to push yet (no GPU,
@@ -305,11 +437,11 @@ impl Uplink {
         }
         while open {
             while let Ok(w) = windows.try_recv() {
-                self.enqueue(w);
+                self.enqueue_outgoing(w);
             }
             if self.buffer.is_empty() {
                 match windows.recv().await {
-                    Some(w) => self.enqueue(w),
+                    Some(w) => self.enqueue_outgoing(w),
                     None => open = false,
                 }
                 continue;
@@ -334,7 +466,7 @@ impl Uplink {
                         tokio::select! {
                             _ = &mut pause => break,
                             w = windows.recv() => match w {
-                                Some(w) => self.enqueue(w),
+                                Some(w) => self.enqueue_outgoing(w),
                                 None => {
                                     open = false;
                                     break;
@@ -401,7 +533,7 @@ mod tests {
     fn stamps_consecutive_seqs_and_drops_the_oldest_when_full() {
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 3, 1 << 20);
         for i in 0..5 {
-            u.enqueue(vec![window(i)]);
+            u.enqueue(vec![window(i)], vec![], vec![]);
         }
         assert_eq!(
             u.buffer.iter().map(|b| b.seq).collect::<Vec<_>>(),
@@ -418,11 +550,92 @@ mod tests {
     #[test]
     fn splits_batches_over_the_byte_limit() {
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
-        u.enqueue((0..64).map(window).collect());
+        u.enqueue((0..64).map(window).collect(), vec![], vec![]);
         assert!(u.buffered() > 1);
         let total: usize = u.buffer.iter().map(|b| b.windows.len()).sum();
         assert_eq!(total, 64, "splitting loses no window");
         assert!(u.buffer.iter().all(|b| wire::encode(b).len() <= 4096));
+    }
+
+    fn record(i: u64) -> HookRecord {
+        HookRecord::Event(gpumon_proto::EventRecord {
+            t_ms: i,
+            job: "j".into(),
+            rank: 0,
+            name: "n".repeat(100),
+            detail: None,
+            snapshot: None,
+        })
+    }
+
+    fn ack(id: u64) -> ActionAck {
+        ActionAck {
+            id,
+            t_ms: 1,
+            outcome: gpumon_proto::ActionOutcome::Failed {
+                reason: "r".repeat(100),
+            },
+            response: None,
+        }
+    }
+
+    #[test]
+    fn splitting_keeps_hook_records_and_acks_in_order() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
+        u.enqueue(
+            (0..20).map(window).collect(),
+            (0..100).map(record).collect(),
+            (0..50).map(ack).collect(),
+        );
+        assert!(u.buffered() > 3);
+        assert!(u.buffer.iter().all(|b| wire::encode(b).len() <= 4096));
+        let seqs: Vec<u64> = u.buffer.iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, (1..=u.buffered() as u64).collect::<Vec<_>>());
+        let windows: Vec<u32> = u
+            .buffer
+            .iter()
+            .flat_map(|b| &b.windows)
+            .map(|w| w.gpu.index)
+            .collect();
+        let records: Vec<u64> = u
+            .buffer
+            .iter()
+            .flat_map(|b| &b.hook)
+            .map(HookRecord::t_ms)
+            .collect();
+        let acks: Vec<u64> = u
+            .buffer
+            .iter()
+            .flat_map(|b| &b.acks)
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(windows, (0..20).collect::<Vec<_>>());
+        assert_eq!(records, (0..100).collect::<Vec<_>>());
+        assert_eq!(acks, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn records_and_acks_alone_make_a_batch_and_their_loss_is_counted() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 1, 1 << 20);
+        u.enqueue(vec![], vec![], vec![]);
+        assert_eq!(u.buffered(), 0, "nothing to send, no batch");
+        u.enqueue(vec![], vec![record(1), record(2)], vec![ack(3)]);
+        assert_eq!(u.buffered(), 1);
+        u.enqueue(vec![], vec![], vec![ack(4)]);
+        let stats = u.stats();
+        assert_eq!(stats.dropped.load(Relaxed), 1);
+        assert_eq!(stats.dropped_hook_records.load(Relaxed), 2);
+        assert_eq!(stats.dropped_acks.load(Relaxed), 1);
+        assert_eq!(u.buffer[0].acks[0].id, 4);
+
+        // A lone item over the byte limit is dropped and counted too.
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 10, 4096);
+        let mut huge = ack(9);
+        huge.response = Some("x".repeat(5000));
+        u.enqueue(vec![], vec![record(1)], vec![huge]);
+        assert_eq!(u.buffered(), 1);
+        assert_eq!(u.buffer[0].hook.len(), 1);
+        assert_eq!(u.stats().dropped_acks.load(Relaxed), 1);
     }
 
     #[test]
@@ -438,7 +651,7 @@ mod tests {
     async fn keeps_batches_while_no_coordinator_answers() {
         // Port 1 on loopback: connection refused, quickly.
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 10, 1 << 20);
-        u.enqueue(vec![window(0)]);
+        u.enqueue(vec![window(0)], vec![], vec![]);
         assert!(u.deliver_front().await.is_err());
         assert_eq!(u.buffered(), 1, "an undelivered batch stays buffered");
     }

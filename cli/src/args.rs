@@ -42,6 +42,25 @@ pub enum Command {
     Cluster(ClusterArgs),
     /// Load generators against a running cluster (`gpumon bench ingest`).
     Bench(crate::cmd_bench::BenchArgs),
+    /// Run a training command (e.g. torchrun ...) with the gpumon hook injected; starts a local agent if none answers.
+    Run(RunArgs),
+}
+
+/// `gpumon run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The agent's hook endpoint: unix:PATH or a loopback HOST:PORT [default: unix:$XDG_RUNTIME_DIR/gpumon/hook.sock, else unix:/tmp/gpumon-UID/hook.sock].
+    #[arg(long, env = "GPUMON_AGENT", value_name = "ADDR")]
+    pub agent: Option<String>,
+    /// For an agent this command starts: coordinator base URLs, comma-separated.
+    #[arg(long, env = "GPUMON_COORDINATORS", value_name = "URL,...")]
+    pub coordinators: Option<String>,
+    /// For an agent this command starts: what it samples (nvml, none, ...) [default: nvml, hook data only where NVML is missing].
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// The command, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// `gpumon record`.
@@ -91,6 +110,9 @@ pub struct AgentArgs {
     /// What to sample: nvml, sim[:SCENARIO] (steady, leak, fragmentation, imbalance, straggler, mixed) or none [default: nvml].
     #[arg(long, env = "GPUMON_SOURCE")]
     pub source: Option<String>,
+    /// Serve the in-process Python hooks here: unix:PATH (mode 0600) or a loopback HOST:PORT [default: no hook endpoint].
+    #[arg(long, env = "GPUMON_HOOK_LISTEN", value_name = "ADDR")]
+    pub hook_listen: Option<String>,
     /// Agent identity, stable across restarts [default: the node name].
     #[arg(long, env = "GPUMON_AGENT_ID")]
     pub agent_id: Option<String>,

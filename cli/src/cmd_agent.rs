@@ -39,6 +39,12 @@ fn resolve(args: AgentArgs, config_file: Option<&Path>) -> Result<AgentConfig, F
     if let Some(source) = args.source.or(file.source) {
         config.source = source.parse().map_err(usage)?;
     }
+    if let Some(addr) = args.hook_listen.or(file.hook_listen) {
+        config.hook_listen = Some(
+            addr.parse()
+                .map_err(|e| usage(format!("--hook-listen {addr:?}: {e}")))?,
+        );
+    }
     if let Some(ms) = args.sample_interval_ms.or(file.sample_interval_ms) {
         config.sample_interval = Duration::from_millis(ms);
     }
@@ -75,6 +81,8 @@ pub async fn run(args: AgentArgs, config_file: Option<&Path>) -> Result<(), Fail
     });
     match gpumon_agent::run(config, stopped).await {
         Ok(()) => Ok(()),
-        Err(e @ (AgentError::Config(_) | AgentError::Source(_))) => Err(usage(e)),
+        Err(e @ (AgentError::Config(_) | AgentError::Source(_) | AgentError::Hook(_))) => {
+            Err(usage(e))
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `gpumon`: the one binary. It parses arguments, merges configuration
 //! (file < environment < flags), calls the library crates and maps errors to
-//! exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration.
+//! exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration;
+//! `gpumon run` exits with its command's code.
 
 mod args;
 mod cmd_agent;
@@ -10,6 +11,7 @@ mod cmd_coordinator;
 mod cmd_demo;
 mod cmd_record;
 mod cmd_replay;
+mod cmd_run;
 mod cmd_status;
 mod shutdown;
 
@@ -26,6 +28,8 @@ pub enum Failure {
     Usage(anyhow::Error),
     /// Runtime failure: exit 1.
     Runtime(anyhow::Error),
+    /// A command `gpumon run` ran failed: exit with its code, say why.
+    Exit(u8, String),
 }
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
             Command::Record(r) => cmd_record::run(r).await,
             Command::Bench(b) => cmd_bench::run(b).await,
             Command::Cluster(c) => cmd_cluster::run(c).await,
+            Command::Run(r) => cmd_run::run(r).await,
         }
     });
     match result {
@@ -84,6 +89,10 @@ fn main() -> ExitCode {
         Err(Failure::Runtime(e)) => {
             eprintln!("gpumon: {e:#}");
             ExitCode::from(1)
+        }
+        Err(Failure::Exit(code, why)) => {
+            eprintln!("gpumon: {why}");
+            ExitCode::from(code)
         }
     }
 }

@@ -59,6 +59,8 @@ pub struct AgentFile {
     pub agent_id: Option<String>,
     /// Node name; defaults to the host name.
     pub node_name: Option<String>,
+    /// Hook endpoint: `unix:PATH` or a loopback `HOST:PORT`.
+    pub hook_listen: Option<String>,
     /// Sampling period, ms.
     pub sample_interval_ms: Option<u64>,
     /// Window length, ms.
@@ -171,6 +173,23 @@ mod tests {
             c.coordinator.data_dir,
             Some(PathBuf::from("/var/lib/gpumon"))
         );
+    }
+
+    #[test]
+    fn engine_and_actions_tables_override_only_what_they_name() {
+        let c = FileConfig::parse(
+            "[engine]\nwindow_s = 1.0\n[engine.forecast]\nmin_points = 4\n[actions]\nhorizon_s = 60.0\n",
+        )
+        .unwrap();
+        assert_eq!(c.engine.window_s, 1.0);
+        assert_eq!(c.engine.forecast.min_points, 4);
+        let defaults = EngineConfig::default();
+        assert_eq!(c.engine.warmup_s, defaults.warmup_s);
+        assert_eq!(c.engine.forecast.horizon_s, defaults.forecast.horizon_s);
+        assert_eq!(c.actions.horizon_s, 60.0);
+        assert_eq!(c.actions.ttl_s, PlannerConfig::default().ttl_s);
+        let err = FileConfig::parse("[engine.forecast]\nmin_pts = 4\n").unwrap_err();
+        assert!(err.contains("min_pts"), "{err}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use super::trend::Trend;
 
 /// Tuning of the OOM forecast.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ForecastParams {
     /// Windows a regime needs before it is forecast.
     pub min_points: usize,

@@ -24,6 +24,7 @@ use super::trend::Trend;
 
 /// Tuning of the fragmentation detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FragmentationParams {
     /// Windows of evidence needed for the trend test.
     pub min_points: usize,

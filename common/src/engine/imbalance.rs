@@ -17,6 +17,7 @@ use super::stats::{median_of, scaled_mad};
 
 /// Tuning of the imbalance detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ImbalanceParams {
     /// Ranks with a level needed to judge.
     pub min_ranks: usize,

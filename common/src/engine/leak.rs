@@ -19,6 +19,7 @@ use super::trend::Trend;
 
 /// Tuning of the leak detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LeakParams {
     /// Windows of evidence needed.
     pub min_points: usize,

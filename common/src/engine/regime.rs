@@ -30,6 +30,7 @@ pub const MAX_SPIKES: usize = 8;
 
 /// Tuning of regime detection.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RegimeParams {
     /// Points kept per regime (the trend window).
     pub max_points: usize,

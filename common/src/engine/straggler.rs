@@ -35,6 +35,7 @@ pub const MAX_SECTIONS: usize = 8;
 
 /// Tuning of the straggler detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct StragglerParams {
     /// Smallest slowdown of interest, as a fraction (0.06 = 6 % slower);
     /// the CUSUM's reference value is half of it.

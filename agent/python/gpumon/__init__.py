@@ -1,0 +1,122 @@
+"""gpumon's in-process hook: allocator statistics, steps and actions for the local agent.
+
+Call :func:`init` once in every torchrun worker (``gpumon run`` does it for
+you), then, optionally, mark what the agent cannot see from outside::
+
+    import gpumon
+
+    gpumon.init()                      # reads RANK, WORLD_SIZE, ... ; False outside torchrun
+    gpumon.watch(model)                # times the "forward" section
+    for batch in loader:
+        with gpumon.section("data"):
+            batch = batch.cuda()
+        loss = model(batch)
+        with gpumon.section("backward"):
+            loss.backward()
+        optimizer.step()               # a step boundary (global optimizer hook)
+
+Every function here is cheap and never raises into the training loop (except
+``TypeError`` for arguments of the wrong type); when the hook is off they do
+nothing. One daemon thread does all the I/O; actions the agent sends (release
+the allocator's cache) run in the training thread at the next step boundary.
+See ``README.md`` beside this package for the details, and ``PROTOCOL.md``
+for the wire format.
+"""
+
+from typing import Any, Callable, Dict, Optional
+
+from . import testing
+from ._memory import TorchMemorySource
+from ._runtime import RUNTIME as _RUNTIME
+from ._settings import HOOK_VERSION as __version__
+from ._torch_hooks import WatchHandle
+
+__all__ = [
+    "init",
+    "step",
+    "section",
+    "watch",
+    "mark",
+    "snapshot",
+    "on_action",
+    "shutdown",
+    "stats",
+    "TorchMemorySource",
+    "WatchHandle",
+    "testing",
+    "__version__",
+]
+
+
+def init(memory_source: Any = None, agent: Optional[str] = None) -> bool:
+    """Starts the hook in this torchrun worker; returns whether it is active.
+
+    Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and the job id
+    (``TORCHELASTIC_RUN_ID``, else ``MASTER_ADDR:MASTER_PORT``) from the
+    environment; without them it logs one line and returns ``False``.
+    Connects to the agent at ``agent`` (``"unix:PATH"`` or loopback
+    ``"HOST:PORT"``), else ``GPUMON_AGENT``, else the default socket, from one
+    daemon thread that reports every ``GPUMON_REPORT_INTERVAL`` seconds
+    (default 1). ``memory_source`` defaults to :class:`TorchMemorySource`
+    when torch is installed (see :mod:`gpumon._memory` for the interface).
+
+    Calling it again is harmless: no second thread starts, and a given
+    ``memory_source`` replaces the current one.
+    """
+    return _RUNTIME.init(memory_source=memory_source, agent=agent)
+
+
+def step() -> None:
+    """Marks a step boundary by hand.
+
+    The first call switches off the automatic boundary of the optimizer hook,
+    so a step is never counted twice. Steps count from 1; a step lasts from
+    the previous boundary (the first: from the first section, else from
+    :func:`init`). Pending actions run here.
+    """
+    _RUNTIME.step()
+
+
+def section(name: str) -> Any:
+    """A context manager that adds the time spent inside to section ``name``
+    of the current step (summed when entered several times)."""
+    return _RUNTIME.section(name)
+
+
+def watch(model: Any) -> WatchHandle:
+    """Times every forward of ``model`` (a ``torch.nn.Module``) as the
+    ``"forward"`` section; returns a handle whose ``remove()`` stops it.
+    Watch the top-level model only: nested watched modules are counted once."""
+    return _RUNTIME.watch(model)
+
+
+def mark(name: str, detail: Any = None) -> None:
+    """Sends an ``event`` record (e.g. ``"eval start"``) with optional detail text."""
+    _RUNTIME.mark(name, detail)
+
+
+def snapshot(name: str) -> Optional[Dict[str, int]]:
+    """Sends a ``snapshot`` record with the allocator's statistics read now,
+    in the calling thread; returns those statistics (``None`` if unknown)."""
+    return _RUNTIME.snapshot(name)
+
+
+def on_action(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+    """Registers ``fn(action)``, called with ``{"id", "kind", "reason"}`` at the
+    step boundary where an action is about to run, before it runs.
+
+    What ``fn`` returns (if not ``None``) is sent as text in the action's
+    acknowledgement; exceptions are logged and ignored. Usable as a decorator.
+    """
+    return _RUNTIME.on_action(fn)
+
+
+def shutdown(timeout_s: Optional[float] = None) -> None:
+    """Sends what is queued and stops the reporter thread (waits at most
+    ``timeout_s``, default 1 s). Registered with ``atexit`` by :func:`init`."""
+    _RUNTIME.shutdown(timeout_s)
+
+
+def stats() -> Dict[str, Any]:
+    """The hook's own counters: steps, queued and dropped records, reports sent, ..."""
+    return _RUNTIME.stats()

@@ -1,0 +1,433 @@
+"""The hook's state in one process: ``init``, the training-thread calls, ``shutdown``.
+
+The training thread only ever does cheap things here: read the clock, append
+a tuple to a bounded deque, check a flag. Everything else (sampling, socket
+I/O, retries) happens in the reporter thread (``_reporter``). At a step
+boundary with actions pending, the actions run here, in the training thread,
+because ``empty_cache`` must not race the script's own allocations; their
+acks go back through a deque.
+"""
+
+import atexit
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from time import perf_counter
+from typing import Any, Callable, Dict, List, MutableMapping, Optional
+
+from . import _torch_hooks
+from ._actions import run_action
+from ._address import resolve_address
+from ._env import Identity, read_identity
+from ._memory import check_source, default_memory_source, read_alloc_fields
+from ._records import ack_message
+from ._reporter import Reporter
+from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
+
+logger = logging.getLogger("gpumon")
+
+#: Set by an active hook to ``PID:RANK:JOB``. A process that inherits it with
+#: the same job and rank but another PID is a helper of that rank (a DataLoader
+#: or compile worker, a subprocess) and stays quiet instead of competing for
+#: the rank's session.
+OWNER_VAR = "GPUMON_HOOK_OWNER"
+
+
+class _Section:
+    """``with gpumon.section(name):`` adds the time inside to the step's ``name``."""
+
+    __slots__ = ("_runtime", "_name", "_t0")
+
+    def __init__(self, runtime: "Runtime", name: str):
+        self._runtime = runtime
+        self._name = name
+        self._t0 = None
+
+    def __enter__(self) -> "_Section":
+        t0 = perf_counter()
+        self._t0 = t0
+        runtime = self._runtime
+        if runtime._step == 0 and not runtime._first_section_seen:
+            runtime._first_section_started(t0)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        t0 = self._t0
+        if t0 is not None and self._runtime._active:
+            sections = self._runtime._sections
+            name = self._name
+            sections[name] = sections.get(name, 0.0) + (perf_counter() - t0) * 1000.0
+        return None
+
+
+class _NoSection:
+    """The section of an inactive hook: does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> "_NoSection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_NO_SECTION = _NoSection()
+
+
+class Runtime:
+    """One hook: the module-level functions of :mod:`gpumon` use a single instance."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = False
+        self._identity: Optional[Identity] = None
+        self._reporter: Optional[Reporter] = None
+        self._source: Any = None
+        self._observe: Optional[Callable[[], bool]] = None
+        self._records: "collections.deque[tuple]" = collections.deque(maxlen=QUEUE_MAXLEN)
+        self._acks: "collections.deque[Dict[str, Any]]" = collections.deque(maxlen=ACK_QUEUE_MAXLEN)
+        self._actions: "collections.deque[Dict[str, Any]]" = collections.deque()
+        self._actions_pending = False
+        self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
+        self._dropped = 0
+        self._reset_steps()
+        self._manual = False
+        self._primary_optimizer: Any = None
+        self._settings = Settings()
+        self._exit_registered = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def init(
+        self,
+        memory_source: Any = None,
+        agent: Optional[str] = None,
+        *,
+        environ: Optional[MutableMapping[str, str]] = None,
+        settings: Optional[Settings] = None,
+    ) -> bool:
+        """See :func:`gpumon.init`. ``environ`` and ``settings`` are for tests."""
+        if agent is not None and not isinstance(agent, str):
+            raise TypeError("agent must be a str like 'unix:/path' or '127.0.0.1:7000'")
+        if memory_source is not None:
+            check_source(memory_source)
+        with self._lock:
+            if self._active:
+                if memory_source is not None:
+                    self._set_source(memory_source)
+                return True
+            try:
+                return self._start(memory_source, agent, os.environ if environ is None else environ, settings)
+            except Exception:
+                logger.warning("gpumon: init failed; training goes on without the hook", exc_info=True)
+                return False
+
+    def _start(
+        self,
+        memory_source: Any,
+        agent: Optional[str],
+        environ: MutableMapping[str, str],
+        settings: Optional[Settings],
+    ) -> bool:
+        identity = read_identity(environ)
+        if identity is None:
+            logger.info("gpumon: no torchrun environment (RANK, WORLD_SIZE); the hook stays off")
+            return False
+        owner = _owner(environ.get(OWNER_VAR))
+        if owner is not None and owner[0] != os.getpid() and owner[1:] == (identity.rank, identity.job):
+            logger.info(
+                "gpumon: process %d already reports rank %d of job %r; this child of it stays quiet",
+                owner[0],
+                identity.rank,
+                identity.job,
+            )
+            return False
+        try:
+            address = resolve_address(agent, environ)
+        except ValueError as e:
+            logger.warning("gpumon: %s; the hook stays off", e)
+            return False
+        settings = settings or Settings.from_env(environ)
+        self._identity = identity
+        self._set_source(memory_source if memory_source is not None else default_memory_source())
+        self._records.clear()
+        self._acks.clear()
+        self._actions.clear()
+        self._actions_pending = False
+        self._dropped = 0
+        self._reset_steps()
+        self._reporter = Reporter(
+            address=address,
+            identity=identity,
+            settings=settings,
+            get_source=lambda: self._source,
+            records=self._records,
+            acks=self._acks,
+            deliver=self._deliver_action,
+            dropped=lambda: self._dropped,
+        )
+        self._settings = settings
+        self._reporter.start()
+        self._active = True
+        try:
+            _torch_hooks.install_optimizer_hook(_optimizer_step_hook)
+        except Exception:
+            logger.warning(
+                "gpumon: could not hook optimizer.step(); call gpumon.step() by hand", exc_info=True
+            )
+        if not self._exit_registered:
+            self._exit_registered = True
+            atexit.register(self.shutdown)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=self._after_fork_in_child)
+        environ[OWNER_VAR] = "%d:%d:%s" % (os.getpid(), identity.rank, identity.job)
+        logger.info(
+            "gpumon: reporting rank %d of job %r to the agent at %s",
+            identity.rank,
+            identity.job,
+            address,
+        )
+        return True
+
+    def shutdown(self, timeout_s: Optional[float] = None) -> None:
+        """See :func:`gpumon.shutdown`."""
+        with self._lock:
+            reporter, self._reporter = self._reporter, None
+            self._active = False
+        if reporter is None:
+            return
+        if timeout_s is None:
+            timeout_s = self._settings.shutdown_timeout_s
+        try:
+            reporter.stop(timeout_s)
+        except Exception:
+            logger.debug("gpumon: shutdown failed", exc_info=True)
+
+    def _after_fork_in_child(self) -> None:
+        # The reporter thread did not survive the fork; the parent reports.
+        self._lock = threading.Lock()
+        self._active = False
+        self._reporter = None
+        self._records.clear()
+        self._acks.clear()
+        self._actions.clear()
+        self._actions_pending = False
+
+    def _set_source(self, source: Any) -> None:
+        self._source = source
+        observe = getattr(source, "observe", None)
+        self._observe = observe if callable(observe) else None
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    # -- steps and sections (training thread) ----------------------------------
+
+    def _reset_steps(self) -> None:
+        self._step = 0
+        self._step_start = perf_counter()
+        self._first_section_seen = False
+        self._sections: Dict[str, float] = {}
+        self._forward_depth = 0
+        self._forward_t0 = 0.0
+
+    def _first_section_started(self, t0: float) -> None:
+        if self._active:
+            self._first_section_seen = True
+            self._step_start = t0
+
+    def step(self) -> None:
+        """See :func:`gpumon.step`."""
+        self._manual = True
+        if self._active:
+            self._boundary()
+
+    def _boundary(self) -> None:
+        try:
+            now = perf_counter()
+            step = self._step + 1
+            self._step = step
+            duration_ms = (now - self._step_start) * 1000.0
+            self._step_start = now
+            sections = self._sections
+            self._sections = {}
+            self._forward_depth = 0
+            records = self._records
+            if len(records) == QUEUE_MAXLEN:
+                self._dropped += 1
+            records.append(("step", time.time(), step, duration_ms, sections))
+            if self._observe is not None:
+                self._observe_device()
+            if self._actions_pending:
+                self._run_actions(step)
+        except Exception:
+            logger.warning("gpumon: step boundary failed", exc_info=True)
+
+    def _optimizer_step(self, optimizer: Any) -> None:
+        if not self._active or self._manual:
+            return
+        primary = self._primary_optimizer
+        current = primary() if primary is not None else None
+        if current is None:
+            try:
+                self._primary_optimizer = weakref.ref(optimizer)
+            except TypeError:
+                self._primary_optimizer = lambda: optimizer
+        elif current is not optimizer:
+            return
+        self._boundary()
+
+    def section(self, name: str) -> Any:
+        """See :func:`gpumon.section`."""
+        if not isinstance(name, str):
+            raise TypeError("section name must be a str, not %s" % type(name).__name__)
+        if not self._active:
+            return _NO_SECTION
+        return _Section(self, name)
+
+    def watch(self, module: Any) -> _torch_hooks.WatchHandle:
+        """See :func:`gpumon.watch`."""
+        return _torch_hooks.watch_module(module, self._forward_enter, self._forward_exit)
+
+    def _forward_enter(self) -> None:
+        if not self._active:
+            return
+        depth = self._forward_depth
+        self._forward_depth = depth + 1
+        if depth == 0:
+            t0 = perf_counter()
+            self._forward_t0 = t0
+            if self._step == 0 and not self._first_section_seen:
+                self._first_section_started(t0)
+
+    def _forward_exit(self) -> None:
+        if not self._active or self._forward_depth <= 0:
+            return
+        self._forward_depth -= 1
+        if self._forward_depth == 0:
+            sections = self._sections
+            sections["forward"] = sections.get("forward", 0.0) + (perf_counter() - self._forward_t0) * 1000.0
+
+    # -- markers ------------------------------------------------------------------
+
+    def mark(self, name: str, detail: Any = None) -> None:
+        """See :func:`gpumon.mark`."""
+        if not isinstance(name, str):
+            raise TypeError("mark name must be a str, not %s" % type(name).__name__)
+        if not self._active:
+            return
+        if detail is not None and not isinstance(detail, str):
+            detail = _text(detail)
+        self._queue(("event", time.time(), name, detail))
+
+    def snapshot(self, name: str) -> Optional[Dict[str, int]]:
+        """See :func:`gpumon.snapshot`."""
+        if not isinstance(name, str):
+            raise TypeError("snapshot name must be a str, not %s" % type(name).__name__)
+        if not self._active:
+            return None
+        fields = None
+        try:
+            if self._observe is not None:
+                self._observe_device()
+            fields = read_alloc_fields(self._source)
+        except Exception as e:
+            logger.warning("gpumon: reading memory stats for snapshot %r failed: %s", name, e)
+        self._queue(("snapshot", time.time(), name, fields))
+        return dict(fields) if fields is not None else None
+
+    def _queue(self, item: tuple) -> None:
+        records = self._records
+        if len(records) == QUEUE_MAXLEN:
+            self._dropped += 1
+        records.append(item)
+
+    def _observe_device(self) -> None:
+        try:
+            if self._observe():
+                self._observe = None
+        except Exception as e:
+            self._observe = None
+            logger.warning("gpumon: finding the training thread's CUDA device failed: %s", e)
+
+    # -- actions --------------------------------------------------------------------
+
+    def on_action(self, fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+        """See :func:`gpumon.on_action`."""
+        if not callable(fn):
+            raise TypeError("on_action needs a callable, not %s" % type(fn).__name__)
+        self._callbacks.append(fn)
+        return fn
+
+    def _deliver_action(self, action: Dict[str, Any]) -> None:
+        """Reporter thread: queues an action for the next step boundary."""
+        self._actions.append(action)
+        self._actions_pending = True
+
+    def _run_actions(self, step: int) -> None:
+        self._actions_pending = False
+        ran = False
+        while True:
+            try:
+                action = self._actions.popleft()
+            except IndexError:
+                break
+            ran = True
+            try:
+                ack = run_action(action, step, self._callbacks, self._source)
+            except Exception as e:  # run_action does not raise; belt and braces
+                ack = ack_message(action["id"], False, at_step=step, detail="%s: %s" % (type(e).__name__, e))
+            self._acks.append(ack)
+        reporter = self._reporter
+        if ran and reporter is not None:
+            reporter.wake()
+
+    # -- introspection ----------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """See :func:`gpumon.stats`."""
+        reporter = self._reporter
+        out: Dict[str, Any] = {
+            "active": self._active,
+            "step": self._step,
+            "queued": len(self._records),
+            "dropped": self._dropped,
+            "connected": bool(reporter is not None and reporter.connected),
+        }
+        if reporter is not None:
+            out.update(reporter.counters)
+        return out
+
+
+def _owner(value: Optional[str]) -> Optional[tuple]:
+    """``(pid, rank, job)`` from ``GPUMON_HOOK_OWNER``, or ``None``."""
+    if not value:
+        return None
+    parts = value.split(":", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return "<unprintable %s>" % type(value).__name__
+
+
+#: The process's hook, used by the functions of :mod:`gpumon`.
+RUNTIME = Runtime()
+
+
+def _optimizer_step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """The global optimizer step post hook: a step boundary of :data:`RUNTIME`."""
+    try:
+        RUNTIME._optimizer_step(optimizer)
+    except Exception:
+        logger.debug("gpumon: optimizer hook failed", exc_info=True)

@@ -1,0 +1,82 @@
+"""Limits and timings of the hook, written once.
+
+The limits mirror the agent's (see ``PROTOCOL.md``): a report the agent would
+refuse is never built. The timings have documented defaults; only the report
+interval is a user knob (``GPUMON_REPORT_INTERVAL``). Tests build a
+:class:`Settings` by hand to shorten the retry timings instead of sleeping.
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+
+logger = logging.getLogger("gpumon")
+
+#: Version of the hook protocol spoken (``"v"`` in every request).
+PROTOCOL_VERSION = 1
+#: Version of this package, sent in ``register``.
+HOOK_VERSION = "0.1.0"
+
+#: Most records in one ``report`` (the agent's limit).
+MAX_RECORDS_PER_REPORT = 1024
+#: Longest line either side may send, bytes (the agent's limit).
+MAX_LINE_BYTES = 1 << 20
+#: Largest ``report`` line the hook builds, bytes: well under the line limit.
+MAX_REPORT_BYTES = 768 * 1024
+#: Records the training thread may queue between two reports; past it the
+#: oldest are dropped and counted.
+QUEUE_MAXLEN = 4096
+#: Action acknowledgements waiting to be sent (actions are rare).
+ACK_QUEUE_MAXLEN = 1024
+#: Longest record name, bytes (the agent's limit); longer ones are cut.
+MAX_NAME_BYTES = 128
+#: Longest event detail or action response, bytes (the agent's limit).
+MAX_DETAIL_BYTES = 1024
+#: Most sections in one step record (the agent's limit).
+MAX_SECTIONS = 32
+#: Records older than this are not sent: the agent refuses ``t`` more than
+#: 300 s from its clock, and a margin covers the time in flight.
+MAX_RECORD_AGE_S = 290.0
+
+#: Default seconds between two reports (``GPUMON_REPORT_INTERVAL``).
+DEFAULT_REPORT_INTERVAL_S = 1.0
+#: Shortest report interval accepted, seconds.
+MIN_REPORT_INTERVAL_S = 0.01
+#: Timeout of every socket operation, seconds: a stuck agent never hangs us.
+IO_TIMEOUT_S = 2.0
+#: First wait before reconnecting to an unreachable agent, seconds.
+RETRY_INITIAL_S = 1.0
+#: Longest wait between two reconnection attempts, seconds.
+RETRY_MAX_S = 30.0
+#: How long :func:`gpumon.shutdown` waits for the last report, seconds.
+SHUTDOWN_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Timings of one hook instance (all in seconds)."""
+
+    report_interval_s: float = DEFAULT_REPORT_INTERVAL_S
+    io_timeout_s: float = IO_TIMEOUT_S
+    retry_initial_s: float = RETRY_INITIAL_S
+    retry_max_s: float = RETRY_MAX_S
+    shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S
+
+    @classmethod
+    def from_env(cls, environ) -> "Settings":
+        """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds) when it is valid."""
+        raw = environ.get("GPUMON_REPORT_INTERVAL")
+        if raw is None or not raw.strip():
+            return cls()
+        try:
+            interval = float(raw)
+        except ValueError:
+            interval = float("nan")
+        if not math.isfinite(interval) or interval <= 0:
+            logger.warning(
+                "gpumon: GPUMON_REPORT_INTERVAL=%r is not a positive number of seconds; using %.1f",
+                raw,
+                DEFAULT_REPORT_INTERVAL_S,
+            )
+            return cls()
+        return cls(report_interval_s=max(interval, MIN_REPORT_INTERVAL_S))

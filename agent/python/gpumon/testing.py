@@ -1,0 +1,309 @@
+"""Test helpers: :class:`FakeAllocator`, a stand-in for PyTorch's CUDA caching allocator.
+
+For tests and demos on machines without torch or a GPU. It is deterministic
+and follows the caching allocator's rules closely enough that what gpumon
+reads from it means the same thing as on a real GPU; it is also a memory
+source for :func:`gpumon.init` (it has ``memory_stats``, ``mem_get_info``,
+``empty_cache`` and ``device_info``).
+"""
+
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+#: Every block size is a multiple of this (``kMinBlockSize``).
+ROUND_BYTES = 512
+#: Requests up to this size come from the small pool (``kSmallSize``).
+SMALL_REQUEST_BYTES = 1 * MiB
+#: Segment size of the small pool (``kSmallBuffer``).
+SMALL_SEGMENT_BYTES = 2 * MiB
+#: Segment size for large requests under :data:`MIN_LARGE_ALLOC_BYTES` (``kLargeBuffer``).
+LARGE_SEGMENT_BYTES = 20 * MiB
+#: Large requests from this size get a segment of their own size (``kMinLargeAlloc``).
+MIN_LARGE_ALLOC_BYTES = 10 * MiB
+#: ... rounded up to a multiple of this (``kRoundLarge``).
+ROUND_LARGE_BYTES = 2 * MiB
+
+_STAT_NAMES = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes")
+
+
+class _Block:
+    __slots__ = ("segment", "offset", "size", "requested", "live")
+
+    def __init__(self, segment: "_Segment", offset: int, size: int):
+        self.segment = segment
+        self.offset = offset
+        self.size = size
+        self.requested = 0
+        self.live = False
+
+
+class _Segment:
+    __slots__ = ("number", "small", "size", "blocks")
+
+    def __init__(self, number: int, small: bool, size: int):
+        self.number = number
+        self.small = small
+        self.size = size
+        self.blocks: List[_Block] = [_Block(self, 0, size)]
+
+    def inactive_split(self) -> int:
+        """Free bytes in blocks split off a segment that is partly in use."""
+        if len(self.blocks) == 1:
+            return 0
+        return sum(b.size for b in self.blocks if not b.live)
+
+    def unused(self) -> bool:
+        return len(self.blocks) == 1 and not self.blocks[0].live
+
+
+class _Stat:
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def add(self, amount: int) -> None:
+        if amount >= 0:
+            self.allocated += amount
+        else:
+            self.freed -= amount
+        self.current += amount
+        if self.current > self.peak:
+            self.peak = self.current
+
+
+class FakeAllocator:
+    """A deterministic model of PyTorch's CUDA caching allocator (one device, one stream).
+
+    For tests on machines without torch or a GPU. What it keeps from the real one:
+
+    - sizes round up to 512 bytes;
+    - requests up to 1 MiB are served from 2 MiB segments (the small pool);
+      larger ones from 20 MiB segments when under 10 MiB, else from a segment
+      of their own size rounded up to 2 MiB (the large pool);
+    - a free block is reused, best fit, by a later request of its pool that
+      fits, and split when the rest is worth keeping (at least 512 bytes in
+      the small pool, over 1 MiB in the large one); the free rest of a split
+      segment counts as ``inactive_split``;
+    - freed blocks stay cached: ``reserved`` does not drop until
+      :meth:`empty_cache` releases the segments that hold no live block;
+    - when a new segment does not fit in the device, the cache is released
+      and ``num_alloc_retries`` counts it; if it still does not fit,
+      ``num_ooms`` counts it and ``MemoryError("CUDA out of memory (fake)")``
+      is raised.
+
+    The device holds ``total_bytes``, of which ``context_bytes`` are taken by
+    the CUDA context, so ``mem_get_info()`` reports ``used = reserved +
+    context_bytes``. All methods are thread-safe.
+    """
+
+    def __init__(
+        self,
+        total_bytes: int = 80 * GiB,
+        context_bytes: int = 512 * MiB,
+        index: int = 0,
+        uuid: str = "GPU-00000000-0000-4000-8000-000000000000",
+        name: str = "Fake GPU (gpumon.testing)",
+    ):
+        if total_bytes <= 0 or context_bytes < 0 or context_bytes >= total_bytes:
+            raise ValueError("need total_bytes > context_bytes >= 0")
+        self.total_bytes = int(total_bytes)
+        self.context_bytes = int(context_bytes)
+        self.index = int(index)
+        self.uuid = uuid
+        self.name = name
+        self._lock = threading.Lock()
+        self._segments: List[_Segment] = []
+        self._handles: Dict[int, Optional[_Block]] = {}
+        self._next_handle = 1
+        self._next_segment = 0
+        self._stats = {name: _Stat() for name in _STAT_NAMES}
+        self._segment_count = _Stat()
+        self._allocation_count = _Stat()
+        self._retries = 0
+        self._ooms = 0
+        self.empty_cache_calls = 0
+
+    # -- allocating ----------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        """Allocates ``nbytes``; returns a handle for :meth:`free`.
+
+        Raises ``MemoryError`` when the device is full even after the cache
+        was released.
+        """
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError("nbytes must be an int")
+        if nbytes < 0:
+            raise ValueError("nbytes must be >= 0")
+        with self._lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            if nbytes == 0:  # like torch: no block behind an empty tensor
+                self._handles[handle] = None
+                return handle
+            size = -(-nbytes // ROUND_BYTES) * ROUND_BYTES
+            small = size <= SMALL_REQUEST_BYTES
+            block = self._best_fit(small, size)
+            if block is None:
+                block = self._new_segment(small, size)
+            self._take(block, size, nbytes)
+            self._handles[handle] = block
+            return handle
+
+    def free(self, handle: int) -> None:
+        """Frees an allocation; its memory stays cached (reserved)."""
+        with self._lock:
+            try:
+                block = self._handles.pop(handle)
+            except KeyError:
+                raise ValueError("unknown or already freed handle %r" % (handle,)) from None
+            if block is None:
+                return
+            segment = segment_before = block.segment
+            split_before = segment_before.inactive_split()
+            block.live = False
+            self._stats["allocated_bytes"].add(-block.size)
+            self._stats["active_bytes"].add(-block.size)
+            self._stats["requested_bytes"].add(-block.requested)
+            self._allocation_count.add(-1)
+            block.requested = 0
+            self._merge(segment, block)
+            self._stats["inactive_split_bytes"].add(segment.inactive_split() - split_before)
+
+    def empty_cache(self) -> None:
+        """Releases every segment that holds no live block (``reserved`` drops)."""
+        with self._lock:
+            self.empty_cache_calls += 1
+            self._release_cached()
+
+    # -- reading ------------------------------------------------------------
+
+    def memory_stats(self) -> Dict[str, int]:
+        """Like ``torch.cuda.memory_stats()`` (the ``all`` pool keys)."""
+        with self._lock:
+            stats = {}
+            for name, stat in self._stats.items():
+                for field in ("current", "peak", "allocated", "freed"):
+                    stats["%s.all.%s" % (name, field)] = getattr(stat, field)
+            for name, stat in (("segment", self._segment_count), ("allocation", self._allocation_count)):
+                for field in ("current", "peak", "allocated", "freed"):
+                    stats["%s.all.%s" % (name, field)] = getattr(stat, field)
+            stats["num_alloc_retries"] = self._retries
+            stats["num_ooms"] = self._ooms
+            return stats
+
+    def mem_get_info(self) -> Tuple[int, int]:
+        """``(free, total)`` of the device, like ``torch.cuda.mem_get_info()``."""
+        with self._lock:
+            used = self._stats["reserved_bytes"].current + self.context_bytes
+            return max(0, self.total_bytes - used), self.total_bytes
+
+    def device_info(self) -> Dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "name": self.name, "total_bytes": self.total_bytes}
+
+    def reset_peak_memory_stats(self) -> None:
+        """Peaks back to the current values, like ``torch.cuda.reset_peak_memory_stats()``."""
+        with self._lock:
+            for stat in list(self._stats.values()) + [self._segment_count, self._allocation_count]:
+                stat.peak = stat.current
+
+    @property
+    def allocated(self) -> int:
+        return self._stats["allocated_bytes"].current
+
+    @property
+    def reserved(self) -> int:
+        return self._stats["reserved_bytes"].current
+
+    @property
+    def inactive_split(self) -> int:
+        return self._stats["inactive_split_bytes"].current
+
+    def segment_sizes(self) -> List[int]:
+        """Sizes of the segments held, in creation order."""
+        with self._lock:
+            return [s.size for s in self._segments]
+
+    # -- internals (lock held) ------------------------------------------------
+
+    def _best_fit(self, small: bool, size: int) -> Optional[_Block]:
+        best = None
+        for segment in self._segments:
+            if segment.small != small:
+                continue
+            for block in segment.blocks:
+                if block.live or block.size < size:
+                    continue
+                if best is None or block.size < best.size:
+                    best = block
+        return best
+
+    def _new_segment(self, small: bool, size: int) -> _Block:
+        if small:
+            segment_size = SMALL_SEGMENT_BYTES
+        elif size < MIN_LARGE_ALLOC_BYTES:
+            segment_size = LARGE_SEGMENT_BYTES
+        else:
+            segment_size = -(-size // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+        if not self._fits(segment_size):
+            # torch: free the cache and try cudaMalloc once more, counting a retry.
+            self._release_cached()
+            self._retries += 1
+            if not self._fits(segment_size):
+                self._ooms += 1
+                raise MemoryError(
+                    "CUDA out of memory (fake): tried to allocate %d bytes; %d reserved, %d total"
+                    % (size, self._stats["reserved_bytes"].current, self.total_bytes)
+                )
+        segment = _Segment(self._next_segment, small, segment_size)
+        self._next_segment += 1
+        self._segments.append(segment)
+        self._stats["reserved_bytes"].add(segment_size)
+        self._segment_count.add(1)
+        return segment.blocks[0]
+
+    def _fits(self, segment_size: int) -> bool:
+        used = self._stats["reserved_bytes"].current + self.context_bytes
+        return used + segment_size <= self.total_bytes
+
+    def _take(self, block: _Block, size: int, requested: int) -> None:
+        segment = block.segment
+        split_before = segment.inactive_split()
+        rest = block.size - size
+        worth_splitting = rest >= ROUND_BYTES if segment.small else rest > SMALL_REQUEST_BYTES
+        if worth_splitting:
+            tail = _Block(segment, block.offset + size, rest)
+            block.size = size
+            segment.blocks.insert(segment.blocks.index(block) + 1, tail)
+        block.live = True
+        block.requested = requested
+        self._stats["allocated_bytes"].add(block.size)
+        self._stats["active_bytes"].add(block.size)
+        self._stats["requested_bytes"].add(requested)
+        self._allocation_count.add(1)
+        self._stats["inactive_split_bytes"].add(segment.inactive_split() - split_before)
+
+    def _merge(self, segment: _Segment, block: _Block) -> None:
+        blocks = segment.blocks
+        i = blocks.index(block)
+        if i + 1 < len(blocks) and not blocks[i + 1].live:
+            block.size += blocks.pop(i + 1).size
+        if i > 0 and not blocks[i - 1].live:
+            previous = blocks[i - 1]
+            previous.size += block.size
+            blocks.pop(i)
+
+    def _release_cached(self) -> None:
+        kept = []
+        for segment in self._segments:
+            if segment.unused():
+                self._stats["reserved_bytes"].add(-segment.size)
+                self._segment_count.add(-1)
+            else:
+                kept.append(segment)
+        self._segments = kept

@@ -1,0 +1,212 @@
+"""Record shapes, clipping and report packing."""
+
+import json
+import sys
+import types
+import unittest
+from unittest import mock
+
+from gpumon._memory import TorchMemorySource, default_memory_source, format_uuid
+from gpumon._records import (
+    REPORT_HEAD,
+    ack_message,
+    alloc_fields,
+    clean_device,
+    encode_record,
+    register_message,
+    report_line,
+    to_record,
+)
+from gpumon._settings import MAX_REPORT_BYTES
+from gpumon.testing import FakeAllocator, GiB, MiB
+
+from .support import IDENTITY
+
+
+class AllocFieldsTest(unittest.TestCase):
+    def test_from_a_fake(self):
+        fake = FakeAllocator(total_bytes=4 * GiB, context_bytes=256 * MiB)
+        fake.alloc(5 * MiB)
+        fields = alloc_fields(fake.memory_stats(), fake.mem_get_info())
+        self.assertEqual(
+            fields,
+            {
+                "allocated": 5 * MiB,
+                "reserved": 20 * MiB,
+                "active": 5 * MiB,
+                "inactive_split": 15 * MiB,
+                "peak_allocated": 5 * MiB,
+                "peak_reserved": 20 * MiB,
+                "alloc_retries": 0,
+                "ooms": 0,
+                "device_used": 276 * MiB,
+                "device_total": 4 * GiB,
+            },
+        )
+
+    def test_needs_allocated_and_reserved(self):
+        self.assertIsNone(alloc_fields({}))
+        self.assertIsNone(alloc_fields({"allocated_bytes.all.current": 1}))
+        self.assertEqual(
+            alloc_fields({"allocated_bytes.all.current": 1, "reserved_bytes.all.current": 2, "num_ooms": -1}),
+            {"allocated": 1, "reserved": 2},
+        )
+
+
+class RecordsTest(unittest.TestCase):
+    def test_step(self):
+        record = to_record(("step", 1.5, 7, 12.345678, {"data": 1.0, "forward": 2.5}))
+        self.assertEqual(
+            record,
+            {
+                "type": "step",
+                "t": 1.5,
+                "step": 7,
+                "duration_ms": 12.3457,
+                "sections": {"data": 1.0, "forward": 2.5},
+            },
+        )
+
+    def test_clipping(self):
+        sections = {("s%d" % i): 1.0 for i in range(40)}
+        record = to_record(("step", 1.0, 1, 1.0, sections))
+        self.assertEqual(len(record["sections"]), 32)
+        event = to_record(("event", 1.0, "n" * 200, "d" * 2000))
+        self.assertEqual((len(event["name"]), len(event["detail"])), (128, 1024))
+        self.assertEqual(to_record(("step", 1.0, 1, float("nan"), {}))["duration_ms"], 0.0)
+
+    def test_snapshot(self):
+        self.assertEqual(
+            to_record(("snapshot", 2.0, "s", {"allocated": 1, "reserved": 2})),
+            {"type": "snapshot", "t": 2.0, "name": "s", "stats": {"allocated": 1, "reserved": 2}},
+        )
+
+    def test_register(self):
+        message = register_message(42, IDENTITY, {"index": 1, "uuid": "GPU-a", "name": "n", "total_bytes": 5})
+        self.assertEqual(
+            message,
+            {
+                "v": 1,
+                "op": "register",
+                "pid": 42,
+                "job": "run-7",
+                "rank": 3,
+                "local_rank": 1,
+                "world_size": 8,
+                "hook_version": "0.1.0",
+                "device": {"index": 1, "uuid": "GPU-a", "name": "n", "total_bytes": 5},
+            },
+        )
+        self.assertIsNone(register_message(42, IDENTITY, None)["device"])
+        self.assertIsNone(clean_device({"index": -1, "total_bytes": 5}))
+
+    def test_ack(self):
+        self.assertEqual(
+            ack_message(12, True, freed_bytes=100, at_step=130, response="r"),
+            {
+                "v": 1,
+                "op": "ack",
+                "id": 12,
+                "state": "done",
+                "freed_bytes": 100,
+                "at_step": 130,
+                "response": "r",
+                "detail": None,
+            },
+        )
+        failed = ack_message(13, False, at_step=2, detail="boom")
+        self.assertEqual((failed["state"], failed["freed_bytes"], failed["detail"]), ("failed", None, "boom"))
+
+    def test_report_lines_are_valid_json(self):
+        records = [to_record(("event", 1.0, "e%d" % i, None)) for i in range(3)]
+        line = report_line([encode_record(r) for r in records])
+        self.assertTrue(line.endswith(b"\n"))
+        self.assertTrue(line.startswith(REPORT_HEAD))
+        self.assertEqual(json.loads(line), {"v": 1, "op": "report", "records": records})
+        self.assertEqual(json.loads(report_line([])), {"v": 1, "op": "report", "records": []})
+        self.assertIsNone(encode_record({"t": float("nan")}))
+        self.assertIsNone(encode_record({"t": 1.0, "x": "y" * MAX_REPORT_BYTES}))
+
+
+class UuidTest(unittest.TestCase):
+    def test_formats(self):
+        want = "GPU-5c0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"
+        self.assertEqual(format_uuid("5c0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"), want)
+        self.assertEqual(format_uuid("5C0A1B2C3D4E5F60718293A4B5C6D7E8"), want)
+        self.assertEqual(format_uuid(want), want)
+        self.assertEqual(format_uuid(bytes.fromhex("5c0a1b2c3d4e5f60718293a4b5c6d7e8")), want)
+
+        class CUuuid:  # torch's _CUuuid has .bytes
+            bytes = bytes.fromhex("5c0a1b2c3d4e5f60718293a4b5c6d7e8")
+
+        self.assertEqual(format_uuid(CUuuid()), want)
+        self.assertEqual(format_uuid("MIG-abc"), "MIG-abc")
+        self.assertIsNone(format_uuid(None))
+        self.assertIsNone(format_uuid(""))
+
+
+class TorchSourceTest(unittest.TestCase):
+    def test_without_torch_it_reports_nothing(self):
+        source = TorchMemorySource()
+        self.assertFalse(source.observe())
+        self.assertEqual(source.memory_stats(), {})
+        self.assertIsNone(source.mem_get_info())
+        self.assertIsNone(source.device_info())
+        source.empty_cache()
+
+    def test_reads_the_device_the_training_thread_uses(self):
+        calls = []
+
+        class Props:
+            name = "NVIDIA H100 80GB HBM3"
+            total_memory = 80 * GiB
+
+            class uuid:  # noqa: N801 (torch's _CUuuid)
+                bytes = bytes(range(16))
+
+        cuda = types.SimpleNamespace(
+            initialized=False,
+            is_initialized=lambda: cuda.initialized,
+            current_device=lambda: 3,
+            memory_stats=lambda device: (
+                calls.append(device) or {"allocated_bytes.all.current": 1, "reserved_bytes.all.current": 2}
+            ),
+            mem_get_info=lambda device: (70 * GiB, 80 * GiB),
+            empty_cache=lambda: calls.append("empty"),
+            get_device_properties=lambda device: Props,
+        )
+        torch = types.ModuleType("torch")
+        torch.cuda = cuda
+        with mock.patch.dict(sys.modules, {"torch": torch}):
+            self.assertIsInstance(default_memory_source(), TorchMemorySource)
+            source = TorchMemorySource()
+            self.assertFalse(source.observe())  # CUDA not initialised: nothing, and no init
+            self.assertEqual(source.memory_stats(), {})
+            cuda.initialized = True
+            self.assertEqual(source.memory_stats(), {})  # device not known yet
+            self.assertTrue(source.observe())
+            self.assertEqual(source.memory_stats()["reserved_bytes.all.current"], 2)
+            self.assertEqual(source.mem_get_info(), (70 * GiB, 80 * GiB))
+            source.empty_cache()
+            self.assertEqual(
+                source.device_info(),
+                {
+                    "index": 3,
+                    "uuid": "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f",
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "total_bytes": 80 * GiB,
+                },
+            )
+        self.assertEqual(calls, [3, "empty"])
+
+    def test_device_argument(self):
+        self.assertEqual(TorchMemorySource(2).device, 2)
+        self.assertEqual(TorchMemorySource("cuda:1").device, 1)
+        with self.assertRaises(ValueError):
+            TorchMemorySource("cpu")
+        with self.assertRaises(TypeError):
+            TorchMemorySource(1.0)
+
+
+if __name__ == "__main__":
+    unittest.main()

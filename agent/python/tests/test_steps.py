@@ -1,0 +1,223 @@
+"""Step boundaries, sections, watch(), mark() and snapshot() in the training thread."""
+
+import unittest
+from unittest import mock
+
+from gpumon import _runtime
+from gpumon._runtime import Runtime
+from gpumon._settings import QUEUE_MAXLEN
+from gpumon.testing import FakeAllocator, GiB, MiB
+
+from .support import FakeClock, enter, queued, quiet_runtime
+
+
+class FakeModule:
+    """Duck-typed torch.nn.Module: forward hooks and a call that runs them."""
+
+    def __init__(self, clock, cost_s):
+        self.clock = clock
+        self.cost_s = cost_s
+        self.pre = []
+        self.post = []
+        self.inner = None
+
+    def register_forward_pre_hook(self, hook):
+        return self._handle(self.pre, hook)
+
+    def register_forward_hook(self, hook):
+        return self._handle(self.post, hook)
+
+    @staticmethod
+    def _handle(hooks, hook):
+        hooks.append(hook)
+
+        class Handle:
+            def remove(self):
+                hooks.remove(hook)
+
+        return Handle()
+
+    def __call__(self, x):
+        for hook in list(self.pre):
+            hook(self, (x,))
+        self.clock.advance(self.cost_s)
+        if self.inner is not None:
+            self.inner(x)
+        for hook in list(self.post):
+            hook(self, (x,), x)
+        return x
+
+
+class StepTest(unittest.TestCase):
+    def setUp(self):
+        self.clock = FakeClock()
+        enter(self, mock.patch.object(_runtime, "perf_counter", self.clock))
+
+    def test_steps_count_from_one_and_sum_sections_by_name(self):
+        rt, _ = quiet_runtime(self)
+        self.clock.advance(5.0)  # setup time before the first section: not part of step 1
+        with rt.section("data"):
+            self.clock.advance(0.010)
+        with rt.section("forward"):
+            self.clock.advance(0.030)
+        with rt.section("data"):
+            self.clock.advance(0.002)
+        self.clock.advance(0.008)
+        rt.step()
+        self.clock.advance(0.100)
+        rt.step()
+        steps = queued(rt, "step")
+        self.assertEqual([s["step"] for s in steps], [1, 2])
+        self.assertAlmostEqual(steps[0]["duration_ms"], 50.0, places=3)
+        self.assertEqual(set(steps[0]["sections"]), {"data", "forward"})
+        self.assertAlmostEqual(steps[0]["sections"]["data"], 12.0, places=3)
+        self.assertAlmostEqual(steps[0]["sections"]["forward"], 30.0, places=3)
+        self.assertAlmostEqual(steps[1]["duration_ms"], 100.0, places=3)
+        self.assertEqual(steps[1]["sections"], {})
+
+    def test_without_sections_the_first_step_starts_at_init(self):
+        rt, _ = quiet_runtime(self)
+        self.clock.advance(0.25)
+        rt.step()
+        self.assertAlmostEqual(queued(rt, "step")[0]["duration_ms"], 250.0, places=3)
+
+    def test_a_section_belongs_to_the_step_it_ends_in(self):
+        rt, _ = quiet_runtime(self)
+        section = rt.section("eval")
+        section.__enter__()
+        rt.step()
+        self.clock.advance(0.004)
+        section.__exit__(None, None, None)
+        rt.step()
+        steps = queued(rt, "step")
+        self.assertEqual(steps[0]["sections"], {})
+        self.assertAlmostEqual(steps[1]["sections"]["eval"], 4.0, places=3)
+
+    def test_section_timing_survives_exceptions(self):
+        rt, _ = quiet_runtime(self)
+        with self.assertRaises(KeyError):
+            with rt.section("data"):
+                self.clock.advance(0.001)
+                raise KeyError("x")
+        rt.step()
+        self.assertAlmostEqual(queued(rt, "step")[0]["sections"]["data"], 1.0, places=3)
+
+    def test_inactive_hook_does_nothing(self):
+        rt = Runtime()
+        with rt.section("data"):
+            pass
+        rt.step()
+        rt.mark("m")
+        self.assertIsNone(rt.snapshot("s"))
+        self.assertEqual(len(rt._records), 0)
+        with self.assertRaises(TypeError):
+            rt.section(3)
+        with self.assertRaises(TypeError):
+            rt.mark(None)
+
+    def test_watch_times_the_forward_section(self):
+        rt, _ = quiet_runtime(self)
+        model = FakeModule(self.clock, 0.020)
+        handle = rt.watch(model)
+        model(1)
+        model(2)
+        rt.step()
+        handle.remove()
+        self.assertEqual((model.pre, model.post), ([], []))
+        model(3)
+        rt.step()
+        steps = queued(rt, "step")
+        self.assertAlmostEqual(steps[0]["sections"]["forward"], 40.0, places=3)
+        self.assertAlmostEqual(steps[0]["duration_ms"], 40.0, places=3)  # step 1 starts at the first forward
+        self.assertEqual(steps[1]["sections"], {})
+
+    def test_watch_counts_nested_forwards_once(self):
+        rt, _ = quiet_runtime(self)
+        outer = FakeModule(self.clock, 0.010)
+        outer.inner = FakeModule(self.clock, 0.005)
+        rt.watch(outer)
+        rt.watch(outer.inner)
+        outer(1)
+        rt.step()
+        self.assertAlmostEqual(queued(rt, "step")[0]["sections"]["forward"], 15.0, places=3)
+
+    def test_watch_needs_a_module(self):
+        rt, _ = quiet_runtime(self)
+        with self.assertRaises(TypeError):
+            rt.watch(object())
+
+    def test_optimizer_boundaries(self):
+        rt, _ = quiet_runtime(self)
+
+        class Optimizer:
+            pass
+
+        first, second = Optimizer(), Optimizer()
+        rt._optimizer_step(first)
+        rt._optimizer_step(second)  # not the primary optimizer: no boundary
+        rt._optimizer_step(first)
+        self.assertEqual([s["step"] for s in queued(rt, "step")], [1, 2])
+        del first
+        rt._optimizer_step(second)  # the primary is gone: the next one takes over
+        self.assertEqual(len(queued(rt, "step")), 3)
+        rt.step()  # by hand from now on: the optimizer hook stops counting
+        rt._optimizer_step(second)
+        self.assertEqual([s["step"] for s in queued(rt, "step")], [1, 2, 3, 4])
+
+    def test_full_queue_drops_the_oldest_and_counts(self):
+        rt, _ = quiet_runtime(self)
+        for _ in range(QUEUE_MAXLEN + 10):
+            rt.step()
+        steps = queued(rt, "step")
+        self.assertEqual(len(steps), QUEUE_MAXLEN)
+        self.assertEqual(steps[0]["step"], 11)
+        self.assertEqual(rt.stats()["dropped"], 10)
+
+
+class MarkerTest(unittest.TestCase):
+    def test_mark(self):
+        rt, _ = quiet_runtime(self)
+        rt.mark("eval start")
+        rt.mark("ckpt", {"epoch": 3})
+        events = queued(rt, "event")
+        self.assertEqual(
+            [(e["name"], e["detail"]) for e in events], [("eval start", None), ("ckpt", "{'epoch': 3}")]
+        )
+        self.assertIsInstance(events[0]["t"], float)
+
+    def test_snapshot_reads_the_source_now(self):
+        fake = FakeAllocator(total_bytes=8 * GiB)
+        rt, _ = quiet_runtime(self, source=fake)
+        handle = fake.alloc(64 * MiB)
+        stats = rt.snapshot("before")
+        fake.free(handle)
+        rt.snapshot("after")
+        snaps = queued(rt, "snapshot")
+        self.assertEqual([s["name"] for s in snaps], ["before", "after"])
+        self.assertEqual(snaps[0]["stats"]["allocated"], 64 * MiB)
+        self.assertEqual(snaps[0]["stats"], stats)
+        self.assertEqual(snaps[1]["stats"]["allocated"], 0)
+        self.assertEqual(snaps[1]["stats"]["reserved"], 64 * MiB)
+        self.assertEqual(snaps[1]["stats"]["device_total"], 8 * GiB)
+
+    def test_snapshot_without_a_source(self):
+        rt, _ = quiet_runtime(self)
+        rt._set_source(None)
+        self.assertIsNone(rt.snapshot("s"))
+        self.assertIsNone(queued(rt, "snapshot")[0]["stats"])
+
+    def test_snapshot_survives_a_broken_source(self):
+        class Broken:
+            def memory_stats(self):
+                raise RuntimeError("driver gone")
+
+            def empty_cache(self):
+                pass
+
+        rt, logs = quiet_runtime(self, source=Broken())
+        self.assertIsNone(rt.snapshot("s"))
+        self.assertIn("driver gone", logs.messages()[-1])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,180 @@
+//! Checking that a registering process is who it says it is.
+//!
+//! On a Unix socket the kernel tells the agent the peer's PID
+//! (`SO_PEERCRED`); a `register` claiming another PID is refused. A training
+//! process in a container reports its PID in its own PID namespace, which
+//! differs from the kernel's answer in the agent's namespace; the claim is
+//! still accepted when it is the innermost entry of the peer's `NSpid` line
+//! in `/proc/PID/status`, and the session then keeps the agent's view of the
+//! PID (the one NVML and `/proc` use here).
+//!
+//! When the kernel cannot name the peer (TCP, or a peer in a PID namespace
+//! the agent does not see, for which `SO_PEERCRED` gives 0) there is no PID
+//! to check against.
+//!
+//! Where `/proc/PID/environ` is readable and names a torchrun rank, the
+//! claimed job and rank must match it (the job only when the environment
+//! names one, see [`crate::discovery::parse_environ`]): a hook cannot report
+//! for another rank than the one its process is.
+
+use std::path::Path;
+
+use super::hub::Registration;
+use crate::discovery::{read_bounded, read_rank, UNKNOWN_JOB};
+
+/// Checks `claim` against the peer's PID (when the transport gives one) and
+/// the process's environment; on success `claim.pid` is the PID in the
+/// agent's namespace. `Err` is the sentence to answer.
+pub(crate) fn verify(
+    proc_root: &Path,
+    peer_pid: Option<u32>,
+    claim: &mut Registration,
+) -> Result<(), String> {
+    if let Some(peer) = peer_pid.filter(|&p| p != 0) {
+        if claim.pid != peer {
+            let inner = ns_pids(proc_root, peer).and_then(|pids| pids.last().copied());
+            if inner != Some(claim.pid) {
+                return Err(format!(
+                    "pid {} is not the connecting process (the kernel says pid {peer}); register with os.getpid()",
+                    claim.pid
+                ));
+            }
+            claim.pid = peer;
+        }
+    }
+    if let Ok(Some(env)) = read_rank(proc_root, claim.pid) {
+        let job_differs = env.job != UNKNOWN_JOB && env.job != claim.job;
+        if job_differs || env.rank != claim.rank {
+            return Err(format!(
+                "the environment of pid {} names rank {} of job {:?}, not rank {} of job {:?}",
+                claim.pid, env.rank, env.job, claim.rank, claim.job
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `NSpid` line of `<proc_root>/<pid>/status`: the PID in each nested
+/// PID namespace, outermost first.
+fn ns_pids(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
+    let bytes = read_bounded(&proc_root.join(pid.to_string()).join("status"), 64 << 10).ok()?;
+    parse_ns_pids(std::str::from_utf8(&bytes).ok()?)
+}
+
+fn parse_ns_pids(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().map(|p| p.parse().ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RANK3: &[u8] = include_bytes!("../../tests/fixtures/environ/torchrun_rank3.environ");
+    const NO_RUN_ID: &[u8] = include_bytes!("../../tests/fixtures/environ/no_run_id.environ");
+
+    fn claim(pid: u32, job: &str, rank: u32) -> Registration {
+        Registration {
+            pid,
+            job: job.into(),
+            rank,
+            local_rank: 0,
+            world_size: 16,
+            device: None,
+        }
+    }
+
+    fn proc_dir(root: &Path, pid: u32, environ: &[u8], status: Option<&str>) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("environ"), environ).unwrap();
+        if let Some(status) = status {
+            std::fs::write(dir.join("status"), status).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_claimed_pid_must_be_the_peer() {
+        let root = tempfile::tempdir().unwrap();
+        proc_dir(
+            root.path(),
+            500,
+            b"",
+            Some("Name:\tpython\nNSpid:\t500\t7\n"),
+        );
+        let mut c = claim(500, "j", 0);
+        verify(root.path(), Some(500), &mut c).unwrap();
+        // Inside a container the process knows itself as 7.
+        let mut c = claim(7, "j", 0);
+        verify(root.path(), Some(500), &mut c).unwrap();
+        assert_eq!(c.pid, 500, "the session keeps the agent's view");
+        let e = verify(root.path(), Some(500), &mut claim(8, "j", 0)).unwrap_err();
+        assert!(
+            e.contains("pid 8 is not the connecting process (the kernel says pid 500)"),
+            "{e}"
+        );
+        // No status file: only the exact pid will do.
+        assert!(verify(root.path(), Some(501), &mut claim(7, "j", 0)).is_err());
+        // No peer pid (TCP, or a peer outside our namespace): nothing to check.
+        verify(root.path(), None, &mut claim(8, "j", 0)).unwrap();
+        verify(root.path(), Some(0), &mut claim(8, "j", 0)).unwrap();
+    }
+
+    #[test]
+    fn the_claim_must_match_the_environment() {
+        let root = tempfile::tempdir().unwrap();
+        proc_dir(root.path(), 600, RANK3, None);
+        verify(
+            root.path(),
+            Some(600),
+            &mut claim(600, "llama-7b-sft-20240611", 3),
+        )
+        .unwrap();
+        let e = verify(root.path(), Some(600), &mut claim(600, "other", 3)).unwrap_err();
+        assert!(
+            e.contains(
+                "names rank 3 of job \"llama-7b-sft-20240611\", not rank 3 of job \"other\""
+            ),
+            "{e}"
+        );
+        let e = verify(
+            root.path(),
+            None,
+            &mut claim(600, "llama-7b-sft-20240611", 2),
+        )
+        .unwrap_err();
+        assert!(e.contains("not rank 2"), "{e}");
+        // Without RUN_ID the job is MASTER_ADDR:MASTER_PORT.
+        proc_dir(root.path(), 601, NO_RUN_ID, None);
+        verify(
+            root.path(),
+            None,
+            &mut claim(601, "trainer-0.trainer.default.svc:23456", 12),
+        )
+        .unwrap();
+        // Unreadable or not torchrun: the claim stands.
+        verify(root.path(), None, &mut claim(602, "anything", 0)).unwrap();
+        proc_dir(root.path(), 603, b"RANK=1\0WORLD_SIZE=2\0", None);
+        verify(root.path(), None, &mut claim(603, "named-by-hook", 1)).unwrap();
+        assert!(verify(root.path(), None, &mut claim(603, "named-by-hook", 0)).is_err());
+    }
+
+    #[test]
+    fn parses_nspid_lines() {
+        assert_eq!(
+            parse_ns_pids("Pid:\t5\nNSpid:\t5\t3\t1\n"),
+            Some(vec![5, 3, 1])
+        );
+        assert_eq!(parse_ns_pids("Pid:\t5\n"), None);
+        assert_eq!(parse_ns_pids("NSpid:\tx\n"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_process_is_itself_in_the_real_proc() {
+        let me = std::process::id();
+        let root = Path::new(crate::discovery::DEFAULT_PROC_ROOT);
+        let nspid = ns_pids(root, me).unwrap();
+        assert_eq!(nspid[0], me);
+    }
+}

@@ -1,0 +1,55 @@
+//! The local hook endpoint: where the in-process Python hook of each
+//! training process reports allocator statistics, steps and events, and
+//! picks up actions (DESIGN.md, "Data flow" 3; the wire contract is
+//! `agent/python/PROTOCOL.md`).
+//!
+//! - [`HookAddr`] (`addr`): where to listen, a Unix socket or loopback TCP only;
+//! - [`HookServer`] (`server`): binds, accepts, one task per connection
+//!   (`connection`), JSON lines with bounded reads;
+//! - `protocol` and `records`: parsing and checking requests and records,
+//!   pure functions; `identity`: checking a registering process against the
+//!   kernel's peer PID and its `/proc` environment;
+//! - [`HookHub`] (`hub`): sessions, the bounded queues of records and action
+//!   acks for the uplink, the actions waiting for each session, counters;
+//! - [`HookSource`] (`source`): GPU samples built from hook reports, for an
+//!   agent that samples no GPU itself.
+//!
+//! The hub is shared by the connections (which fill it), the uplink (which
+//! drains it into every push and feeds it the coordinators' actions) and
+//! the hook source; that is the whole coupling between them.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use gpumon_agent::hook::{HookAddr, HookHub, HookServer};
+//! let hub = Arc::new(HookHub::new("node-0", "node-0"));
+//! let addr: HookAddr = "unix:/run/gpumon/hook.sock".parse()?;
+//! let server = HookServer::bind(&addr, hub.clone()).await?;
+//! tokio::spawn(server.serve(std::future::pending()));
+//! let (records, acks) = hub.take_outgoing();
+//! # Ok(()) }
+//! ```
+
+mod addr;
+mod connection;
+mod hub;
+mod identity;
+mod protocol;
+mod records;
+mod server;
+mod source;
+
+pub use addr::{HookAddr, HookAddrError, MAX_UNIX_PATH_BYTES};
+pub use connection::WARN_INTERVAL_MS;
+pub use hub::{
+    AckReport, HookDevice, HookHub, HookStats, Registration, SessionInfo, DISCONNECTED_REASON,
+    MAX_ACK_TEXT_BYTES, MAX_FINISHED_ACTIONS, MAX_PENDING_ACTIONS_PER_SESSION, MAX_QUEUED_ACKS,
+    MAX_QUEUED_RECORDS, MAX_SESSIONS,
+};
+pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
+pub use records::{
+    AllocReading, MAX_CLOCK_SKEW_MS, MAX_DETAIL_BYTES, MAX_NAME_BYTES, MAX_REASONS,
+    MAX_RECORDS_PER_REPORT, MAX_SECTIONS,
+};
+pub use server::{HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
+pub use source::{HookSource, FRESH_MS, TAIL_MS};

@@ -1,0 +1,552 @@
+//! Checking a `report`'s records and turning them into [`HookRecord`]s.
+//!
+//! The hook runs inside someone else's training script, so nothing it sends
+//! is trusted: every record is checked against the bounds of PROTOCOL.md
+//! ("`report`") before it is stamped with the session's job and rank and
+//! forwarded. A bad record is skipped and counted, never fatal: the rest of
+//! the report still counts. A record that names another job or rank than
+//! the session's refuses the whole report, since it means the hook is
+//! confused about who it is. Pure: the agent's clock comes in as `now_ms`.
+
+use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
+use serde_json::{Map, Value};
+
+/// Most records in one report.
+pub const MAX_RECORDS_PER_REPORT: usize = 1024;
+/// Furthest a record's `t` may be from the agent's clock, ms.
+pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
+/// Longest event, snapshot or section name, bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest event detail, bytes.
+pub const MAX_DETAIL_BYTES: usize = 1024;
+/// Most sections in one step record.
+pub const MAX_SECTIONS: usize = 32;
+/// Skip reasons returned in one answer; the count covers the rest.
+pub const MAX_REASONS: usize = 5;
+
+/// What a report's records came to.
+#[derive(Debug, Default)]
+pub(crate) struct CheckedReport {
+    /// The good records, in the report's order.
+    pub records: Vec<HookRecord>,
+    /// Records skipped.
+    pub skipped: u64,
+    /// The first [`MAX_REASONS`] reasons, `record N: ...` (N counts from 0).
+    pub reasons: Vec<String>,
+    /// The newest `alloc` record's reading (largest `t`).
+    pub newest_alloc: Option<AllocReading>,
+}
+
+/// What the agent keeps of a session's allocator: enough to build a GPU
+/// sample when it samples no GPU itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocReading {
+    /// When, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// The allocator's reserved bytes: the process's share of the device.
+    pub reserved: u64,
+    /// `total - free` of the whole device, from `torch.cuda.mem_get_info()`.
+    pub device_used: Option<u64>,
+    /// The device's memory, from the same call.
+    pub device_total: Option<u64>,
+}
+
+/// Checks `records` (the report's `records` field) for a session of `job`,
+/// `rank`. `Err` refuses the whole report with the sentence to answer.
+pub(crate) fn check_report(
+    records: Option<&Value>,
+    job: &str,
+    rank: u32,
+    now_ms: u64,
+) -> Result<CheckedReport, String> {
+    let records = match records {
+        Some(Value::Array(records)) => records,
+        Some(other) => return Err(format!("records must be an array, not {}", kind_of(other))),
+        None => return Err("missing field records".into()),
+    };
+    if records.len() > MAX_RECORDS_PER_REPORT {
+        return Err(format!(
+            "a report holds at most {MAX_RECORDS_PER_REPORT} records; this one has {}: send them in several reports",
+            records.len()
+        ));
+    }
+    for (i, record) in records.iter().enumerate() {
+        if let Some(claim) = foreign_subject(record, job, rank) {
+            return Err(format!(
+                "record {i} is for another job ({claim}); this session is rank {rank} of job {job:?}: register a session per process"
+            ));
+        }
+    }
+    let mut out = CheckedReport::default();
+    for (i, record) in records.iter().enumerate() {
+        match check_record(record, job, rank, now_ms) {
+            Ok((record, alloc)) => {
+                if let Some(a) = alloc {
+                    if out.newest_alloc.is_none_or(|n| a.t_ms >= n.t_ms) {
+                        out.newest_alloc = Some(a);
+                    }
+                }
+                out.records.push(record);
+            }
+            Err(reason) => {
+                out.skipped += 1;
+                if out.reasons.len() < MAX_REASONS {
+                    out.reasons.push(format!("record {i}: {reason}"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The job/rank a record claims when it differs from the session's.
+fn foreign_subject(record: &Value, job: &str, rank: u32) -> Option<String> {
+    let obj = record.as_object()?;
+    let job_differs = obj.get("job").is_some_and(|j| j.as_str() != Some(job));
+    let rank_differs = obj
+        .get("rank")
+        .is_some_and(|r| r.as_u64() != Some(u64::from(rank)));
+    (job_differs || rank_differs).then(|| {
+        let shown = |k: &str| obj.get(k).map_or_else(|| "-".to_owned(), shown);
+        format!("job {}, rank {}", shown("job"), shown("rank"))
+    })
+}
+
+type Checked = (HookRecord, Option<AllocReading>);
+
+fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, String> {
+    let Value::Object(obj) = record else {
+        return Err(format!("must be an object, not {}", kind_of(record)));
+    };
+    let kind = match obj.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        Some(other) => return Err(format!("type must be a string, not {}", shown(other))),
+        None => return Err("missing field type".into()),
+    };
+    let t_ms = time(obj, now_ms)?;
+    let job = job.to_owned();
+    Ok(match kind {
+        "alloc" => {
+            let stats = alloc_stats(obj)?;
+            let device_used = opt_bytes(obj, "device_used")?;
+            let device_total = opt_bytes(obj, "device_total")?;
+            if let (Some(used), Some(total)) = (device_used, device_total) {
+                if used > total {
+                    return Err(format!("device_used ({used}) > device_total ({total})"));
+                }
+            }
+            let reading = AllocReading {
+                t_ms,
+                reserved: stats.reserved,
+                device_used,
+                device_total,
+            };
+            let record = AllocRecord {
+                t_ms,
+                job,
+                rank,
+                stats,
+            };
+            (HookRecord::Alloc(record), Some(reading))
+        }
+        "step" => {
+            let step = bytes(obj, "step")?;
+            let duration_ms = millis(obj.get("duration_ms"), "duration_ms")?;
+            let sections = sections(obj.get("sections"))?;
+            let record = StepRecord {
+                t_ms,
+                job,
+                rank,
+                step,
+                duration_ms,
+                sections,
+            };
+            (HookRecord::Step(record), None)
+        }
+        "event" => {
+            let name = name(obj)?;
+            let detail = match obj.get("detail") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(d)) if d.len() <= MAX_DETAIL_BYTES => Some(d.clone()),
+                Some(Value::String(d)) => {
+                    return Err(format!(
+                        "detail is {} bytes; the limit is {MAX_DETAIL_BYTES}",
+                        d.len()
+                    ))
+                }
+                Some(other) => {
+                    return Err(format!("detail must be a string, not {}", shown(other)))
+                }
+            };
+            let record = EventRecord {
+                t_ms,
+                job,
+                rank,
+                name,
+                detail,
+                snapshot: None,
+            };
+            (HookRecord::Event(record), None)
+        }
+        "snapshot" => {
+            let name = name(obj)?;
+            let stats = match obj.get("stats") {
+                Some(Value::Object(stats)) => {
+                    alloc_stats(stats).map_err(|e| format!("stats: {e}"))?
+                }
+                Some(other) => {
+                    return Err(format!("stats must be an object, not {}", kind_of(other)))
+                }
+                None => return Err("missing field stats".into()),
+            };
+            let record = EventRecord {
+                t_ms,
+                job,
+                rank,
+                name,
+                detail: None,
+                snapshot: Some(stats),
+            };
+            (HookRecord::Event(record), None)
+        }
+        other => {
+            return Err(format!(
+                "unknown type {}: alloc, step, event or snapshot",
+                shown(&Value::String(other.to_owned()))
+            ))
+        }
+    })
+}
+
+/// `t` (seconds since the epoch, a float) as ms, within the allowed skew.
+fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, String> {
+    let t = match obj.get("t") {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
+        Some(other) => return Err(format!("t must be a number, not {}", shown(other))),
+        None => return Err("missing field t".into()),
+    };
+    if !t.is_finite() || t < 0.0 {
+        return Err(format!("t {t} is not a time"));
+    }
+    let t_ms = (t * 1000.0).round();
+    // Compared in f64 so a huge t cannot wrap; ms precision is plenty here.
+    if (t_ms - now_ms as f64).abs() > MAX_CLOCK_SKEW_MS as f64 {
+        return Err(format!(
+            "t {t} is more than {} s from the agent's clock ({:.3})",
+            MAX_CLOCK_SKEW_MS / 1000,
+            now_ms as f64 / 1000.0
+        ));
+    }
+    Ok(t_ms as u64)
+}
+
+/// The allocator fields shared by `alloc` records and snapshots' `stats`.
+fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
+    let stats = AllocStats {
+        allocated: bytes(obj, "allocated")?,
+        reserved: bytes(obj, "reserved")?,
+        active: opt_bytes(obj, "active")?,
+        inactive_split: opt_bytes(obj, "inactive_split")?,
+        peak_allocated: opt_bytes(obj, "peak_allocated")?,
+        peak_reserved: opt_bytes(obj, "peak_reserved")?,
+        alloc_retries: opt_bytes(obj, "alloc_retries")?,
+        ooms: opt_bytes(obj, "ooms")?,
+    };
+    if stats.allocated > stats.reserved {
+        return Err(format!(
+            "allocated > reserved ({} > {})",
+            stats.allocated, stats.reserved
+        ));
+    }
+    Ok(stats)
+}
+
+/// A required non-negative integer (bytes, counts, step numbers).
+fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
+    opt_bytes(obj, key)?.ok_or_else(|| format!("missing field {key}"))
+}
+
+/// An optional non-negative integer: absent and `null` are `None`.
+fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("{key} must be a non-negative integer, not {}", shown(v))),
+    }
+}
+
+/// A required finite, non-negative duration in ms.
+fn millis(v: Option<&Value>, what: &str) -> Result<f64, String> {
+    match v {
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
+            _ => Err(format!(
+                "{what} must be a finite, non-negative number of ms, not {n}"
+            )),
+        },
+        Some(other) => Err(format!("{what} must be a number, not {}", shown(other))),
+        None => Err(format!("missing field {what}")),
+    }
+}
+
+/// `sections`: an object of name → ms (absent or `null`: none), sorted by name.
+fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
+    let sections = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(sections)) => sections,
+        Some(other) => {
+            return Err(format!(
+                "sections must be an object, not {}",
+                kind_of(other)
+            ))
+        }
+    };
+    if sections.len() > MAX_SECTIONS {
+        return Err(format!(
+            "{} sections; the limit is {MAX_SECTIONS}",
+            sections.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(sections.len());
+    for (name, ms) in sections {
+        check_name(name, "section name")?;
+        out.push((
+            name.clone(),
+            millis(Some(ms), &format!("section {}", shown_str(name)))?,
+        ));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn name(obj: &Map<String, Value>) -> Result<String, String> {
+    match obj.get("name") {
+        Some(Value::String(name)) => check_name(name, "name").map(|()| name.clone()),
+        Some(other) => Err(format!("name must be a string, not {}", shown(other))),
+        None => Err("missing field name".into()),
+    }
+}
+
+fn check_name(name: &str, what: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} is {} bytes; the limit is {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The JSON type of a value, for messages.
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A value as compact JSON, cut to a few dozen bytes: reasons go back to the
+/// client and into logs, so they must stay short whatever was sent.
+pub(crate) fn shown(v: &Value) -> String {
+    match v {
+        Value::Array(_) | Value::Object(_) => kind_of(v).to_owned(),
+        Value::String(s) => shown_str(s),
+        other => other.to_string(),
+    }
+}
+
+fn shown_str(s: &str) -> String {
+    const MAX: usize = 40;
+    if s.len() <= MAX {
+        return format!("{s:?}");
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW_MS: u64 = 1_763_700_000_000;
+    const T: f64 = 1_763_700_000.25;
+
+    fn check(records: Value) -> Result<CheckedReport, String> {
+        check_report(Some(&records), "run-7", 3, NOW_MS)
+    }
+
+    fn alloc(allocated: u64, reserved: u64) -> Value {
+        json!({"type": "alloc", "t": T, "allocated": allocated, "reserved": reserved})
+    }
+
+    #[test]
+    fn converts_every_record_type() {
+        let report = check(json!([
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "active": 1,
+             "inactive_split": null, "peak_allocated": 5, "peak_reserved": 6,
+             "alloc_retries": 0, "ooms": 0, "device_used": 30, "device_total": 80},
+            {"type": "step", "t": 1_763_700_000.31, "step": 120, "duration_ms": 212.5,
+             "sections": {"forward": 80.2, "data": 12.1, "backward": 110.0}},
+            {"type": "event", "t": 1_763_700_001.0, "name": "eval start", "detail": null},
+            {"type": "snapshot", "t": 1_763_700_002.0, "name": "before_training",
+             "stats": {"allocated": 1, "reserved": 2}},
+        ]))
+        .unwrap();
+        assert_eq!(report.skipped, 0, "{:?}", report.reasons);
+        let [a, s, e, snap] = &report.records[..] else {
+            panic!("{:?}", report.records)
+        };
+        let HookRecord::Alloc(a) = a else { panic!() };
+        assert_eq!((a.t_ms, a.job.as_str(), a.rank), (NOW_MS + 250, "run-7", 3));
+        assert_eq!(a.stats.peak_allocated, Some(5));
+        assert_eq!(a.stats.inactive_split, None);
+        let HookRecord::Step(s) = s else { panic!() };
+        assert_eq!(s.t_ms, NOW_MS + 310);
+        let names: Vec<_> = s.sections.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["backward", "data", "forward"],
+            "sections in name order"
+        );
+        let HookRecord::Event(e) = e else { panic!() };
+        assert_eq!(
+            (e.name.as_str(), &e.detail, &e.snapshot),
+            ("eval start", &None, &None)
+        );
+        let HookRecord::Event(snap) = snap else {
+            panic!()
+        };
+        assert_eq!(snap.detail, None);
+        assert_eq!(snap.snapshot.unwrap().reserved, 2);
+        assert_eq!(
+            report.newest_alloc,
+            Some(AllocReading {
+                t_ms: NOW_MS + 250,
+                reserved: 2,
+                device_used: Some(30),
+                device_total: Some(80)
+            })
+        );
+    }
+
+    #[test]
+    fn bad_records_are_skipped_with_their_reasons() {
+        let long = "n".repeat(MAX_NAME_BYTES + 1);
+        let many: Map<String, Value> = (0..=MAX_SECTIONS)
+            .map(|i| (format!("s{i}"), json!(1.0)))
+            .collect();
+        let report = check(json!([
+            alloc(2, 1),
+            {"type": "alloc", "t": T, "allocated": -1, "reserved": 2},
+            {"type": "alloc", "t": T, "allocated": 1.5, "reserved": 2},
+            {"type": "alloc", "t": T - 301.0, "allocated": 1, "reserved": 2},
+            {"type": "event", "t": T, "name": long},
+            {"type": "event", "t": T, "name": "x", "detail": "d".repeat(MAX_DETAIL_BYTES + 1)},
+            {"type": "step", "t": T, "step": 1, "duration_ms": 1.0, "sections": many},
+            {"type": "step", "t": -1.0, "step": 1, "duration_ms": 1.0},
+            {"type": "bogus", "t": T},
+            "not an object",
+            alloc(1, 1),
+        ]))
+        .unwrap();
+        assert_eq!((report.records.len(), report.skipped), (1, 10));
+        assert_eq!(
+            report.reasons,
+            [
+                "record 0: allocated > reserved (2 > 1)",
+                "record 1: allocated must be a non-negative integer, not -1",
+                "record 2: allocated must be a non-negative integer, not 1.5",
+                "record 3: t 1763699699.25 is more than 300 s from the agent's clock (1763700000.000)",
+                "record 4: name is 129 bytes; the limit is 128",
+            ]
+        );
+        let more = check(json!([
+            {"type": "event", "t": T, "name": "x", "detail": "d".repeat(MAX_DETAIL_BYTES + 1)},
+            {"type": "step", "t": T, "step": 1, "duration_ms": 1.0,
+             "sections": (0..=MAX_SECTIONS).map(|i| (format!("s{i}"), json!(1.0))).collect::<Map<_, _>>()},
+            {"type": "step", "t": T, "step": 1, "duration_ms": -2.0},
+            {"type": "snapshot", "t": T, "name": "s", "stats": {"allocated": 3, "reserved": 2}},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "device_used": 9, "device_total": 8},
+        ]))
+        .unwrap();
+        assert_eq!(more.skipped, 5);
+        assert!(
+            more.reasons[0].contains("detail is 1025 bytes"),
+            "{:?}",
+            more.reasons
+        );
+        assert!(
+            more.reasons[1].contains("33 sections"),
+            "{:?}",
+            more.reasons
+        );
+        assert!(
+            more.reasons[2].contains("duration_ms"),
+            "{:?}",
+            more.reasons
+        );
+        assert!(
+            more.reasons[3].contains("stats: allocated > reserved"),
+            "{:?}",
+            more.reasons
+        );
+        assert!(
+            more.reasons[4].contains("device_used"),
+            "{:?}",
+            more.reasons
+        );
+    }
+
+    #[test]
+    fn records_for_another_job_refuse_the_whole_report() {
+        let mut other = alloc(1, 2);
+        other["job"] = json!("run-8");
+        let e = check(json!([alloc(1, 2), other])).unwrap_err();
+        assert!(e.contains("record 1 is for another job"), "{e}");
+        assert!(e.contains("\"run-8\""), "{e}");
+        let mut other_rank = alloc(1, 2);
+        other_rank["rank"] = json!(4);
+        assert!(check(json!([other_rank]))
+            .unwrap_err()
+            .contains("another job"));
+        // The session's own job and rank are fine.
+        let mut same = alloc(1, 2);
+        same["job"] = json!("run-7");
+        same["rank"] = json!(3);
+        assert_eq!(check(json!([same])).unwrap().records.len(), 1);
+    }
+
+    #[test]
+    fn the_report_itself_must_be_sane() {
+        assert!(check_report(None, "j", 0, NOW_MS)
+            .unwrap_err()
+            .contains("records"));
+        assert!(check(json!({})).unwrap_err().contains("must be an array"));
+        let too_many = Value::Array(vec![alloc(1, 2); MAX_RECORDS_PER_REPORT + 1]);
+        assert!(check(too_many)
+            .unwrap_err()
+            .contains("at most 1024 records"));
+        let most = Value::Array(vec![alloc(1, 2); MAX_RECORDS_PER_REPORT]);
+        assert_eq!(check(most).unwrap().records.len(), MAX_RECORDS_PER_REPORT);
+    }
+
+    #[test]
+    fn long_values_are_cut_in_reasons() {
+        let report = check(json!([{"type": "é".repeat(100), "t": T}])).unwrap();
+        assert!(report.reasons[0].len() < 120, "{}", report.reasons[0]);
+        assert!(report.reasons[0].ends_with("...: alloc, step, event or snapshot"));
+    }
+}

@@ -1,0 +1,311 @@
+//! Listening for hook connections, on a Unix socket or loopback TCP.
+//!
+//! [`HookServer::bind`] does everything that can fail up front, so the agent
+//! can refuse to start with a clear reason; [`HookServer::serve`] then
+//! accepts connections and runs each in its own task
+//! ([`super::connection`]) until shutdown.
+//!
+//! A Unix socket file left behind by an agent that died is replaced, but
+//! only after checking that nothing answers on it: two agents must never
+//! share (and silently split) one endpoint. The socket is made mode `0600`,
+//! and a missing parent directory is created `0700`, so only the agent's
+//! user (normally the job's) can connect. The file is removed at shutdown
+//! if it is still this server's.
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::addr::HookAddr;
+use super::connection::{self, Peer, Shared};
+use super::hub::{HookHub, MAX_SESSIONS};
+use super::protocol;
+use crate::discovery::DEFAULT_PROC_ROOT;
+
+/// Most open connections, registered or not; past it a connection is
+/// answered with an error and closed.
+pub const MAX_CONNECTIONS: usize = 2 * MAX_SESSIONS;
+
+/// Why the hook endpoint could not listen.
+#[derive(Debug, Error)]
+pub enum HookError {
+    /// The operating system refused (permission, address in use, ...).
+    #[error("cannot listen for hooks on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: HookAddr,
+        /// The operating system's reason.
+        error: io::Error,
+    },
+    /// Another process is serving on the socket path.
+    #[error("cannot listen for hooks on {addr}: another process is already listening there (a running gpumon agent?); stop it or choose another --hook-listen address")]
+    InUse {
+        /// The address.
+        addr: HookAddr,
+    },
+    /// The socket path is taken by something that is not a socket.
+    #[error("cannot listen for hooks on {addr}: {} exists and is not a socket; remove it or choose another path", path.display())]
+    NotASocket {
+        /// The address.
+        addr: HookAddr,
+        /// The path in the way.
+        path: PathBuf,
+    },
+}
+
+/// Settings of a [`HookServer`] beyond its address.
+#[derive(Debug, Clone)]
+pub struct HookServerOptions {
+    /// Where `/proc` is, to check what registering processes claim
+    /// (default [`DEFAULT_PROC_ROOT`]; tests pass a directory laid out like it).
+    pub proc_root: PathBuf,
+}
+
+impl Default for HookServerOptions {
+    fn default() -> Self {
+        Self {
+            proc_root: PathBuf::from(DEFAULT_PROC_ROOT),
+        }
+    }
+}
+
+/// A bound hook endpoint; see the module docs.
+#[derive(Debug)]
+pub struct HookServer {
+    listener: Listener,
+    addr: HookAddr,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+enum Listener {
+    /// The socket file goes when the listener does.
+    Unix {
+        listener: UnixListener,
+        _socket_file: SocketFile,
+    },
+    Tcp(TcpListener),
+}
+
+/// The socket file this server created, removed on drop while it is still
+/// the same file (same device and inode).
+#[derive(Debug)]
+struct SocketFile {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let now = std::fs::symlink_metadata(&self.path).ok();
+        if self.id.is_some() && now.map(|m| (m.dev(), m.ino())) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl HookServer {
+    /// Binds `addr` with default options. Call from within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`HookError`] naming the address and the reason.
+    pub async fn bind(addr: &HookAddr, hub: Arc<HookHub>) -> Result<Self, HookError> {
+        Self::bind_with(addr, hub, HookServerOptions::default()).await
+    }
+
+    /// Binds `addr` with `options`.
+    ///
+    /// # Errors
+    ///
+    /// [`HookError`] naming the address and the reason.
+    pub async fn bind_with(
+        addr: &HookAddr,
+        hub: Arc<HookHub>,
+        options: HookServerOptions,
+    ) -> Result<Self, HookError> {
+        let bind_error = |error| HookError::Bind {
+            addr: addr.clone(),
+            error,
+        };
+        let (listener, local) = if let Some(path) = addr.unix_path() {
+            let listener = bind_unix(addr, path)?;
+            (listener, addr.clone())
+        } else {
+            let sock = addr.tcp_addr().expect("a hook address is unix or tcp");
+            let listener = TcpListener::bind(sock).await.map_err(bind_error)?;
+            let port = listener.local_addr().map_err(bind_error)?.port();
+            (Listener::Tcp(listener), addr.with_port(port))
+        };
+        Ok(Self {
+            listener,
+            addr: local,
+            shared: Arc::new(Shared::new(hub, options.proc_root)),
+        })
+    }
+
+    /// The address it listens on (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> &HookAddr {
+        &self.addr
+    }
+
+    /// Accepts connections until `shutdown` completes, then closes every
+    /// connection (their sessions end) and removes the socket file.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut tasks = JoinSet::new();
+        let mut accept_failed = false;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Err(e) = done {
+                        if e.is_panic() {
+                            tracing::error!(addr = %self.addr, error = %e, "a hook connection task panicked; its session ended");
+                        }
+                    }
+                }
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        accept_failed = false;
+                        let shared = self.shared.clone();
+                        match slots.clone().try_acquire_owned() {
+                            Ok(slot) => {
+                                tasks.spawn(async move {
+                                    stream.serve(peer, shared).await;
+                                    drop(slot);
+                                });
+                            }
+                            Err(_) => {
+                                tasks.spawn(async move {
+                                    let reason = format!("this agent already serves its maximum of {MAX_CONNECTIONS} hook connections");
+                                    tracing::debug!(peer = %peer.label, "{reason}");
+                                    stream.reject(&reason).await;
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if !accept_failed {
+                            tracing::warn!(addr = %self.addr, error = %e, "accepting a hook connection failed; retrying");
+                            accept_failed = true;
+                        }
+                        // Out of file descriptors and the like: do not spin.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        tasks.shutdown().await;
+        tracing::debug!(addr = %self.addr, "hook endpoint closed");
+    }
+}
+
+/// Binds a Unix socket at `path`; see the module docs.
+fn bind_unix(addr: &HookAddr, path: &Path) -> Result<Listener, HookError> {
+    let bind_error = |error| HookError::Bind {
+        addr: addr.clone(),
+        error,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Err(HookError::InUse { addr: addr.clone() }),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    tracing::info!(path = %path.display(), "removing a stale hook socket (nothing answers on it)");
+                    std::fs::remove_file(path).map_err(bind_error)?;
+                }
+                Err(e) => return Err(bind_error(e)),
+            }
+        }
+        Ok(_) => {
+            return Err(HookError::NotASocket {
+                addr: addr.clone(),
+                path: path.to_owned(),
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(bind_error(e)),
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(bind_error)?;
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(bind_error)?;
+    let file = SocketFile {
+        path: path.to_owned(),
+        id: std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino())),
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    Ok(Listener::Unix {
+        listener,
+        _socket_file: file,
+    })
+}
+
+/// An accepted connection of either transport.
+enum Stream {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<(Stream, Peer)> {
+        match self {
+            Listener::Unix { listener, .. } => {
+                let (stream, _) = listener.accept().await?;
+                let pid = stream
+                    .peer_cred()
+                    .ok()
+                    .and_then(|c| c.pid())
+                    .and_then(|p| u32::try_from(p).ok())
+                    .filter(|&p| p != 0);
+                let label = pid.map_or_else(|| "unix peer".to_owned(), |p| format!("pid {p}"));
+                Ok((Stream::Unix(stream), Peer { pid, label }))
+            }
+            Listener::Tcp(l) => {
+                let (stream, from) = l.accept().await?;
+                let _ = stream.set_nodelay(true);
+                let peer = Peer {
+                    pid: None,
+                    label: from.to_string(),
+                };
+                Ok((Stream::Tcp(stream), peer))
+            }
+        }
+    }
+}
+
+impl Stream {
+    async fn serve(self, peer: Peer, shared: Arc<Shared>) {
+        match self {
+            Stream::Unix(s) => connection::serve(s, peer, shared).await,
+            Stream::Tcp(s) => connection::serve(s, peer, shared).await,
+        }
+    }
+
+    async fn reject(self, reason: &str) {
+        use tokio::io::AsyncWriteExt;
+        let answer = protocol::refusal(reason);
+        let _ = match self {
+            Stream::Unix(mut s) => s.write_all(&answer).await,
+            Stream::Tcp(mut s) => s.write_all(&answer).await,
+        };
+    }
+}

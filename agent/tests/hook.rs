@@ -1,0 +1,559 @@
+//! The hook endpoint over real sockets: a Unix socket in a temporary
+//! directory and TCP on 127.0.0.1 port 0, the hub and server in this
+//! process, a raw client writing JSON lines (agent/python/PROTOCOL.md).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpumon_agent::hook::{
+    HookAddr, HookError, HookHub, HookServer, HookSource, DISCONNECTED_REASON, MAX_LINE_BYTES,
+    TAIL_MS,
+};
+use gpumon_agent::source::GpuSource;
+use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
+use gpumon_proto::{
+    ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, HookRecord, PendingAction,
+};
+use serde_json::json;
+use support::*;
+
+const RANK3: &[u8] = include_bytes!("fixtures/environ/torchrun_rank3.environ");
+
+fn action(id: u64, job: &str, rank: u32) -> PendingAction {
+    PendingAction {
+        id,
+        job: job.into(),
+        rank,
+        kind: ActionKind::ReleaseCache,
+        reason: "rank 3 will run out of memory in 4 min".into(),
+    }
+}
+
+#[tokio::test]
+async fn register_over_a_unix_socket_checks_the_peer_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::unix(dir.path()).await;
+    let mut c = server.connect().await;
+    let not_me = std::process::id() + 1;
+    let answer = c.call(register(not_me, "run-7", 0, None)).await;
+    assert_refused(
+        &answer,
+        &format!("pid {not_me} is not the connecting process"),
+    );
+    let answer = c.register("run-7", 0).await;
+    assert_ok(&answer);
+    assert_eq!(answer["session"], json!(1));
+    assert_eq!(
+        (answer["agent"].as_str(), answer["node"].as_str()),
+        (Some("agent-t"), Some("node-t"))
+    );
+    let sessions = server.hub.sessions();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].registration.pid, std::process::id());
+    assert_eq!(server.hub.stats().refused, 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn register_is_refused_when_the_process_environment_names_another_rank() {
+    // A fake /proc where this process's environment is torchrun's rank 3:
+    // the test process's real environment is shared and left alone.
+    let root = tempfile::tempdir().unwrap();
+    let me = root.path().join(std::process::id().to_string());
+    std::fs::create_dir_all(&me).unwrap();
+    std::fs::write(me.join("environ"), RANK3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("h.sock").display());
+    let server = Server::start(&addr, Some(root.path())).await;
+    let mut c = server.connect().await;
+    let answer = c.register("someone-else", 3).await;
+    assert_refused(&answer, "names rank 3 of job \"llama-7b-sft-20240611\"");
+    assert_refused(&c.register("llama-7b-sft-20240611", 4).await, "not rank 4");
+    assert_ok(&c.register("llama-7b-sft-20240611", 3).await);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_live_session_per_rank() {
+    let server = Server::tcp().await;
+    let mut a = server.connect().await;
+    let mut b = server.connect().await;
+    assert_ok(&a.register("run-7", 2).await);
+    assert_refused(
+        &b.register("run-7", 2).await,
+        "already registered by session 1",
+    );
+    drop(a);
+    server.until(|hub| hub.stats().sessions_live == 0).await;
+    assert_ok(&b.register("run-7", 2).await);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_second_register_on_a_connection_updates_its_session() {
+    let server = Server::tcp().await;
+    let mut c = server.connect().await;
+    let me = std::process::id();
+    assert_eq!(
+        c.call(register(me, "run-7", 1, None)).await["session"],
+        json!(1)
+    );
+    assert_eq!(server.hub.sessions()[0].registration.device, None);
+    // Once CUDA is initialised the hook knows its device.
+    let device = json!({"index": 1, "uuid": "GPU-1", "name": "H100", "total_bytes": 1024});
+    let answer = c.call(register(me, "run-7", 1, Some(device))).await;
+    assert_eq!(answer["session"], json!(1), "{answer}");
+    let sessions = server.hub.sessions();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(
+        sessions[0]
+            .registration
+            .device
+            .as_ref()
+            .unwrap()
+            .uuid
+            .as_deref(),
+        Some("GPU-1")
+    );
+    assert_refused(
+        &c.register("run-7", 2).await,
+        "this connection is registered as rank 1",
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn reports_count_good_and_bad_records() {
+    let server = Server::tcp().await;
+    assert!(server.addr.to_string().starts_with("127.0.0.1:"));
+    assert_ne!(server.addr.tcp_addr().unwrap().port(), 0, "the real port");
+    let mut c = server.connect().await;
+    assert_refused(
+        &c.call(report(vec![alloc(now_s(), 1, 2)])).await,
+        "register first",
+    );
+    assert_refused(
+        &c.call(json!({"v": 1, "op": "poll"})).await,
+        "register first",
+    );
+    assert_ok(&c.register("run-7", 3).await);
+    let t = now_s();
+    let answer = c
+        .call(report(vec![
+            alloc(t, 1 << 30, 2 << 30),
+            json!({"type": "step", "t": t, "step": 120, "duration_ms": 212.5,
+                   "sections": {"data": 12.1, "forward": 80.2, "backward": 110.0}}),
+            alloc(t, 3, 2),
+            json!({"type": "event", "t": t, "name": "eval start", "detail": null}),
+            json!({"type": "snapshot", "t": t, "name": "before", "stats": {"allocated": 1, "reserved": 2}}),
+            alloc(t - 1000.0, 1, 2),
+        ]))
+        .await;
+    assert_ok(&answer);
+    assert_eq!(
+        (answer["accepted"].clone(), answer["skipped"].clone()),
+        (json!(4), json!(2))
+    );
+    let reasons: Vec<&str> = answer["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(reasons.len(), 2);
+    assert_eq!(reasons[0], "record 2: allocated > reserved (3 > 2)");
+    assert!(
+        reasons[1].starts_with("record 5: t ") && reasons[1].contains("300 s"),
+        "{}",
+        reasons[1]
+    );
+
+    let (records, acks) = server.hub.take_outgoing();
+    assert!(acks.is_empty());
+    assert_eq!(records.len(), 4);
+    assert!(records.iter().all(|r| r.subject() == ("run-7", 3)));
+    let HookRecord::Step(step) = &records[1] else {
+        panic!("{records:?}")
+    };
+    assert_eq!(step.sections[0].0, "backward");
+    let HookRecord::Event(snap) = &records[3] else {
+        panic!("{records:?}")
+    };
+    assert_eq!(snap.snapshot.unwrap().reserved, 2);
+    let stats = server.hub.stats();
+    assert_eq!((stats.records_accepted, stats.records_skipped), (4, 2));
+    assert_eq!(stats.refused, 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn records_for_another_job_refuse_the_report() {
+    let server = Server::tcp().await;
+    let mut c = server.connect().await;
+    assert_ok(&c.register("run-7", 3).await);
+    let mut foreign = alloc(now_s(), 1, 2);
+    foreign["job"] = json!("run-8");
+    let answer = c.call(report(vec![alloc(now_s(), 1, 2), foreign])).await;
+    assert_refused(&answer, "for another job");
+    assert!(
+        server.hub.take_outgoing().0.is_empty(),
+        "nothing of it is kept"
+    );
+    // The connection stays usable.
+    assert_ok(&c.call(report(vec![alloc(now_s(), 1, 2)])).await);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_wrong_version_is_refused_and_the_connection_stays() {
+    let server = Server::tcp().await;
+    let mut c = server.connect().await;
+    let answer = c.call(json!({"v": 2, "op": "poll"})).await;
+    assert_refused(&answer, "this agent speaks version 1");
+    c.write(b"not json\n\n").await;
+    assert_refused(&c.read().await.unwrap(), "not JSON");
+    assert_ok(&c.register("run-7", 0).await);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_line_is_refused_and_the_connection_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::unix(dir.path()).await;
+    let mut c = server.connect().await;
+    assert_ok(&c.register("run-7", 0).await);
+    // One byte over, no newline: the server must read all of it to know,
+    // so the write completes before it answers and closes.
+    c.write(&vec![b' '; MAX_LINE_BYTES + 1]).await;
+    let answer = c.read().await.expect("an error before the close");
+    assert_refused(&answer, "may not exceed 1048576 bytes");
+    assert_eq!(c.read().await, None, "closed");
+    server.until(|hub| hub.stats().sessions_live == 0).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn poll_and_ack_cycle() {
+    let server = Server::tcp().await;
+    let mut c = server.connect().await;
+    assert_ok(&c.register("run-7", 3).await);
+    assert_eq!(
+        c.call(json!({"v": 1, "op": "poll"})).await["actions"],
+        json!([])
+    );
+    server
+        .hub
+        .offer_actions(vec![action(12, "run-7", 3), action(13, "run-7", 4)], 1);
+
+    let answer = c.call(json!({"v": 1, "op": "poll"})).await;
+    assert_ok(&answer);
+    assert_eq!(
+        answer["actions"],
+        json!([{"id": 12, "kind": "release_cache", "reason": "rank 3 will run out of memory in 4 min"}])
+    );
+    // Not acknowledged yet: it is still there.
+    assert_eq!(
+        c.call(json!({"v": 1, "op": "poll"})).await["actions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let (_, acks) = server.hub.take_outgoing();
+    assert_eq!(acks.len(), 1, "rank 4 has no session here");
+    assert_eq!(acks[0].id, 13);
+    assert_eq!(
+        acks[0].outcome,
+        ActionOutcome::Failed {
+            reason: "no gpumon hook is connected for rank 4 of job run-7 on this node".into()
+        }
+    );
+
+    let ack = json!({"v": 1, "op": "ack", "id": 12, "state": "done", "freed_bytes": 1073741824u64,
+                     "at_step": 130, "response": "batch size 32 -> 24", "detail": null});
+    assert_ok(&c.call(ack.clone()).await);
+    assert_refused(
+        &c.call(ack).await,
+        "action 12 was not given to this session",
+    );
+    assert_refused(
+        &c.call(json!({"v": 1, "op": "ack", "id": 99, "state": "failed"}))
+            .await,
+        "action 99 was not given",
+    );
+    assert_eq!(
+        c.call(json!({"v": 1, "op": "poll"})).await["actions"],
+        json!([])
+    );
+
+    let (_, acks) = server.hub.take_outgoing();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].id, 12);
+    assert_eq!(
+        acks[0].outcome,
+        ActionOutcome::Done {
+            freed_bytes: 1 << 30,
+            at_step: Some(130)
+        }
+    );
+    assert_eq!(acks[0].response.as_deref(), Some("batch size 32 -> 24"));
+
+    // The coordinator re-sends it before it has seen the ack: ignored.
+    server
+        .hub
+        .offer_actions(vec![action(12, "run-7", 3), action(13, "run-7", 3)], 2);
+    assert_eq!(
+        c.call(json!({"v": 1, "op": "poll"})).await["actions"],
+        json!([])
+    );
+    assert!(server.hub.take_outgoing().1.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_disconnect_fails_the_pending_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::unix(dir.path()).await;
+    let mut c = server.connect().await;
+    assert_ok(&c.register("run-7", 1).await);
+    server.hub.offer_actions(vec![action(5, "run-7", 1)], 1);
+    assert_eq!(
+        c.call(json!({"v": 1, "op": "poll"})).await["actions"][0]["id"],
+        json!(5)
+    );
+    drop(c);
+    server.until(|hub| hub.stats().sessions_live == 0).await;
+    let (_, acks) = server.hub.take_outgoing();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(
+        acks[0].outcome,
+        ActionOutcome::Failed {
+            reason: DISCONNECTED_REASON.into()
+        }
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_hook_source_samples_hook_devices_and_their_tail() {
+    let server = Server::tcp().await;
+    let mut source = HookSource::new(server.hub.clone());
+    let mut c = server.connect().await;
+    let device = json!({"index": 2, "uuid": null, "name": "NVIDIA H100 80GB HBM3", "total_bytes": 80u64 << 30});
+    assert_ok(
+        &c.call(register(std::process::id(), "run-7", 5, Some(device)))
+            .await,
+    );
+    let t = now_s();
+    let t_ms = (t * 1000.0).round() as u64;
+    let mut record = alloc(t, 8 << 30, 10 << 30);
+    record["device_used"] = json!(12u64 << 30);
+    record["device_total"] = json!(80u64 << 30);
+    assert_ok(&c.call(report(vec![record])).await);
+
+    let samples = source.sample(t_ms + 500).unwrap();
+    assert_eq!(samples.len(), 1);
+    let s = &samples[0];
+    assert_eq!(s.gpu.uuid, "hook-node-t-2");
+    assert_eq!((s.gpu.index, s.gpu.total_bytes), (2, 80 << 30));
+    assert_eq!(s.used_bytes, 12 << 30);
+    assert_eq!(s.procs.len(), 1);
+    assert_eq!(
+        (s.procs[0].pid, s.procs[0].used_bytes),
+        (std::process::id(), 10 << 30)
+    );
+    assert_eq!(
+        s.procs[0].rank.as_ref().map(|r| (r.job.as_str(), r.rank)),
+        Some(("run-7", 5))
+    );
+    assert_eq!(source.gpus().len(), 1);
+
+    drop(c);
+    server.until(|hub| hub.stats().sessions_live == 0).await;
+    let start = t_ms + 1_000;
+    for at in [start, start + TAIL_MS] {
+        let s = source.sample(at).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].used_bytes, s[0].procs.len()),
+            (2 << 30, 0),
+            "at +{}",
+            at - start
+        );
+    }
+    assert!(source.sample(start + TAIL_MS + 1).unwrap().is_empty());
+    assert!(source.gpus().is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_socket_is_private_and_removed_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("run/gpumon/hook.sock");
+    let server = Server::start(&format!("unix:{}", sock.display()), None).await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&sock), 0o600);
+    assert_eq!(
+        mode(sock.parent().unwrap()) & 0o077,
+        0,
+        "created without group/other access"
+    );
+    server.stop().await;
+    assert!(!sock.exists(), "removed at shutdown");
+}
+
+#[tokio::test]
+async fn refuses_to_listen_off_loopback() {
+    for bad in [
+        "0.0.0.0:7071",
+        "10.1.2.3:7071",
+        "[::]:7071",
+        "example.com:7071",
+    ] {
+        let e = bad.parse::<HookAddr>().unwrap_err();
+        assert!(e.to_string().contains("not loopback"), "{bad}: {e}");
+    }
+    assert!(HookAddr::tcp("0.0.0.0:1".parse().unwrap()).is_err());
+}
+
+#[tokio::test]
+async fn a_live_socket_is_not_taken_over_but_a_stale_one_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("hook.sock");
+    let addr: HookAddr = format!("unix:{}", sock.display()).parse().unwrap();
+
+    let first = Server::start(&addr.to_string(), None).await;
+    let e = HookServer::bind(&addr, Arc::new(HookHub::new("b", "b")))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, HookError::InUse { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("another process is already listening"),
+        "{e}"
+    );
+    // The live server still answers.
+    assert_ok(&first.connect().await.register("run-7", 0).await);
+    first.stop().await;
+
+    // A socket file nothing listens on (an agent that died): replaced.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let second = Server::start(&addr.to_string(), None).await;
+    assert_ok(&second.connect().await.register("run-7", 0).await);
+    second.stop().await;
+
+    // Something else at the path is never removed.
+    std::fs::write(&sock, b"data").unwrap();
+    let e = HookServer::bind(&addr, Arc::new(HookHub::new("c", "c")))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, HookError::NotASocket { .. }), "{e}");
+    assert_eq!(std::fs::read(&sock).unwrap(), b"data");
+}
+
+#[tokio::test]
+async fn the_agent_refuses_to_start_on_a_live_hook_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::unix(dir.path()).await;
+    let mut config = AgentConfig::new("node-t");
+    config.source = SourceSpec::None;
+    config.hook_listen = Some(server.addr.clone());
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let e = bounded(gpumon_agent::run(config, stopped))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, AgentError::Hook(HookError::InUse { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&server.addr.to_string()), "{e}");
+    server.stop().await;
+}
+
+/// The whole path: a hook's records and a hook-built GPU window reach a
+/// (fake) coordinator in pushes, an action in the coordinator's reply
+/// reaches the hook's poll, and its ack comes back in a later push.
+#[tokio::test]
+async fn the_agent_relays_hook_records_actions_and_acks() {
+    let (url, mut pushes) = fake_coordinator(|msg| {
+        // Answer the first push carrying hook records with an action.
+        match msg {
+            AgentMessage::V1(AgentMessageV1::Push(b)) if !b.hook.is_empty() => {
+                vec![action(77, "run-7", 0)]
+            }
+            _ => Vec::new(),
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("hook.sock");
+    let mut config = AgentConfig::new("node-e");
+    config.coordinators = vec![url];
+    config.source = SourceSpec::None;
+    config.sample_interval = Duration::from_millis(20);
+    config.window = Duration::from_millis(100);
+    config.hook_listen = Some(format!("unix:{}", sock.display()).parse().unwrap());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(gpumon_agent::run(config.clone(), stopped));
+
+    let hello = bounded(pushes.recv()).await.unwrap();
+    let AgentMessage::V1(AgentMessageV1::Hello(hello)) = hello else {
+        panic!("{hello:?}")
+    };
+    assert_eq!(hello.source, "hook");
+    // The agent binds before it says hello.
+    let mut c = Client::connect(config.hook_listen.as_ref().unwrap()).await;
+    let device = json!({"index": 0, "uuid": "GPU-e2e", "name": "H100", "total_bytes": 80u64 << 30});
+    assert_ok(
+        &c.call(register(std::process::id(), "run-7", 0, Some(device)))
+            .await,
+    );
+    let mut record = alloc(now_s(), 1 << 30, 2 << 30);
+    record["device_used"] = json!(3u64 << 30);
+    record["device_total"] = json!(80u64 << 30);
+    assert_ok(&c.call(report(vec![record])).await);
+
+    // Pushes until one carries the record; windows of the hook device follow.
+    let mut saw_record = false;
+    let mut saw_window = false;
+    while !(saw_record && saw_window) {
+        let msg = bounded(pushes.recv()).await.unwrap();
+        if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
+            saw_record |= b.hook.iter().any(|r| r.subject() == ("run-7", 0));
+            saw_window |= b
+                .windows
+                .iter()
+                .any(|w| w.gpu.uuid == "GPU-e2e" && w.used_bytes.max == 3 << 30);
+        }
+    }
+    // The reply to the record's push carried the action; the uplink hands
+    // it to the hub before it sends its next message: wait for that one.
+    bounded(pushes.recv()).await.unwrap();
+    let answer = c.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(answer["actions"][0]["id"], json!(77), "{answer}");
+    let ack = json!({"v": 1, "op": "ack", "id": 77, "state": "done", "freed_bytes": 5});
+    assert_ok(&c.call(ack).await);
+    loop {
+        let msg = bounded(pushes.recv()).await.unwrap();
+        if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
+            if let Some(a) = b.acks.iter().find(|a| a.id == 77) {
+                assert_eq!(
+                    a.outcome,
+                    ActionOutcome::Done {
+                        freed_bytes: 5,
+                        at_step: None
+                    }
+                );
+                break;
+            }
+        }
+    }
+    stop.send(true).unwrap();
+    bounded(agent).await.unwrap().unwrap();
+    assert!(!sock.exists(), "the socket goes with the agent");
+}

@@ -1,0 +1,258 @@
+//! Helpers for the hook endpoint tests: servers on real sockets, a raw
+//! JSON-lines client, a fake coordinator, and bounded waits.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gpumon_agent::hook::{HookAddr, HookHub, HookServer, HookServerOptions};
+use gpumon_proto::{wire, AgentMessage, CoordinatorReply, CoordinatorReplyV1, PushOutcome};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::sync::{mpsc, watch};
+
+/// How long any awaited condition may take before the test fails.
+pub const LIMIT: Duration = Duration::from_secs(10);
+
+/// Awaits `f`, failing the test past [`LIMIT`].
+#[track_caller]
+pub fn bounded<F: Future>(f: F) -> impl Future<Output = F::Output> {
+    let caller = std::panic::Location::caller();
+    async move {
+        tokio::time::timeout(LIMIT, f)
+            .await
+            .unwrap_or_else(|_| panic!("timed out at {caller}"))
+    }
+}
+
+/// Seconds since the epoch, as the hook writes `t`.
+pub fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A hook server running in this process.
+pub struct Server {
+    pub hub: Arc<HookHub>,
+    pub addr: HookAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `addr` with `proc_root` (the real `/proc` when `None`) and serves.
+    pub async fn start(addr: &str, proc_root: Option<&Path>) -> Server {
+        let addr: HookAddr = addr.parse().unwrap();
+        let hub = Arc::new(HookHub::new("agent-t", "node-t"));
+        let mut options = HookServerOptions::default();
+        if let Some(root) = proc_root {
+            options.proc_root = root.to_owned();
+        }
+        let server = HookServer::bind_with(&addr, hub.clone(), options)
+            .await
+            .unwrap();
+        let addr = server.local_addr().clone();
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(server.serve(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        Server {
+            hub,
+            addr,
+            stop,
+            task,
+        }
+    }
+
+    pub async fn unix(dir: &Path) -> Server {
+        Self::start(&format!("unix:{}", dir.join("hook.sock").display()), None).await
+    }
+
+    pub async fn tcp() -> Server {
+        Self::start("127.0.0.1:0", None).await
+    }
+
+    /// A raw client of this server.
+    pub async fn connect(&self) -> Client {
+        Client::connect(&self.addr).await
+    }
+
+    /// Awaits `cond` on the hub, re-checking on every hub change.
+    pub async fn until(&self, mut cond: impl FnMut(&HookHub) -> bool) {
+        let mut changes = self.hub.subscribe();
+        bounded(async {
+            while !cond(&self.hub) {
+                changes.changed().await.unwrap();
+            }
+        })
+        .await;
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn stop(self) {
+        self.stop.send(true).unwrap();
+        bounded(self.task).await.unwrap();
+    }
+}
+
+/// A raw JSON-lines client.
+pub struct Client {
+    reader: BufReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+impl Client {
+    pub async fn connect(addr: &HookAddr) -> Client {
+        if let Some(path) = addr.unix_path() {
+            let (r, w) = UnixStream::connect(path).await.unwrap().into_split();
+            Client {
+                reader: BufReader::new(Box::new(r)),
+                writer: Box::new(w),
+            }
+        } else {
+            let (r, w) = TcpStream::connect(addr.tcp_addr().unwrap())
+                .await
+                .unwrap()
+                .into_split();
+            Client {
+                reader: BufReader::new(Box::new(r)),
+                writer: Box::new(w),
+            }
+        }
+    }
+
+    /// Writes raw bytes.
+    pub async fn write(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+    }
+
+    /// Reads one answer line; `None` at end of stream.
+    pub async fn read(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        let n = bounded(self.reader.read_line(&mut line)).await.unwrap();
+        (n > 0).then(|| serde_json::from_str(&line).unwrap())
+    }
+
+    /// Sends one request and returns its answer.
+    pub async fn call(&mut self, request: Value) -> Value {
+        let mut line = serde_json::to_vec(&request).unwrap();
+        line.push(b'\n');
+        self.write(&line).await;
+        self.read().await.expect("an answer")
+    }
+
+    /// Registers as `rank` of `job` with this process's pid.
+    pub async fn register(&mut self, job: &str, rank: u32) -> Value {
+        self.call(register(std::process::id(), job, rank, None))
+            .await
+    }
+}
+
+/// A `register` request.
+pub fn register(pid: u32, job: &str, rank: u32, device: Option<Value>) -> Value {
+    json!({"v": 1, "op": "register", "pid": pid, "job": job, "rank": rank,
+           "local_rank": rank % 8, "world_size": 16, "hook_version": "test",
+           "device": device})
+}
+
+/// An `alloc` record at `t` seconds.
+pub fn alloc(t: f64, allocated: u64, reserved: u64) -> Value {
+    json!({"type": "alloc", "t": t, "allocated": allocated, "reserved": reserved})
+}
+
+/// A `report` request.
+pub fn report(records: Vec<Value>) -> Value {
+    json!({"v": 1, "op": "report", "records": records})
+}
+
+#[track_caller]
+pub fn assert_ok(answer: &Value) {
+    assert_eq!(answer["ok"], json!(true), "{answer}");
+}
+
+/// Asserts a refusal whose error contains `needle`.
+#[track_caller]
+pub fn assert_refused(answer: &Value, needle: &str) {
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    let error = answer["error"].as_str().unwrap();
+    assert!(error.contains(needle), "{error:?} lacks {needle:?}");
+}
+
+/// A fake coordinator: answers every ingest with `Committed` plus the
+/// actions `reply` returns for the message, and forwards each message.
+pub async fn fake_coordinator<F>(mut reply: F) -> (String, mpsc::UnboundedReceiver<AgentMessage>)
+where
+    F: FnMut(&AgentMessage) -> Vec<gpumon_proto::PendingAction> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (req_tx, mut req_rx) =
+        mpsc::unbounded_channel::<(AgentMessage, tokio::sync::oneshot::Sender<Vec<u8>>)>();
+    // One task decides the replies, in arrival order, so `reply` needs no lock.
+    tokio::spawn(async move {
+        while let Some((msg, answer)) = req_rx.recv().await {
+            let actions = reply(&msg);
+            let _ = tx.send(msg);
+            let body = wire::encode(&CoordinatorReply::V1(CoordinatorReplyV1 {
+                outcome: PushOutcome::Committed {
+                    acked_seq: 0,
+                    duplicate: false,
+                },
+                actions,
+            }));
+            let _ = answer.send(body);
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let req_tx = req_tx.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let msg: AgentMessage = wire::decode(&body, 16 << 20).unwrap();
+                    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+                    if req_tx.send((msg, answer_tx)).is_err() {
+                        return;
+                    }
+                    let Ok(reply) = answer_rx.await else { return };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: {}\r\n\r\n",
+                        reply.len()
+                    );
+                    let out = stream.get_mut();
+                    if out.write_all(head.as_bytes()).await.is_err()
+                        || out.write_all(&reply).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, rx)
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A torchrun-style training loop on a fake GPU, for gpumon's end-to-end tests.
+
+No torch and no GPU needed: memory comes from ``gpumon.testing.FakeAllocator``,
+which behaves like PyTorch's caching allocator. Run it with torchrun's
+variables set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``,
+``MASTER_ADDR``, ``MASTER_PORT``), ``GPUMON_AGENT`` pointing at the agent and
+``PYTHONPATH`` holding ``agent/python`` (and, as ``gpumon run`` does,
+``agent/python/gpumon/_inject``: the explicit ``gpumon.init`` below then only
+swaps in the fake memory source).
+
+Each step: a ``data`` section (a 16 MiB batch), ``forward`` (3 x 16 MiB
+activations), ``backward`` (2 x 16 MiB of gradients, then everything of the
+step is freed, so it stays cached), then ``gpumon.step()``. The step's
+buffers all have one size and get their segments before the cache is made,
+so every step reuses exactly those and never splits the cache's segment: the
+cache stays whole and reclaimable, as a freed large tensor does in a real
+run.
+
+Environment knobs (bytes, milliseconds, seconds):
+
+- ``FAKE_TOTAL_BYTES``: device size, default 8 GiB (512 MiB of it is the CUDA context).
+- ``FAKE_BASE_BYTES``: live model and optimizer state, default 4 GiB.
+- ``FAKE_CACHE_BYTES``: memory allocated then freed at start, so it is
+  cached but unused (what ``release_cache`` gives back), default 16 MiB.
+- ``FAKE_LEAK_BYTES_PER_S``: allocated memory kept alive per second, default 0.
+  It leaks in 512 KiB pieces, from the allocator's small pool, so it never
+  pins the cached segments above.
+- ``FAKE_STEP_MS``: step time, default 50.
+- ``FAKE_DURATION_S``: run time, default 60; then the script exits 0.
+- ``FAKE_EVENTS_FILE``: where to append one JSON line per action the hook
+  hands over: ``{"event": "action", "id", "kind", "reason", "step"}``. The
+  ``on_action`` callback answers ``"seen at step N"``.
+
+It snapshots ``start`` and marks ``training start`` at the beginning, snapshots
+``warm`` after 5 s, and marks ``training end`` at the end. Exit codes: 0 done,
+3 the fake device ran out of memory, 2 bad configuration, 4 the
+parent process (``gpumon run``) went away.
+"""
+
+import json
+import logging
+import os
+import sys
+import time
+
+GiB = 1 << 30
+MiB = 1 << 20
+LEAK_PIECE_BYTES = 512 * 1024
+PIECE_BYTES = 16 * MiB  # every buffer of a step
+
+log = logging.getLogger("fake_train")
+
+
+def _env_number(name, default, kind=int):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value = kind(raw)
+    if value < 0:
+        raise ValueError("%s must be >= 0, got %r" % (name, raw))
+    return value
+
+
+def main():
+    rank = os.environ.get("RANK", "?")
+    logging.basicConfig(level=logging.INFO, format="fake_train rank %s: %%(levelname)s %%(message)s" % rank)
+    try:
+        total = _env_number("FAKE_TOTAL_BYTES", 8 * GiB)
+        base = _env_number("FAKE_BASE_BYTES", 4 * GiB)
+        cache = _env_number("FAKE_CACHE_BYTES", 16 * MiB)
+        leak_rate = _env_number("FAKE_LEAK_BYTES_PER_S", 0.0, float)
+        step_s = _env_number("FAKE_STEP_MS", 50.0, float) / 1000.0
+        duration = _env_number("FAKE_DURATION_S", 60.0, float)
+        local_rank = _env_number("LOCAL_RANK", 0)
+    except ValueError as e:
+        log.error("bad configuration: %s", e)
+        return 2
+    events_file = os.environ.get("FAKE_EVENTS_FILE") or None
+
+    import gpumon
+    from gpumon.testing import FakeAllocator
+
+    fake = FakeAllocator(
+        total_bytes=total,
+        index=local_rank,
+        uuid="GPU-fa4e0000-0000-4000-8000-%012x" % local_rank,
+        name="Fake GPU %d" % local_rank,
+    )
+    state = {"step": 0}
+
+    def on_action(action):
+        log.info(
+            "action %s (%s) at step %d: %s", action["id"], action["kind"], state["step"], action["reason"]
+        )
+        if events_file:
+            line = dict(event="action", step=state["step"], **action)
+            with open(events_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+        return "seen at step %d" % state["step"]
+
+    gpumon.on_action(on_action)
+    if not gpumon.init(memory_source=fake):
+        log.warning("gpumon is off (no torchrun environment?); training anyway")
+
+    try:
+        if base:
+            model = fake.alloc(base)  # noqa: F841 (kept alive for the whole run)
+        # The step's buffers get their segments first (see the docstring).
+        working = [fake.alloc(PIECE_BYTES) for _ in range(6)]
+        cached = fake.alloc(cache) if cache else None
+        for handle in working:
+            fake.free(handle)
+        if cached is not None:
+            fake.free(cached)
+        gpumon.snapshot("start")
+        gpumon.mark("training start", "base %d bytes, leak %g bytes/s" % (base, leak_rate))
+        leaked = []
+        leak_debt = 0.0
+        parent = os.getppid()
+        start = last = time.monotonic()
+        warm = False
+        while True:
+            now = time.monotonic()
+            if now - start >= duration:
+                break
+            if os.getppid() != parent:
+                # `gpumon run` (or the test) is gone: do not linger as an orphan.
+                log.warning("the parent process went away; stopping")
+                return 4
+            with gpumon.section("data"):
+                batch = fake.alloc(PIECE_BYTES)
+                time.sleep(step_s * 0.1)
+            with gpumon.section("forward"):
+                activations = [fake.alloc(PIECE_BYTES) for _ in range(3)]
+                time.sleep(step_s * 0.4)
+            with gpumon.section("backward"):
+                gradients = [fake.alloc(PIECE_BYTES) for _ in range(2)]
+                time.sleep(step_s * 0.4)
+                for handle in activations + gradients + [batch]:
+                    fake.free(handle)
+            now = time.monotonic()
+            leak_debt += leak_rate * (now - last)
+            last = now
+            while leak_debt >= LEAK_PIECE_BYTES:
+                leaked.append(fake.alloc(LEAK_PIECE_BYTES))
+                leak_debt -= LEAK_PIECE_BYTES
+            state["step"] += 1
+            gpumon.step()
+            if not warm and now - start >= 5.0:
+                warm = True
+                gpumon.snapshot("warm")
+    except MemoryError as e:
+        log.error("out of memory at step %d: %s", state["step"], e)
+        gpumon.mark("oom", str(e))
+        return 3
+    gpumon.mark("training end", "%d steps" % state["step"])
+    log.info("done: %d steps, %d bytes leaked", state["step"], len(leaked) * LEAK_PIECE_BYTES)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
