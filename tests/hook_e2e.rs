@@ -384,3 +384,69 @@ async fn with_a_gpu_a_real_training_loop_releases_real_cache() {
     assert!(seen.iter().any(|e| e["id"] == id), "{seen:?}");
     let _ = p.child.kill().await;
 }
+
+/// Waits up to 20 s for the injected hook to connect, then exits 7 (so the
+/// test can tell the script's own exit code from gpumon's).
+const CONNECTED_THEN_EXIT_7: &str = r#"
+import sys, time
+import gpumon
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    if gpumon.stats().get("connected"):
+        sys.exit(7)
+    time.sleep(0.05)
+sys.exit(1)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gpumon_run_injects_the_hook_starts_an_agent_and_passes_the_exit_code_on() {
+    assert!(python_available(), "python3 is needed");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_coordinator, url) = support::leading_coordinator(&dir.join("data")).await;
+    let socket_path = dir.join("run.sock");
+    let mut cmd = gpumon();
+    cmd.args(["run", "--source", "none", "--coordinators", &url, "--agent"])
+        .arg(format!("unix:{}", socket_path.display()))
+        .args(["--", "python3", "-c", CONNECTED_THEN_EXIT_7])
+        .env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("TORCHELASTIC_RUN_ID", "run-test")
+        .env("XDG_RUNTIME_DIR", dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env_remove("PYTHONPATH");
+    let status = tokio::time::timeout(Duration::from_secs(60), cmd.status())
+        .await
+        .expect("gpumon run ends")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the script saw the hook connected, and its exit code came back"
+    );
+    assert!(
+        dir.join("gpumon/agent.log").is_file(),
+        "the agent it started logs beside the runtime directory"
+    );
+    assert!(
+        !socket_path.exists(),
+        "the agent it started is stopped, and its socket removed, when the command ends"
+    );
+    let cluster: Value = get(&format!("{url}/api/v1/cluster")).await.unwrap();
+    assert_eq!(
+        cluster["agents"].as_array().map(Vec::len),
+        Some(1),
+        "the started agent registered with the coordinator: {cluster}"
+    );
+
+    let mut bad = gpumon();
+    bad.args(["run", "--agent", "10.1.2.3:5000", "--", "true"]);
+    let out = bad.output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("loopback"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
