@@ -6,7 +6,10 @@
 //! - a `rank` record for each process with a known job and rank, but only when
 //!   that (job, rank) is new on this connection or moved (node, GPU, pid,
 //!   local rank or world size changed), to keep the stream small;
-//! - one `gpu` record.
+//! - one `gpu` record;
+//!
+//! then the batch's hook records as `alloc`, `step` and `event` records
+//! (named snapshots have no trace form and are left out).
 //!
 //! Records use the trace writer's own types and serde, so the lines are
 //! exactly what [`gpumon_common::trace::TraceWriter`] writes, except that `t`
@@ -36,8 +39,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use gpumon_common::trace::{GpuRecord, ProcRecord, RankRecord, TraceRecord};
-use gpumon_proto::{GaugeStat, GpuWindow};
+use gpumon_common::trace::{
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
+};
+use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 
@@ -177,6 +182,11 @@ impl Encoder {
             push_line(&mut out, &TraceRecord::Gpu(gpu_record(&batch.node, w)));
             self.last_t = Some(self.last_t.map_or(t, |last| last.max(t)));
         }
+        for r in &batch.hook {
+            if let Some(record) = hook_record(r) {
+                push_line(&mut out, &record);
+            }
+        }
         out
     }
 
@@ -240,6 +250,41 @@ fn gpu_record(node: &str, w: &GpuWindow) -> GpuRecord {
 
 /// A gauge's window mean as the f32's shortest decimal (`42.7`, not
 /// `42.70000076293945`, which `f64::from` gives); none when not finite.
+/// A hook record as its trace record (absolute epoch `t`); a named snapshot
+/// has no trace form and is left out.
+fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
+    let t = r.t_ms() as f64 / 1000.0;
+    Some(match r {
+        HookRecord::Alloc(a) => TraceRecord::Alloc(AllocRecord {
+            t,
+            job: a.job.clone(),
+            rank: a.rank,
+            allocated: a.stats.allocated,
+            reserved: a.stats.reserved,
+            peak_allocated: a.stats.peak_allocated,
+            inactive_split: a.stats.inactive_split,
+            alloc_retries: a.stats.alloc_retries,
+            ooms: a.stats.ooms,
+        }),
+        HookRecord::Step(s) => TraceRecord::Step(StepRecord {
+            t,
+            job: s.job.clone(),
+            rank: s.rank,
+            step: s.step,
+            duration_ms: s.duration_ms,
+            sections: s.sections.iter().cloned().collect(),
+        }),
+        HookRecord::Event(e) if e.snapshot.is_none() => TraceRecord::Event(EventRecord {
+            t,
+            job: e.job.clone(),
+            rank: e.rank,
+            name: e.name.clone(),
+            detail: e.detail.clone(),
+        }),
+        HookRecord::Event(_) => return None,
+    })
+}
+
 fn mean(g: Option<&GaugeStat>) -> Option<f64> {
     let m = g?.mean;
     if !m.is_finite() {
@@ -326,6 +371,7 @@ mod tests {
         let batch = |end_ms, pid| AppliedBatch {
             node: "n0".into(),
             windows: vec![window(end_ms, 0, pid), window(end_ms, 1, 200)],
+            hook: Vec::new(),
         };
         let first = lines(&enc.batch(&batch(1_000, 100)));
         let types: Vec<&str> = first.iter().map(|v| v["type"].as_str().unwrap()).collect();
@@ -350,6 +396,7 @@ mod tests {
         let out = enc.batch(&AppliedBatch {
             node: "n0".into(),
             windows: vec![window(1_700_000_000_250, 0, 100)],
+            hook: Vec::new(),
         });
         let text = std::str::from_utf8(&out).unwrap();
         let gpu_line = text.lines().nth(1).unwrap();
@@ -370,11 +417,69 @@ mod tests {
     }
 
     #[test]
+    fn hook_records_follow_the_windows_as_trace_records() {
+        use gpumon_proto::{AllocRecord as A, AllocStats, EventRecord as E, StepRecord as S};
+        let mut enc = Encoder::default();
+        let out = enc.batch(&AppliedBatch {
+            node: "n0".into(),
+            windows: Vec::new(),
+            hook: vec![
+                HookRecord::Alloc(A {
+                    t_ms: 1_500,
+                    job: "j".into(),
+                    rank: 1,
+                    stats: AllocStats {
+                        allocated: 5,
+                        reserved: 8,
+                        ..AllocStats::default()
+                    },
+                }),
+                HookRecord::Step(S {
+                    t_ms: 2_000,
+                    job: "j".into(),
+                    rank: 1,
+                    step: 3,
+                    duration_ms: 10.0,
+                    sections: vec![("forward".into(), 4.0)],
+                }),
+                HookRecord::Event(E {
+                    t_ms: 2_500,
+                    job: "j".into(),
+                    rank: 1,
+                    name: "snap".into(),
+                    detail: None,
+                    snapshot: Some(AllocStats::default()),
+                }),
+                HookRecord::Event(E {
+                    t_ms: 3_000,
+                    job: "j".into(),
+                    rank: 1,
+                    name: "eval start".into(),
+                    detail: None,
+                    snapshot: None,
+                }),
+            ],
+        });
+        let got = lines(&out);
+        let types: Vec<&str> = got.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            ["alloc", "step", "event"],
+            "the snapshot is left out"
+        );
+        assert_eq!(got[0]["t"], 1.5);
+        assert_eq!(got[0]["reserved"], 8);
+        assert_eq!(got[1]["sections"]["forward"], 4.0);
+        assert_eq!(got[2]["name"], "eval start");
+    }
+
+    #[test]
     fn a_gap_carries_the_last_time_and_the_count() {
         let mut enc = Encoder::default();
         enc.batch(&AppliedBatch {
             node: "n0".into(),
             windows: vec![window(5_000, 0, 100)],
+            hook: Vec::new(),
         });
         let gap = lines(&enc.gap(7));
         assert_eq!(

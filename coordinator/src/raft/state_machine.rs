@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use gpumon_common::actions::ActionBook;
 use gpumon_common::engine::{Engine, EngineConfig};
-use gpumon_common::hook::HookState;
+use gpumon_common::hook::{check_record, HookState};
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
-use gpumon_proto::GpuWindow;
+use gpumon_proto::{GpuWindow, HookRecord};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -52,14 +52,16 @@ pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 /// Batches an [`AppliedBatch`] subscriber may fall behind before it loses the oldest.
 pub const APPLIED_CHANNEL_CAPACITY: usize = 1024;
 
-/// The windows of one pushed batch that this replica applied: duplicates and
-/// invalid windows left out, in the batch's order.
+/// The windows and hook records of one pushed batch that this replica
+/// applied: duplicates and invalid ones left out, in the batch's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppliedBatch {
     /// Node the windows were sampled on.
     pub node: String,
-    /// The applied windows (never empty).
+    /// The applied windows.
     pub windows: Vec<GpuWindow>,
+    /// The applied hook records (windows and records are not both empty).
+    pub hook: Vec<HookRecord>,
 }
 
 /// What the state machine holds.
@@ -451,7 +453,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                                     .expire(t, |job, rank| state.rank_place(job, rank));
                             }
                         }
-                        if streaming && !out.applied_indexes.is_empty() {
+                        let hook_streamed = !out.duplicate && !batch.hook.is_empty();
+                        if streaming && (!out.applied_indexes.is_empty() || hook_streamed) {
                             // The entry is ours: move the applied windows out, no copy.
                             let mut keep = vec![false; batch.windows.len()];
                             for &i in &out.applied_indexes {
@@ -465,9 +468,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                                 .zip(keep)
                                 .filter_map(|(w, k)| k.then_some(w))
                                 .collect();
+                            let hook = if hook_streamed {
+                                batch
+                                    .hook
+                                    .into_iter()
+                                    .filter(|r| check_record(r).is_ok())
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            };
                             batches.push(Arc::new(AppliedBatch {
                                 node: batch.node,
                                 windows,
+                                hook,
                             }));
                         }
                         CommandResult {
