@@ -175,6 +175,11 @@ fn tune(c: &mut CoordinatorConfig) {
         horizon_s: 3600.0,
         min_reclaimable_bytes: 256 * MIB,
         interval_ms: 50,
+        // Data time runs far ahead of the wall clock here: the planner may
+        // act while the pushes go on; its actions must not expire meanwhile,
+        // nor be planned again before the restart compares the book.
+        ttl_s: 1.0e6,
+        min_interval_s: 1.0e6,
         ..PlannerConfig::default()
     };
 }
