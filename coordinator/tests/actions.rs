@@ -371,17 +371,6 @@ async fn the_planner_releases_cache_on_the_right_ranks_and_the_lifecycle_is_repl
     })
     .await;
     let url = c.api_url();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, after) = get(&url, "/api/v1/actions").await;
-        if after == before {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "actions after restart differ: {after} vs {before}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_for_same(&url, "/api/v1/actions", Value::clone, &before).await;
     c.shutdown().await;
 }

@@ -3,8 +3,6 @@
 //! snapshot plus log brings back the same alerts. Time comes from the data,
 //! so ten minutes of windows are pushed in well under a second.
 
-use std::time::Duration;
-
 mod support;
 use support::start;
 
@@ -142,17 +140,12 @@ async fn a_leaking_rank_is_forecast_in_the_api_and_survives_a_restart() {
     c.shutdown().await;
     let c = start(dir.path(), 5).await;
     let url = c.api_url();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, again) = get(&url, "/api/v1/alerts").await;
-        if again["alerts"] == body["alerts"] {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "alerts after restart differ: {again} vs {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for_same(
+        &url,
+        "/api/v1/alerts",
+        |v| v["alerts"].clone(),
+        &body["alerts"],
+    )
+    .await;
     c.shutdown().await;
 }

@@ -124,17 +124,7 @@ pub fn coordinator_cmd(data_dir: &std::path::Path) -> Command {
 /// Starts a single-replica `gpumon coordinator` on a free loopback port over
 /// `data_dir` and waits until it leads; returns it and its URL.
 pub async fn leading_coordinator(data_dir: &std::path::Path) -> (Proc, String) {
-    let mut cmd = gpumon();
-    cmd.args([
-        "coordinator",
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-    ])
-    .arg(data_dir);
-    let mut proc = Proc::spawn(cmd);
+    let mut proc = Proc::spawn(coordinator_cmd(data_dir));
     let url = proc.url_line().await;
     wait_for(Duration::from_secs(20), "a leader", || async {
         let s: gpumon_proto::api::RaftStatus = get(&format!("{url}/api/v1/raft"))

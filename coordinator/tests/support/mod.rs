@@ -69,3 +69,30 @@ pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Polls `GET {url}{path}` until `pick` of the document equals `expected`
+/// (a restarted replica replays its log in the background), bounded.
+pub async fn wait_for_same(
+    url: &str,
+    path: &str,
+    pick: impl Fn(&serde_json::Value) -> serde_json::Value,
+    expected: &serde_json::Value,
+) {
+    let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
+    loop {
+        let now: serde_json::Value = reqwest::get(format!("{url}{path}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if pick(&now) == *expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} after restart differs: {now} vs {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
