@@ -17,6 +17,7 @@ use gpumon_coordinator::CoordinatorConfig;
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, AllocRecord, AllocStats,
     BytesStat, EventRecord, GpuInfo, GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo,
+    StepRecord,
 };
 use serde_json::{json, Value};
 
@@ -97,6 +98,14 @@ fn batch(seq: u64, gone: &[u32], extra: Vec<HookRecord>, acks: Vec<ActionAck>) -
                         ooms: Some(0),
                         ..AllocStats::default()
                     },
+                }));
+                hook.push(HookRecord::Step(StepRecord {
+                    t_ms: end_ms,
+                    job: "job-x".into(),
+                    rank: g,
+                    step: (seq - 1) * WINDOWS_PER_BATCH + i + 1,
+                    duration_ms: 200.0 + 10.0 * g as f64,
+                    sections: vec![("forward".into(), 100.0 + 10.0 * g as f64)],
                 }));
             }
         }
@@ -361,6 +370,15 @@ async fn the_planner_releases_cache_on_the_right_ranks_and_the_lifecycle_is_repl
     assert_eq!(status, 404);
     let (status, _) = get(&url, "/api/v1/actions?sate=done").await;
     assert_eq!(status, 400);
+
+    // Step and section times per rank, in the job view.
+    let (status, job) = get(&url, "/api/v1/jobs/job-x").await;
+    assert_eq!(status, 200);
+    let steps = &job["steps"]["3"];
+    assert_eq!(steps["sections"]["forward"]["last_ms"], 130.0, "{steps}");
+    assert_eq!(steps["sections"]["forward"]["mean_ms"], 130.0, "{steps}");
+    assert_eq!(steps["mean_duration_ms"], 230.0, "{steps}");
+    assert!(steps["step"].as_u64().unwrap() > 100, "{steps}");
 
     // A restart brings back the same book, from snapshot plus log.
     let (_, before) = get(&url, "/api/v1/actions").await;

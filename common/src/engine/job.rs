@@ -1,11 +1,14 @@
 //! Job-wide detectors: imbalance across ranks' memory and stragglers across
 //! ranks' step sections.
 
+use std::collections::BTreeMap;
+
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::stats::median_of;
 use super::straggler::StragglerEvent;
+use super::tracks::{GpuTrack, JobTrack};
 use super::Engine;
 use crate::units::fmt_bytes;
 
@@ -140,26 +143,12 @@ impl Engine {
         if j.imbalance_window >= window {
             return;
         }
-        let mut levels = Vec::with_capacity(j.ranks.len());
-        for (&rank, r) in &j.ranks {
-            if r.ended_t.is_some() || r.levels.len() < params.level_points {
-                continue;
-            }
-            let Some(level) = median_of(r.levels.iter().copied(), &mut self.scratch.values) else {
-                continue;
-            };
-            let gpu_growing = r
-                .node
-                .as_deref()
-                .and_then(|n| self.nodes.get(n))
-                .and_then(|n| n.get(&r.gpu?))
-                .is_some_and(|g| g.growing || g.oom_latch.is_on());
-            // A growing rank's level is a moving target: it is neither judged
-            // nor part of the reference (its growth is the leak detector's call).
-            if !(gpu_growing || r.leak.is_on() || r.fragmentation.is_on()) {
-                levels.push((rank, level));
-            }
-        }
+        let levels = imbalance_levels(
+            &self.nodes,
+            j,
+            params.level_points,
+            &mut self.scratch.values,
+        );
         let found = imbalanced(&levels, &params, &mut self.scratch.values);
         let Some(j) = self.jobs.get_mut(job) else {
             return;
@@ -209,4 +198,35 @@ impl Engine {
             self.alerts.raise(subject, a);
         }
     }
+}
+
+/// The memory level (median of recent window peaks) of each live rank that
+/// takes part in the imbalance comparison. A growing rank's level is a moving
+/// target: it is neither judged nor part of the reference (its growth is the
+/// leak detector's call).
+pub(super) fn imbalance_levels(
+    nodes: &BTreeMap<String, BTreeMap<u32, GpuTrack>>,
+    j: &JobTrack,
+    level_points: usize,
+    scratch: &mut Vec<f64>,
+) -> Vec<(u32, f64)> {
+    let mut levels = Vec::with_capacity(j.ranks.len());
+    for (&rank, r) in &j.ranks {
+        if r.ended_t.is_some() || r.levels.len() < level_points {
+            continue;
+        }
+        let Some(level) = median_of(r.levels.iter().copied(), scratch) else {
+            continue;
+        };
+        let gpu_growing = r
+            .node
+            .as_deref()
+            .and_then(|n| nodes.get(n))
+            .and_then(|n| n.get(&r.gpu?))
+            .is_some_and(|g| g.growing || g.oom_latch.is_on());
+        if !(gpu_growing || r.leak.is_on() || r.fragmentation.is_on()) {
+            levels.push((rank, level));
+        }
+    }
+    levels
 }

@@ -141,6 +141,11 @@ impl Engine {
         self.now
     }
 
+    /// Whether the job is tracked (live, or ended and not yet forgotten).
+    pub fn tracks_job(&self, name: &str) -> bool {
+        self.jobs.contains_key(name)
+    }
+
     /// Alert episodes in firing order.
     pub fn alerts(&self) -> impl DoubleEndedIterator<Item = &Alert> + ExactSizeIterator {
         self.alerts.episodes()

@@ -223,6 +223,13 @@ impl StragglerTracker {
         self.ranks.get(&rank).is_some_and(|r| r.latch.is_on())
     }
 
+    /// How many times longer than its peers' the rank's sections take, the
+    /// median over its recent scored steps; `None` before it was scored.
+    pub fn slowdown(&self, rank: u32) -> Option<f64> {
+        let ratios = self.ranks.get(&rank)?.scores.iter().map(|s| s.ratio);
+        median_of(ratios.filter(|r| r.is_finite()), &mut Vec::new())
+    }
+
     /// Forgets a rank that ended.
     pub fn remove_rank(&mut self, rank: u32) {
         self.ranks.remove(&rank);

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::forecast::{OomForecast, Risk};
+use super::job::imbalance_levels;
+use super::stats::median_of;
 use super::tracks::Marker;
 use super::Engine;
 
@@ -90,6 +92,14 @@ pub struct RankSummary {
     pub imbalance: bool,
     /// Flagged as a straggler.
     pub straggler: bool,
+    /// How many times longer than its peers' its step sections take (median
+    /// over recent steps), once the straggler detector scored it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub slowdown: Option<f64>,
+    /// Its memory level above the job's median level, bytes (negative:
+    /// below), while it takes part in the imbalance comparison.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub imbalance_excess_bytes: Option<f64>,
     /// Steps reported.
     pub steps: u64,
     /// Latest step duration, ms.
@@ -176,6 +186,12 @@ impl Engine {
     /// One job, if tracked.
     pub fn job(&self, name: &str) -> Option<JobSummary> {
         let j = self.jobs.get(name)?;
+        let mut scratch = Vec::new();
+        let params = &self.cfg.imbalance;
+        let levels = imbalance_levels(self.gpu_tracks(), j, params.level_points, &mut scratch);
+        let median = (levels.len() >= params.min_ranks.max(3))
+            .then(|| median_of(levels.iter().map(|l| l.1), &mut scratch))
+            .flatten();
         let mut ranks = Vec::with_capacity(j.ranks.len());
         for (&rank, r) in &j.ranks {
             let gpu = r
@@ -202,6 +218,11 @@ impl Engine {
                 fragmentation: r.fragmentation.is_on(),
                 imbalance: r.imbalance.is_on(),
                 straggler: j.straggler.is_straggling(rank),
+                slowdown: j.straggler.slowdown(rank),
+                imbalance_excess_bytes: median.and_then(|m| {
+                    let level = levels.iter().find(|l| l.0 == rank)?.1;
+                    Some(level - m)
+                }),
                 steps: r.steps,
                 last_step_ms: r.last_step_ms,
                 first_t: r.first_t,

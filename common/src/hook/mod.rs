@@ -5,12 +5,14 @@
 //! of the state machine it is deterministic and bounded.
 
 mod snapshots;
+mod steps;
 mod validate;
 
 use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 pub use snapshots::{SnapshotBook, SnapshotSet, MAX_SNAPSHOTS_PER_JOB, MAX_SNAPSHOT_JOBS};
+pub use steps::{RankSteps, SectionTime, StepTimes};
 pub use validate::{check_record, InvalidRecord};
 
 use crate::engine::{AllocObs, Engine};

@@ -3,10 +3,12 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use gpumon_common::engine::view::JobSummary;
+use gpumon_common::hook::RankSteps;
 use gpumon_proto::api::{
     ClusterView, JobDetail, JobsView, NodesView, RejectedPushes, ReplicaStatus,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{ApiError, AppState};
@@ -45,6 +47,8 @@ pub struct JobWithAnalysis {
     pub detail: JobDetail,
     /// Forecasts and flags per rank; absent until the engine saw the job.
     pub analysis: Option<JobSummary>,
+    /// Latest and smoothed step and section times per rank (with the hook).
+    pub steps: BTreeMap<u32, RankSteps>,
 }
 
 pub async fn job(
@@ -60,5 +64,6 @@ pub async fn job(
     Ok(Json(JobWithAnalysis {
         detail,
         analysis: applied.engine.job(&job),
+        steps: applied.steps.job(&job).cloned().unwrap_or_default(),
     }))
 }

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use gpumon_common::actions::ActionBook;
 use gpumon_common::engine::{Engine, EngineConfig};
-use gpumon_common::hook::{check_record, HookState};
+use gpumon_common::hook::{check_record, HookState, StepTimes};
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
 use gpumon_proto::{GpuWindow, HookRecord};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -79,9 +79,42 @@ pub struct Applied {
     pub actions: ActionBook,
     /// Hook data beside the engine: named snapshots, counters.
     pub hook: HookState,
+    /// Step and section times per rank, from the hooks.
+    pub steps: StepTimes,
 }
 
 impl Applied {
+    /// Nothing applied yet.
+    fn empty(limits: Limits, engine_config: &EngineConfig) -> Self {
+        Self {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            state: ClusterState::new(limits),
+            engine: Engine::new(engine_config.clone()),
+            actions: ActionBook::default(),
+            hook: HookState::default(),
+            steps: StepTimes::default(),
+        }
+    }
+
+    /// Folds a batch's valid step records into the step times, and forgets
+    /// the jobs the engine no longer tracks.
+    fn observe_steps(&mut self, records: &[HookRecord]) {
+        let mut any = false;
+        for record in records {
+            if let HookRecord::Step(s) = record {
+                if check_record(record).is_ok() {
+                    self.steps.observe(s);
+                    any = true;
+                }
+            }
+        }
+        if any {
+            let engine = &self.engine;
+            self.steps.retain_jobs(|job| engine.tracks_job(job));
+        }
+    }
+
     /// Data time for actions, seconds: the newest time the engine has seen.
     pub fn now_t(&self) -> f64 {
         let t = self.engine.now();
@@ -91,6 +124,18 @@ impl Applied {
             0.0
         }
     }
+}
+
+/// [`Applied`] as snapshot format 3 wrote it, before step times.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct AppliedV3 {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Node>,
+    state: ClusterState,
+    engine: Engine,
+    actions: ActionBook,
+    hook: HookState,
 }
 
 /// [`Applied`] as snapshot format 2 wrote it, before actions and hook data.
@@ -128,12 +173,17 @@ enum SnapshotFile {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
     },
+    /// All of [`Applied`]: format 3 and step times.
+    V4 {
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Vec<u8>,
+    },
 }
 
 /// A state digest and the applied index it was taken at.
 type DigestAt = (Option<u64>, String);
 
-/// [`SnapshotFile::V3`] borrowed, for writing without copying the data;
+/// [`SnapshotFile::V4`] borrowed, for writing without copying the data;
 /// postcard encodes both the same way.
 #[derive(Serialize)]
 enum SnapshotFileRef<'a> {
@@ -141,7 +191,9 @@ enum SnapshotFileRef<'a> {
     V1,
     #[allow(dead_code)]
     V2,
-    V3 {
+    #[allow(dead_code)]
+    V3,
+    V4 {
         meta: &'a SnapshotMeta<NodeId, Node>,
         data: &'a [u8],
     },
@@ -187,15 +239,12 @@ impl StateMachine {
             path: path.clone(),
             reason,
         };
-        let mut applied = Applied {
-            last_applied: None,
-            membership: StoredMembership::default(),
-            state: ClusterState::new(limits),
-            engine: Engine::new(engine_config.clone()),
-            actions: ActionBook::default(),
-            hook: HookState::default(),
-        };
+        let mut applied = Applied::empty(limits, engine_config);
         let mut current = None;
+        let upgraded = |applied: &Applied| -> Result<Arc<Vec<u8>>, LoadSnapshotError> {
+            let data = postcard::to_allocvec(applied).map_err(|e| fail(e.to_string()))?;
+            Ok(Arc::new(data))
+        };
         match std::fs::read(&path) {
             Ok(bytes) => {
                 let file: SnapshotFile = postcard::from_bytes(&bytes)
@@ -208,17 +257,10 @@ impl StateMachine {
                             path = %path.display(),
                             "snapshot format 1 has no detector state; detectors start afresh"
                         );
-                        applied = Applied {
-                            last_applied: old.last_applied,
-                            membership: old.membership,
-                            state: old.state,
-                            engine: Engine::new(engine_config.clone()),
-                            actions: ActionBook::default(),
-                            hook: HookState::default(),
-                        };
-                        let data =
-                            postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
-                        current = Some((meta, Arc::new(data)));
+                        applied.last_applied = old.last_applied;
+                        applied.membership = old.membership;
+                        applied.state = old.state;
+                        current = Some((meta, upgraded(&applied)?));
                     }
                     SnapshotFile::V2 { meta, data } => {
                         let old: AppliedV2 =
@@ -227,19 +269,28 @@ impl StateMachine {
                             path = %path.display(),
                             "snapshot format 2 has no action book; actions start afresh"
                         );
-                        applied = Applied {
-                            last_applied: old.last_applied,
-                            membership: old.membership,
-                            state: old.state,
-                            engine: old.engine,
-                            actions: ActionBook::default(),
-                            hook: HookState::default(),
-                        };
-                        let data =
-                            postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
-                        current = Some((meta, Arc::new(data)));
+                        applied.last_applied = old.last_applied;
+                        applied.membership = old.membership;
+                        applied.state = old.state;
+                        applied.engine = old.engine;
+                        current = Some((meta, upgraded(&applied)?));
                     }
                     SnapshotFile::V3 { meta, data } => {
+                        let old: AppliedV3 =
+                            postcard::from_bytes(&data).map_err(|e| fail(e.to_string()))?;
+                        tracing::info!(
+                            path = %path.display(),
+                            "snapshot format 3 has no step times; they fill in from the next steps"
+                        );
+                        applied.last_applied = old.last_applied;
+                        applied.membership = old.membership;
+                        applied.state = old.state;
+                        applied.engine = old.engine;
+                        applied.actions = old.actions;
+                        applied.hook = old.hook;
+                        current = Some((meta, upgraded(&applied)?));
+                    }
+                    SnapshotFile::V4 { meta, data } => {
                         applied = decode_applied(&data).map_err(|e| fail(e.to_string()))?;
                         current = Some((meta, Arc::new(data)));
                     }
@@ -268,7 +319,8 @@ impl StateMachine {
 
     /// The applied index and the digest of the replicated data at it: the
     /// cluster view, the engine (histories, detector and alert state), the
-    /// action book and the hook data, not Raft's own bookkeeping, so a blank entry of a new term or a
+    /// action book, the hook data and the step times, not Raft's own
+    /// bookkeeping, so a blank entry of a new term or a
     /// membership change leaves it alone. See [`super::digest`]; cached until
     /// the next entry is applied.
     pub fn digest(&self) -> (Option<u64>, String) {
@@ -285,6 +337,7 @@ impl StateMachine {
             &applied.engine,
             &applied.actions,
             &applied.hook,
+            &applied.steps,
         ))
         .unwrap_or_else(|e| format!("unencodable state: {e}"));
         *cache = Some((index, d.clone()));
@@ -308,7 +361,7 @@ impl StateMachine {
         meta: &SnapshotMeta<NodeId, Node>,
         data: &[u8],
     ) -> std::io::Result<()> {
-        let file = SnapshotFileRef::V3 { meta, data };
+        let file = SnapshotFileRef::V4 { meta, data };
         let tmp = self.snapshot_path.with_extension("bin.tmp");
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
@@ -442,6 +495,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         if !out.duplicate {
                             let applied = &mut *applied;
                             applied.hook.apply(&mut applied.engine, &batch.hook);
+                            applied.observe_steps(&batch.hook);
                             let t = applied.now_t();
                             for ack in &batch.acks {
                                 applied.actions.ack(&batch.node, ack, t);
@@ -552,10 +606,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         *self.applied.write().unwrap_or_else(|p| p.into_inner()) = Applied {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
-            state: new_state.state,
-            engine: new_state.engine,
-            actions: new_state.actions,
-            hook: new_state.hook,
+            ..new_state
         };
 
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
@@ -572,5 +623,51 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(data.as_ref().clone())),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_format_3_snapshot_loads_with_its_actions_and_no_step_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EngineConfig::default();
+        let mut old = Applied::empty(Limits::default(), &config);
+        old.last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 42));
+        let v3 = AppliedV3 {
+            last_applied: old.last_applied,
+            membership: old.membership.clone(),
+            state: old.state.clone(),
+            engine: old.engine.clone(),
+            actions: old.actions.clone(),
+            hook: old.hook.clone(),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: old.last_applied,
+            last_membership: StoredMembership::default(),
+            snapshot_id: "old".into(),
+        };
+        let file = SnapshotFile::V3 {
+            meta,
+            data: postcard::to_allocvec(&v3).unwrap(),
+        };
+        std::fs::write(
+            dir.path().join(SNAPSHOT_FILE),
+            postcard::to_allocvec(&file).unwrap(),
+        )
+        .unwrap();
+
+        let sm = StateMachine::open(dir.path(), Limits::default(), &config).unwrap();
+        let applied = sm.read();
+        assert_eq!(applied.last_applied.map(|l| l.index), Some(42));
+        assert_eq!(applied.steps, StepTimes::default());
+        let current = sm.current_snapshot.lock().unwrap();
+        let (_, data) = current
+            .as_ref()
+            .expect("the loaded snapshot is served to followers");
+        let served = decode_applied(data).expect("re-encoded in the current format");
+        assert_eq!(served.last_applied, applied.last_applied);
     }
 }

@@ -1,0 +1,220 @@
+//! Step and section times per rank, as the hooks report them: the latest
+//! step and a smoothed mean, per section. The dashboard draws them and
+//! `/metrics` exports them; the straggler detector keeps its own statistics.
+//!
+//! The mean is an exponentially weighted moving average with weight
+//! [`MEAN_WEIGHT`] for the newest step: recent enough to follow a slowdown
+//! within tens of steps, smooth enough not to jump with every step's noise.
+//! A step older than the rank's newest is ignored (steps arrive in order per
+//! rank; a re-sent batch would otherwise count twice).
+//!
+//! Bounded: at most [`MAX_SECTIONS_PER_RANK`] section names per rank (later
+//! names are counted as skipped), [`MAX_RANKS_PER_JOB`] ranks per job and
+//! [`MAX_JOBS`] jobs; the caller forgets jobs the engine no longer tracks.
+
+use std::collections::BTreeMap;
+
+use gpumon_proto::hook::StepRecord;
+use serde::{Deserialize, Serialize};
+
+/// Weight of the newest step in the means.
+pub const MEAN_WEIGHT: f64 = 0.2;
+/// Section names kept per rank.
+pub const MAX_SECTIONS_PER_RANK: usize = 16;
+/// Ranks kept per job.
+pub const MAX_RANKS_PER_JOB: usize = 16_384;
+/// Jobs kept.
+pub const MAX_JOBS: usize = 1024;
+
+/// One section's times, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SectionTime {
+    /// In the latest step that had it.
+    pub last_ms: f64,
+    /// Smoothed over recent steps.
+    pub mean_ms: f64,
+}
+
+/// One rank's latest step and smoothed times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankSteps {
+    /// Latest step number.
+    pub step: u64,
+    /// When it finished, seconds since the Unix epoch.
+    pub t: f64,
+    /// Its duration, ms.
+    pub duration_ms: f64,
+    /// Smoothed step duration, ms.
+    pub mean_duration_ms: f64,
+    /// Per section, by name.
+    pub sections: BTreeMap<String, SectionTime>,
+}
+
+/// Step times of every rank of every job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTimes {
+    jobs: BTreeMap<String, BTreeMap<u32, RankSteps>>,
+    /// Steps or sections left out by a bound, or out of order.
+    skipped: u64,
+}
+
+fn smooth(mean: f64, x: f64) -> f64 {
+    mean + MEAN_WEIGHT * (x - mean)
+}
+
+impl StepTimes {
+    /// One job's ranks, if any reported a step.
+    pub fn job(&self, job: &str) -> Option<&BTreeMap<u32, RankSteps>> {
+        self.jobs.get(job)
+    }
+
+    /// Every job's ranks.
+    pub fn jobs(&self) -> impl Iterator<Item = (&str, &BTreeMap<u32, RankSteps>)> {
+        self.jobs.iter().map(|(name, ranks)| (name.as_str(), ranks))
+    }
+
+    /// Steps or sections set aside by a bound, or older than one already seen.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Folds in one valid step record (see `check_record`).
+    pub fn observe(&mut self, s: &StepRecord) {
+        if !self.jobs.contains_key(&s.job) && self.jobs.len() >= MAX_JOBS {
+            self.skipped += 1;
+            return;
+        }
+        let ranks = self.jobs.entry(s.job.clone()).or_default();
+        if !ranks.contains_key(&s.rank) && ranks.len() >= MAX_RANKS_PER_JOB {
+            self.skipped += 1;
+            return;
+        }
+        let t = s.t_ms as f64 / 1000.0;
+        let Some(r) = ranks.get_mut(&s.rank) else {
+            let mut sections = BTreeMap::new();
+            for (name, ms) in &s.sections {
+                let ms = *ms;
+                if sections.len() == MAX_SECTIONS_PER_RANK {
+                    self.skipped += 1;
+                    break;
+                }
+                let first = SectionTime {
+                    last_ms: ms,
+                    mean_ms: ms,
+                };
+                sections.insert(name.clone(), first);
+            }
+            ranks.insert(
+                s.rank,
+                RankSteps {
+                    step: s.step,
+                    t,
+                    duration_ms: s.duration_ms,
+                    mean_duration_ms: s.duration_ms,
+                    sections,
+                },
+            );
+            return;
+        };
+        if s.step <= r.step {
+            self.skipped += 1;
+            return;
+        }
+        r.step = s.step;
+        r.t = t;
+        r.duration_ms = s.duration_ms;
+        r.mean_duration_ms = smooth(r.mean_duration_ms, s.duration_ms);
+        for (name, ms) in &s.sections {
+            let ms = *ms;
+            let room = r.sections.len() < MAX_SECTIONS_PER_RANK;
+            match r.sections.get_mut(name) {
+                Some(sec) => {
+                    sec.last_ms = ms;
+                    sec.mean_ms = smooth(sec.mean_ms, ms);
+                }
+                None if room => {
+                    let first = SectionTime {
+                        last_ms: ms,
+                        mean_ms: ms,
+                    };
+                    r.sections.insert(name.clone(), first);
+                }
+                None => self.skipped += 1,
+            }
+        }
+    }
+
+    /// Forgets the jobs `keep` says no to.
+    pub fn retain_jobs(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.jobs.retain(|name, _| keep(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rank: u32, step: u64, forward_ms: f64) -> StepRecord {
+        StepRecord {
+            t_ms: 1_000 * step,
+            job: "j".into(),
+            rank,
+            step,
+            duration_ms: forward_ms + 10.0,
+            sections: vec![("forward".into(), forward_ms), ("data".into(), 10.0)],
+        }
+    }
+
+    #[test]
+    fn keeps_the_latest_step_and_a_mean_that_follows_a_slowdown() {
+        let mut times = StepTimes::default();
+        times.observe(&step(1, 1, 100.0));
+        let r = &times.job("j").unwrap()[&1];
+        assert_eq!(r.sections["forward"].mean_ms, 100.0);
+        for n in 2..=40 {
+            times.observe(&step(1, n, 150.0));
+        }
+        let r = &times.job("j").unwrap()[&1];
+        assert_eq!(r.step, 40);
+        assert_eq!(r.t, 40.0);
+        assert_eq!(r.sections["forward"].last_ms, 150.0);
+        let mean = r.sections["forward"].mean_ms;
+        assert!(mean > 149.0 && mean < 150.0, "{mean}");
+        assert!(r.mean_duration_ms > 159.0, "{}", r.mean_duration_ms);
+    }
+
+    #[test]
+    fn a_repeated_or_older_step_is_skipped_not_counted_twice() {
+        let mut times = StepTimes::default();
+        times.observe(&step(0, 5, 100.0));
+        times.observe(&step(0, 5, 900.0));
+        times.observe(&step(0, 4, 900.0));
+        let r = &times.job("j").unwrap()[&0];
+        assert_eq!(r.sections["forward"].mean_ms, 100.0);
+        assert_eq!(times.skipped(), 2);
+    }
+
+    #[test]
+    fn section_names_per_rank_are_bounded() {
+        let mut times = StepTimes::default();
+        let mut s = step(0, 1, 1.0);
+        s.sections = (0..MAX_SECTIONS_PER_RANK + 3)
+            .map(|i| (format!("s{i}"), 1.0))
+            .collect();
+        times.observe(&s);
+        assert_eq!(
+            times.job("j").unwrap()[&0].sections.len(),
+            MAX_SECTIONS_PER_RANK
+        );
+        assert_eq!(times.skipped(), 1);
+    }
+
+    #[test]
+    fn forgotten_jobs_are_gone() {
+        let mut times = StepTimes::default();
+        times.observe(&step(0, 1, 1.0));
+        times.retain_jobs(|j| j != "j");
+        assert!(times.job("j").is_none());
+        assert_eq!(times.jobs().count(), 0);
+    }
+}
