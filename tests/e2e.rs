@@ -156,6 +156,46 @@ async fn agents_to_api_and_back_after_a_coordinator_crash() {
         json["jobs"]["jobs"][0]["ranks"].as_array().unwrap().len(),
         8
     );
+    let analysis = &json["analysis"]["e2e-job"]["ranks"];
+    assert_eq!(analysis.as_array().unwrap().len(), 8, "{json}");
+    assert!(analysis[0]["risk"].is_string(), "{json}");
+    assert!(json["alerts"].is_array(), "{json}");
+
+    // `gpumon top --once` draws every rank with a memory bar and its share.
+    let out = gpumon()
+        .args(["top", "--coordinator", &url, "--once"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\x1b'), "no colors into a pipe: {text}");
+    assert!(text.contains("JOB e2e-job  8 ranks  live"), "{text}");
+    for rank in 0..RANKS {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&rank.to_string()) && l.contains('['))
+            .unwrap_or_else(|| panic!("no row for rank {rank}: {text}"));
+        let filled = row.chars().filter(|&c| c == '█').count();
+        let pct: f64 = row
+            .split_whitespace()
+            .find_map(|w| w.strip_suffix('%')?.parse().ok())
+            .unwrap();
+        assert!(
+            (filled as f64 - pct / 5.0).abs() <= 1.0,
+            "bar matches {pct}%: {row}"
+        );
+    }
+    let out = gpumon()
+        .args(["top", "--coordinator", "localhost:1", "--once"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad URL is a usage error: {out:?}"
+    );
 
     // Stop the agents, let the state settle, then crash the coordinator.
     for a in agents {

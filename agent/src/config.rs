@@ -1,5 +1,6 @@
 //! The agent's runtime configuration, validated.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,6 +17,21 @@ pub const DEFAULT_MAX_BUFFERED_BATCHES: usize = 1_024;
 pub const DEFAULT_MAX_BATCH_BYTES: usize = 1 << 20;
 /// Default coordinator URL.
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7070";
+/// Default address of the agent's `/metrics`: loopback, so nothing is
+/// exposed off the node unless asked for.
+pub const DEFAULT_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9401);
+
+/// `--metrics-listen`: `IP:PORT`, or `none` for no endpoint.
+pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|_| {
+        format!("metrics address {s:?} is not IP:PORT (e.g. {DEFAULT_METRICS_LISTEN}) or none")
+    })
+}
 
 /// What the agent samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +74,9 @@ pub struct SimPlacement {
     pub seed: u64,
     /// Job id of the simulated job.
     pub job: String,
+    /// Whether the simulated ranks also report what the in-process hook
+    /// would: steps with section times, allocator statistics, markers.
+    pub hook: bool,
 }
 
 impl Default for SimPlacement {
@@ -68,6 +87,7 @@ impl Default for SimPlacement {
             gpus_per_node: 4,
             seed: 1,
             job: "sim-job".into(),
+            hook: false,
         }
     }
 }
@@ -96,6 +116,9 @@ pub struct AgentConfig {
     /// Where the hook endpoint listens (`unix:PATH` or a loopback
     /// `HOST:PORT`); `None` (the default): no hook endpoint.
     pub hook_listen: Option<HookAddr>,
+    /// Where the node-level `/metrics` listens; `None`: not served.
+    /// Default [`DEFAULT_METRICS_LISTEN`].
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl AgentConfig {
@@ -112,6 +135,7 @@ impl AgentConfig {
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             sim: SimPlacement::default(),
             hook_listen: None,
+            metrics_listen: Some(DEFAULT_METRICS_LISTEN),
         }
     }
 
@@ -189,6 +213,21 @@ mod tests {
             .unwrap_err()
             .contains("leak"));
         assert!("cuda".parse::<SourceSpec>().unwrap_err().contains("nvml"));
+    }
+
+    #[test]
+    fn metrics_listen_takes_an_address_or_none() {
+        assert_eq!(
+            parse_metrics_listen("0.0.0.0:9500"),
+            Ok(Some("0.0.0.0:9500".parse().unwrap()))
+        );
+        assert_eq!(parse_metrics_listen("none"), Ok(None));
+        assert_eq!(
+            AgentConfig::new("n").metrics_listen.map(|a| a.port()),
+            Some(9401)
+        );
+        let err = parse_metrics_listen("localhost").unwrap_err();
+        assert!(err.contains("\"localhost\" is not IP:PORT"), "{err}");
     }
 
     #[test]

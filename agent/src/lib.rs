@@ -6,6 +6,7 @@
 //! pushes them to the coordinators ([`uplink`]). With a hook address it also
 //! serves the in-process hooks of the node's training processes ([`hook`]):
 //! their records travel in the same pushes, and actions come back to them.
+//! It serves its node-level series for Prometheus at `/metrics` ([`metrics`]).
 //! [`run`] wires it together.
 //!
 //! ```no_run
@@ -21,6 +22,7 @@
 pub mod config;
 pub mod discovery;
 pub mod hook;
+pub mod metrics;
 mod run;
 pub mod source;
 pub mod uplink;

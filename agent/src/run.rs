@@ -10,7 +10,8 @@
 //! each window tick then also drains the hook records and action acks
 //! gathered in its [`HookHub`] into the same hand-over. Hook records wait in
 //! the hub (bounded, oldest dropped and counted) while the channel is full,
-//! so a slow uplink never loses them here.
+//! so a slow uplink never loses them here. A source that plays the hook
+//! itself (the simulator) hands its records over the same way.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -27,6 +28,7 @@ use tokio::time::MissedTickBehavior;
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
 use crate::hook::{HookError, HookHub, HookServer, HookSource};
+use crate::metrics::{AgentMetrics, MetricsServer, Sources};
 use crate::source::nvml::NvmlSource;
 use crate::source::sim::{SimSettings, SimSource};
 use crate::source::{GpuSource, NoSource};
@@ -98,6 +100,7 @@ fn make_source(
             settings.seed = p.seed;
             settings.job.clone_from(&p.job);
             settings.start_ms = start_ms;
+            settings.hook = p.hook;
             (Box::new(SimSource::new(settings)?), false)
         }
         SourceSpec::None => (no_gpu_source(hub), false),
@@ -137,16 +140,21 @@ impl Hooks {
 }
 
 /// This window's hand-over: the windows, plus the hub's records and acks
-/// when the channel has room for them (otherwise they keep in the hub).
+/// and the source's own hook records when the channel has room for them
+/// (otherwise they keep in the hub and the source).
 fn outgoing(
     windows: Vec<gpumon_proto::GpuWindow>,
     hub: Option<&Arc<HookHub>>,
+    source: &mut dyn GpuSource,
     room: bool,
 ) -> Outgoing {
-    let (hook, acks) = match hub {
+    let (mut hook, acks) = match hub {
         Some(hub) if room => hub.take_outgoing(),
         _ => (Vec::new(), Vec::new()),
     };
+    if room {
+        hook.extend(source.take_hook_records());
+    }
     Outgoing {
         windows,
         hook,
@@ -194,6 +202,20 @@ pub async fn run(
     if let Some(hub) = &hub {
         uplink = uplink.with_hook_hub(hub.clone());
     }
+    let counts = Arc::new(AgentMetrics::default());
+    let metrics_server = match config.metrics_listen {
+        Some(addr) => {
+            let sources = Sources {
+                node: config.node_name.clone(),
+                agent_id: config.agent_id.clone(),
+                agent: counts.clone(),
+                uplink: uplink.stats(),
+                hub: hub.clone(),
+            };
+            MetricsServer::start(addr, sources).await
+        }
+        None => None,
+    };
     let (tx, rx) = mpsc::channel(WINDOW_CHANNEL);
     let uplink_task = tokio::spawn(uplink.run(rx));
 
@@ -214,9 +236,11 @@ pub async fn run(
                             finder.attribute(&mut samples);
                         }
                         samples.iter().for_each(|s| folder.add(s));
+                        counts.sampled(samples.len());
                         last_error = None;
                     }
                     Err(e) => {
+                        counts.sample_failed();
                         let text = e.to_string();
                         if last_error.as_deref() != Some(text.as_str()) {
                             tracing::warn!(error = %text, "sampling failed; will keep trying");
@@ -228,12 +252,14 @@ pub async fn run(
             _ = window_tick.tick() => {
                 // The sampler is the only sender, so room seen here is still
                 // there at `try_send`.
-                let out = outgoing(folder.take(), hub.as_ref(), tx.capacity() > 0);
+                let out = outgoing(folder.take(), hub.as_ref(), source.as_mut(), tx.capacity() > 0);
                 if out.is_empty() {
                     continue;
                 }
+                counts.built(&out.windows);
                 if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(out) {
                     windows_dropped += 1;
+                    counts.window_set_dropped();
                     tracing::warn!(windows_dropped, "uplink is behind; dropped a window set");
                 }
             }
@@ -245,12 +271,20 @@ pub async fn run(
     if let Some(hooks) = hooks {
         hooks.stop().await;
     }
-    let rest = outgoing(folder.take(), hub.as_ref(), tx.capacity() > 0);
+    let rest = outgoing(
+        folder.take(),
+        hub.as_ref(),
+        source.as_mut(),
+        tx.capacity() > 0,
+    );
     if !rest.is_empty() {
         let _ = tx.try_send(rest);
     }
     drop(tx);
     let _ = uplink_task.await;
+    if let Some(server) = metrics_server {
+        server.stop().await;
+    }
     tracing::info!("agent stopped");
     Ok(())
 }

@@ -60,6 +60,8 @@ pub struct UplinkStats {
     pub dropped_hook_records: AtomicU64,
     /// Action acks lost: in a dropped batch, or alone over `max_batch_bytes`.
     pub dropped_acks: AtomicU64,
+    /// When a coordinator last committed a batch, ms since the Unix epoch (0: never).
+    pub last_acked_ms: AtomicU64,
 }
 
 /// What the agent hands the uplink each window: the windows, plus the hook
@@ -395,6 +397,7 @@ impl Uplink {
             Ok(()) => {
                 self.buffer.pop_front();
                 self.stats.acked.fetch_add(1, Relaxed);
+                self.stats.last_acked_ms.store(now_ms(), Relaxed);
             }
             Err(DeliveryError::Refused {
                 url,

@@ -32,6 +32,8 @@ pub enum Command {
     Coordinator(CoordinatorArgs),
     /// Show the cluster by job and rank, from a coordinator's API.
     Status(StatusArgs),
+    /// A refreshing terminal view of the cluster by job and rank: memory bars, forecasts, flags, alerts.
+    Top(TopArgs),
     /// Three coordinator replicas and simulated agents for a 2-node x 4-GPU job, on loopback; no GPU needed.
     Demo(DemoArgs),
     /// Run the detection engine over a recorded trace and write its report (JSON).
@@ -113,6 +115,9 @@ pub struct AgentArgs {
     /// Serve the in-process Python hooks here: unix:PATH (mode 0600) or a loopback HOST:PORT [default: no hook endpoint].
     #[arg(long, env = "GPUMON_HOOK_LISTEN", value_name = "ADDR")]
     pub hook_listen: Option<String>,
+    /// Serve the node-level Prometheus /metrics here: IP:PORT, or none [default: 127.0.0.1:9401].
+    #[arg(long, env = "GPUMON_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     /// Agent identity, stable across restarts [default: the node name].
     #[arg(long, env = "GPUMON_AGENT_ID")]
     pub agent_id: Option<String>,
@@ -189,6 +194,8 @@ pub struct CoordinatorArgs {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
 }
 
 /// `gpumon cluster`.
@@ -252,9 +259,33 @@ pub struct StatusArgs {
         default_value = "http://127.0.0.1:7070"
     )]
     pub coordinator: String,
-    /// Print JSON (`{"cluster": ..., "jobs": ...}`) instead of a table.
+    /// Print JSON (`{"cluster", "jobs", "analysis", "alerts"}`) instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `gpumon top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// A coordinator's base URL.
+    #[arg(
+        long,
+        env = "GPUMON_COORDINATOR",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub coordinator: String,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    pub interval: f64,
+    /// Only this job.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// Print one frame and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// No colors, even on a terminal (also when NO_COLOR is set).
+    #[arg(long)]
+    pub no_color: bool,
 }
 
 /// `gpumon demo`.
@@ -278,4 +309,30 @@ pub struct DemoArgs {
     /// Seconds between leader stops with --chaos.
     #[arg(long, default_value_t = 20.0, value_name = "SECS")]
     pub chaos_every: f64,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+/// Where the Raft leader sends notifications about alerts (`gpumon
+/// coordinator` and `gpumon demo`); each flag repeats, and replaces the
+/// `[notify]` list of its kind in the config file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NotifyArgs {
+    /// POST each alert (firing, repeated, resolved) as JSON to this URL; repeat for more.
+    #[arg(long, env = "GPUMON_NOTIFY_WEBHOOK", value_name = "URL")]
+    pub notify_webhook: Vec<String>,
+    /// Post each alert to this Slack incoming webhook (Block Kit); repeat for more.
+    #[arg(
+        long,
+        env = "GPUMON_NOTIFY_SLACK",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub notify_slack: Vec<String>,
+    /// Post alerts to this Alertmanager (base URL; POST /api/v2/alerts); repeat for more.
+    #[arg(long, env = "GPUMON_NOTIFY_ALERTMANAGER", value_name = "URL")]
+    pub notify_alertmanager: Vec<String>,
+    /// Base URL of the dashboard that notifications link to [default: the coordinator's advertised API URL].
+    #[arg(long, env = "GPUMON_DASHBOARD_URL", value_name = "URL")]
+    pub dashboard_url: Option<String>,
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use gpumon_agent::config::parse_metrics_listen;
 use gpumon_agent::{AgentConfig, AgentError};
 use gpumon_common::config::FileConfig;
 
@@ -44,6 +45,9 @@ fn resolve(args: AgentArgs, config_file: Option<&Path>) -> Result<AgentConfig, F
             addr.parse()
                 .map_err(|e| usage(format!("--hook-listen {addr:?}: {e}")))?,
         );
+    }
+    if let Some(addr) = args.metrics_listen.or(file.metrics_listen) {
+        config.metrics_listen = parse_metrics_listen(&addr).map_err(usage)?;
     }
     if let Some(ms) = args.sample_interval_ms.or(file.sample_interval_ms) {
         config.sample_interval = Duration::from_millis(ms);

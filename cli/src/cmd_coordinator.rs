@@ -3,10 +3,12 @@
 use std::path::Path;
 
 use gpumon_common::config::FileConfig;
+use gpumon_common::notify::{NotifyFile, ReceiverKind};
+use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation, StartError};
 
-use crate::args::CoordinatorArgs;
+use crate::args::{CoordinatorArgs, NotifyArgs};
 use crate::{shutdown, usage, Failure};
 
 /// Default data directory, relative to the working directory.
@@ -47,6 +49,7 @@ fn resolve(
     config.admin_token = args.admin_token.or(file.admin_token);
     config.engine = whole.engine;
     config.planner = whole.actions;
+    config.notify = notify_config(&args.notify, &whole.notify);
     let join = args.join || file.join.unwrap_or(false);
     match args.peers.or(file.peers) {
         Some(_) if join => return Err(usage("--join and --peers exclude each other")),
@@ -65,6 +68,25 @@ fn resolve(
     }
     config.validate().map_err(usage)?;
     Ok(config)
+}
+
+/// The notifier's config: the `[notify]` table, each kind's list replaced
+/// by its flags when any are given (validated with the rest of the config).
+pub fn notify_config(args: &NotifyArgs, file: &NotifyFile) -> NotifyConfig {
+    let mut config = NotifyConfig::from_file(file);
+    for (kind, urls) in [
+        (ReceiverKind::Webhook, &args.notify_webhook),
+        (ReceiverKind::Slack, &args.notify_slack),
+        (ReceiverKind::Alertmanager, &args.notify_alertmanager),
+    ] {
+        if !urls.is_empty() {
+            config.set(kind, urls);
+        }
+    }
+    if let Some(d) = &args.dashboard_url {
+        config.dashboard_url = Some(d.clone());
+    }
+    config
 }
 
 pub async fn run(args: CoordinatorArgs, config_file: Option<&Path>) -> Result<(), Failure> {

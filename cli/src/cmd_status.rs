@@ -1,49 +1,21 @@
-//! `gpumon status`: the cluster by job and rank, from a coordinator's API.
+//! `gpumon status`: the cluster by job and rank, from a coordinator's API;
+//! `--json` prints the cluster, the jobs, each job's analysis (forecasts and
+//! flags per rank) and the active alerts as one document.
 
-use std::time::Duration;
-
-use anyhow::{anyhow, Context};
 use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
 use gpumon_proto::api::{ClusterView, JobsView};
-use serde::de::DeserializeOwned;
 
+use crate::api_client::ApiClient;
 use crate::args::StatusArgs;
-use crate::Failure;
-
-async fn get<T: DeserializeOwned>(
-    client: &reqwest::Client,
-    base: &str,
-    path: &str,
-) -> anyhow::Result<T> {
-    let url = format!("{}{path}", base.trim_end_matches('/'));
-    let resp = client
-        .get(&url)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {url}"))?;
-    let status = resp.status();
-    if !status.is_success() {
-        let body = resp.text().await.unwrap_or_default();
-        return Err(anyhow!("{url} answered {status}: {body}"));
-    }
-    resp.json()
-        .await
-        .with_context(|| format!("{url} did not answer with the expected JSON"))
-}
+use crate::{usage, Failure};
 
 pub async fn run(args: StatusArgs) -> Result<(), Failure> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
-    let cluster: ClusterView = get(&client, &args.coordinator, "/api/v1/cluster").await?;
-    let jobs: JobsView = get(&client, &args.coordinator, "/api/v1/jobs").await?;
+    let client = ApiClient::new(&args.coordinator).map_err(|e| usage(format!("{e:#}")))?;
+    let snap = client.snapshot().await?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "cluster": cluster, "jobs": jobs }))?
-        );
+        println!("{}", serde_json::to_string_pretty(&snap)?);
     } else {
-        print!("{}", render(&args.coordinator, &cluster, &jobs));
+        print!("{}", render(client.base(), &snap.cluster, &snap.jobs));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration;
 //! `gpumon run` exits with its command's code.
 
+mod api_client;
 mod args;
 mod cmd_agent;
 mod cmd_bench;
@@ -13,6 +14,7 @@ mod cmd_record;
 mod cmd_replay;
 mod cmd_run;
 mod cmd_status;
+mod cmd_top;
 mod shutdown;
 
 use std::process::ExitCode;
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         // agents' retries are expected there, so only its own lines show.
         Command::Demo(_) => "warn,openraft=off,gpumon_agent::uplink=error",
         Command::Status(_)
+        | Command::Top(_)
         | Command::Replay(_)
         | Command::Record(_)
         | Command::Bench(_)
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
             Command::Agent(a) => cmd_agent::run(a, cli.config.as_deref()).await,
             Command::Coordinator(c) => cmd_coordinator::run(c, cli.config.as_deref()).await,
             Command::Status(s) => cmd_status::run(s).await,
+            Command::Top(t) => cmd_top::run(t).await,
             Command::Demo(d) => cmd_demo::run(d).await,
             Command::Replay(r) => cmd_replay::run(r),
             Command::Record(r) => cmd_record::run(r).await,

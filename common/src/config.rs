@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::actions::PlannerConfig;
 use crate::engine::EngineConfig;
+use crate::notify::NotifyFile;
 use thiserror::Error;
 
 /// The whole file.
@@ -45,6 +46,9 @@ pub struct FileConfig {
     /// `[actions]`: the leader's release planner.
     #[serde(default)]
     pub actions: PlannerConfig,
+    /// `[notify]`: webhook, Slack and Alertmanager receivers.
+    #[serde(default)]
+    pub notify: NotifyFile,
 }
 
 /// `[agent]`: see `gpumon agent --help` for each field's meaning and default.
@@ -61,6 +65,8 @@ pub struct AgentFile {
     pub node_name: Option<String>,
     /// Hook endpoint: `unix:PATH` or a loopback `HOST:PORT`.
     pub hook_listen: Option<String>,
+    /// Node-level Prometheus `/metrics`: `IP:PORT`, or `none`.
+    pub metrics_listen: Option<String>,
     /// Sampling period, ms.
     pub sample_interval_ms: Option<u64>,
     /// Window length, ms.

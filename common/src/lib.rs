@@ -7,11 +7,13 @@
 //!   data, never from a clock, so every replica computes the same state;
 //! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
 //!   imbalance, straggler) that live and replay both run;
+//! - [`notify`]: the replicated book of notifications sent and what is due;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
 //! - [`replay`]: the engine over a trace file, and its report;
-//! - [`trace`]: reading and writing gpumon trace v1 files.
+//! - [`trace`]: reading and writing gpumon trace v1 files;
+//! - [`exposition`]: `/metrics` content negotiation and the classic text format.
 //!
 //! ```
 //! use gpumon_common::view::{ClusterState, Limits};
@@ -23,8 +25,10 @@
 pub mod actions;
 pub mod config;
 pub mod engine;
+pub mod exposition;
 pub mod hook;
 pub mod logging;
+pub mod notify;
 pub mod replay;
 pub mod trace;
 pub mod units;

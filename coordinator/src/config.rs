@@ -6,6 +6,7 @@ use gpumon_common::actions::PlannerConfig;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::view::Limits;
 
+use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
 
 /// Default API and Raft listen address.
@@ -67,6 +68,8 @@ pub struct CoordinatorConfig {
     pub engine: EngineConfig,
     /// The release planner the leader runs.
     pub planner: PlannerConfig,
+    /// Where the leader sends notifications about alerts.
+    pub notify: NotifyConfig,
 }
 
 impl CoordinatorConfig {
@@ -85,6 +88,7 @@ impl CoordinatorConfig {
             admin_token: None,
             engine: EngineConfig::default(),
             planner: PlannerConfig::default(),
+            notify: NotifyConfig::default(),
         }
     }
 
@@ -112,6 +116,7 @@ impl CoordinatorConfig {
             ));
         }
         self.planner.validate()?;
+        self.notify.validate()?;
         let e = &self.engine;
         if !(e.window_s.is_finite()
             && e.window_s > 0.0

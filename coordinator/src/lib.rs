@@ -19,6 +19,7 @@
 mod api;
 pub mod config;
 mod node;
+pub mod notify;
 pub mod peers;
 mod planner;
 pub mod raft;

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, AppParts, AppState};
 use crate::config::{CoordinatorConfig, Formation};
+use crate::notify::{Notifier, NotifyStats};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::state_machine::StateMachine;
@@ -124,6 +125,7 @@ pub struct Coordinator {
     server: JoinHandle<()>,
     snapshots: JoinHandle<()>,
     planner: JoinHandle<()>,
+    notifier: Notifier,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -203,6 +205,13 @@ impl Coordinator {
             config.planner.clone(),
             stopped.clone(),
         );
+        let notifier = Notifier::spawn(
+            raft.clone(),
+            state_machine.clone(),
+            config.notify.clone(),
+            format!("http://{advertise}"),
+            stopped.clone(),
+        );
         let state = AppState::new(AppParts {
             id: config.id,
             raft: raft.clone(),
@@ -212,6 +221,7 @@ impl Coordinator {
             admin_token: config.admin_token.clone(),
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
+            notify_stats: notifier.stats(),
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {
@@ -237,6 +247,7 @@ impl Coordinator {
             server,
             snapshots,
             planner,
+            notifier,
         })
     }
 
@@ -260,6 +271,12 @@ impl Coordinator {
         self.state_machine.subscribe()
     }
 
+    /// The notifier's counters (sent, failed, retried, dropped, unrecorded
+    /// per receiver kind); a shared handle that keeps counting.
+    pub fn notify_stats(&self) -> NotifyStats {
+        self.notifier.stats()
+    }
+
     /// The Raft handle.
     pub fn raft(&self) -> &Raft {
         &self.raft
@@ -271,6 +288,7 @@ impl Coordinator {
         let _ = (&mut self.server).await;
         let _ = (&mut self.snapshots).await;
         let _ = (&mut self.planner).await;
+        self.notifier.join().await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

@@ -10,7 +10,7 @@
 pub mod nvml;
 pub mod sim;
 
-use gpumon_proto::{GpuInfo, GpuSample};
+use gpumon_proto::{GpuInfo, GpuSample, HookRecord};
 use thiserror::Error;
 
 /// A source of GPU samples.
@@ -23,6 +23,13 @@ pub trait GpuSource: Send {
 
     /// Reads every GPU once, stamping samples with `t_ms` (ms since the Unix epoch).
     fn sample(&mut self, t_ms: u64) -> Result<Vec<GpuSample>, SourceError>;
+
+    /// Hook records the source produced itself since the last call, oldest
+    /// first: the simulator plays the in-process hook too; real sources
+    /// produce none (hooks report through the hook endpoint).
+    fn take_hook_records(&mut self) -> Vec<HookRecord> {
+        Vec::new()
+    }
 }
 
 /// Why a source could not sample.

@@ -6,6 +6,7 @@
 //! while the agents keep pushing.
 
 mod chaos;
+mod engine;
 mod replicas;
 
 use std::sync::Arc;
@@ -45,9 +46,13 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let data_dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
     let _cleanup = RemoveOnDrop(data_dir.clone());
     let addrs = replicas::pick_addrs(args.listen.as_deref()).map_err(usage)?;
-    let replicas = Replicas::start(&addrs, &data_dir).await.map_err(|e| {
-        Failure::Runtime(anyhow::Error::new(e).context("demo cluster failed to start"))
-    })?;
+    let notify = crate::cmd_coordinator::notify_config(&args.notify, &Default::default());
+    notify.validate().map_err(usage)?;
+    let replicas = Replicas::start(&addrs, &data_dir, &notify)
+        .await
+        .map_err(|e| {
+            Failure::Runtime(anyhow::Error::new(e).context("demo cluster failed to start"))
+        })?;
     let urls = replicas.urls();
     let url = urls[0].clone();
     println!(
@@ -55,7 +60,12 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         urls.join(" ")
     );
     println!("  simulating job \"demo-job\" ({} ranks on {NODES} nodes x {GPUS_PER_NODE} GPUs), scenario {}", NODES * GPUS_PER_NODE, args.scenario);
-    println!("  try: curl {url}/api/v1/jobs   or   gpumon status --coordinator {url}   or   gpumon cluster status --coordinators {url}");
+    println!("  planted: {}", planted(&args.scenario));
+    println!(
+        "  watch: dashboard {url}/   alerts {url}/api/v1/alerts (planted problems alert within about {} s)",
+        engine::PROMISED_ALERT_S
+    );
+    println!("  try: gpumon top --coordinator {url}   or   curl {url}/metrics   or   gpumon cluster status --coordinators {url}");
     if args.chaos {
         println!(
             "  chaos: the leader is stopped every {} s and restarted 5 s later",
@@ -73,12 +83,15 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         config.source = source;
         config.sample_interval = Duration::from_millis(250);
         config.window = Duration::from_millis(1000);
+        // Simulated nodes in one process: the coordinators' /metrics covers them.
+        config.metrics_listen = None;
         config.sim = SimPlacement {
             nodes: NODES,
             node_index: node,
             gpus_per_node: GPUS_PER_NODE,
             seed: args.seed,
             job: "demo-job".into(),
+            hook: true,
         };
         agents.push(tokio::spawn(gpumon_agent::run(config, stopped.clone())));
     }
@@ -150,6 +163,28 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         Arc::try_unwrap(replicas).map_err(|_| anyhow::anyhow!("replicas still shared"))?;
     replicas.into_inner().shutdown().await;
     Ok(())
+}
+
+/// What the scenario plants, and on which rank, for the banner.
+fn planted(scenario: &str) -> &'static str {
+    use gpumon_agent::source::sim::Scenario;
+    match scenario.parse::<Scenario>() {
+        Ok(Scenario::Steady) => "nothing: a healthy job (no alert should fire)",
+        Ok(Scenario::Leak) => {
+            "a leak on rank 2 (it heads for an OOM: a forecast follows, the process dies after some minutes)"
+        }
+        Ok(Scenario::Fragmentation) => {
+            "allocator fragmentation on rank 1 (reserved grows, allocated does not)"
+        }
+        Ok(Scenario::Imbalance) => "imbalance on rank 0 (about 9 GiB above its peers)",
+        Ok(Scenario::Straggler) => {
+            "a straggler on rank 5 (throttled GPU: forward and backward 25 % slower)"
+        }
+        Ok(Scenario::Mixed) => {
+            "a leak on rank 2 (then an OOM forecast), imbalance on rank 0, a straggler on rank 5"
+        }
+        Err(_) => "unknown",
+    }
 }
 
 /// Events of some running replica (every replica applies the same entries).

@@ -7,6 +7,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation, StartError};
 
 /// Replicas in the demo cluster.
@@ -61,14 +62,22 @@ pub fn pick_addrs(first: Option<&str>) -> Result<Vec<String>, String> {
 }
 
 impl Replicas {
-    /// Starts every replica, each with its own directory under `data_dir`.
-    pub async fn start(addrs: &[String], data_dir: &Path) -> Result<Self, StartError> {
+    /// Starts every replica, each with its own directory under `data_dir`
+    /// and the same notification receivers (only the leader sends).
+    pub async fn start(
+        addrs: &[String],
+        data_dir: &Path,
+        notify: &NotifyConfig,
+    ) -> Result<Self, StartError> {
         let peers: BTreeMap<u64, String> = (1..).zip(addrs.iter().cloned()).collect();
         let mut configs = BTreeMap::new();
         for (id, addr) in &peers {
             let mut config = CoordinatorConfig::new(*id, replica_dir(data_dir, *id));
             config.listen = addr.clone();
             config.formation = Formation::Peers(peers.clone());
+            // Tuned so that the planted problems alert while people watch.
+            config.engine = super::engine::demo_config();
+            config.notify = notify.clone();
             configs.insert(*id, config);
         }
         let mut replicas = Self {

@@ -221,7 +221,10 @@ fn a_heavy_rank_is_imbalanced_with_its_excess() {
     assert!((excess / GIB - 5.0).abs() < 0.2, "{excess}");
     let job = e.job("job").unwrap();
     for r in &job.ranks {
-        let shown = r.imbalance_excess_bytes.expect("every steady rank is compared") / GIB;
+        let shown = r
+            .imbalance_excess_bytes
+            .expect("every steady rank is compared")
+            / GIB;
         let expected = if r.rank == 5 { 5.0 } else { 0.0 };
         assert!((shown - expected).abs() < 0.2, "rank {}: {shown}", r.rank);
     }

@@ -22,6 +22,7 @@ use gpumon_proto::{ActionKind, PendingAction};
 use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 
+use super::params::check_job_name;
 use super::raft_status::leader_url;
 use super::{admin, ApiError, AppState};
 use crate::raft::{Command, CommandV1};
@@ -62,6 +63,9 @@ pub async fn list(
             ))
         })?,
     };
+    if let Some(job) = &q.job {
+        check_job_name(job)?;
+    }
     let limit = q.limit.unwrap_or(MAX_LIMIT);
     if limit > MAX_LIMIT {
         return Err(ApiError::BadRequest(format!(
@@ -135,6 +139,7 @@ pub async fn issue(
     if ranks.len() != req.ranks.len() {
         return Err(ApiError::BadRequest("ranks must not repeat".into()));
     }
+    check_job_name(&req.job)?;
     if !state.inner.state_machine.read().state.has_job(&req.job) {
         return Err(ApiError::NotFound(format!("no job {:?}", req.job)));
     }

@@ -7,6 +7,7 @@ use axum::Json;
 use gpumon_common::engine::Alert;
 use serde::{Deserialize, Serialize};
 
+use super::params::check_job_name;
 use super::{ApiError, AppState};
 
 /// Most episodes one response carries.
@@ -52,6 +53,9 @@ pub async fn alerts(
             ))
         })?,
     };
+    if let Some(job) = &q.job {
+        check_job_name(job)?;
+    }
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit > MAX_ALERTS_PER_RESPONSE {
         return Err(ApiError::BadRequest(format!(

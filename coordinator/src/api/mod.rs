@@ -15,7 +15,10 @@
 //! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
 //! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
 //! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
+//! | `GET /metrics` | | Prometheus: OpenMetrics text, or the classic text format for `Accept: text/plain`; see `metrics` |
+//! | `GET /api/v1/openapi.json` | | the OpenAPI 3 document of these routes |
 //! | `GET /healthz` | | `ok` |
+//! | `GET /`, `GET /assets/{*path}` | | the web dashboard, compiled in; see `dashboard` |
 //!
 //! Every read is served from this replica's own state; adding
 //! `?consistency=linearizable` makes it reflect every write committed before
@@ -27,10 +30,14 @@ mod actions;
 mod admin;
 mod alerts;
 mod consistency;
+mod dashboard;
 mod error;
 mod forward;
 mod ingest;
 mod members;
+mod metrics;
+mod openapi;
+mod params;
 mod raft_rpc;
 mod raft_status;
 mod read;
@@ -51,6 +58,7 @@ pub use error::ApiError;
 use gpumon_common::actions::IssueRules;
 
 use crate::config::MAX_RAFT_RPC_BYTES;
+use crate::notify::NotifyStats;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
@@ -80,6 +88,8 @@ pub struct AppParts {
     pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
     pub shutdown: watch::Receiver<bool>,
+    /// The notifier's counters, for `/metrics`.
+    pub notify_stats: NotifyStats,
 }
 
 struct Inner {
@@ -90,6 +100,7 @@ struct Inner {
     max_push_bytes: usize,
     admin_token: Option<String>,
     planner_rules: IssueRules,
+    notify_stats: NotifyStats,
     rejected: Rejected,
     shutdown: watch::Receiver<bool>,
     /// One permit per open `/api/v1/stream` response.
@@ -126,6 +137,7 @@ impl AppState {
                 max_push_bytes: parts.max_push_bytes,
                 admin_token: parts.admin_token,
                 planner_rules: parts.planner_rules,
+                notify_stats: parts.notify_stats,
                 rejected: Rejected::default(),
                 shutdown: parts.shutdown,
                 stream_slots: Arc::new(Semaphore::new(stream::MAX_STREAM_CLIENTS)),
@@ -160,7 +172,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/cluster/members", post(members::add))
         .route("/api/v1/cluster/members/{id}", delete(members::remove))
         .route("/api/v1/stream", get(stream::stream))
+        .route("/api/v1/openapi.json", get(openapi::openapi))
+        .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(dashboard::index))
+        .route("/assets/{*path}", get(dashboard::asset))
         .merge(
             Router::new()
                 .route("/raft/append", post(raft_rpc::append))

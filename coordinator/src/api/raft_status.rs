@@ -5,9 +5,10 @@ use axum::Json;
 use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus};
 use openraft::{BasicNode, RaftMetrics, ServerState};
 
+use super::params::OnlyConsistency;
 use super::AppState;
 
-pub async fn raft_status(State(state): State<AppState>) -> Json<RaftStatus> {
+pub async fn raft_status(_: OnlyConsistency, State(state): State<AppState>) -> Json<RaftStatus> {
     Json(status(&state))
 }
 

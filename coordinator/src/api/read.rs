@@ -11,9 +11,10 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::params::{check_job_name, OnlyConsistency};
 use super::{ApiError, AppState};
 
-pub async fn cluster(State(state): State<AppState>) -> Json<ClusterView> {
+pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<ClusterView> {
     let inner = &state.inner;
     let mut view = inner.state_machine.read().state.cluster_view();
     let metrics = inner.raft.metrics().borrow().clone();
@@ -31,11 +32,11 @@ pub async fn cluster(State(state): State<AppState>) -> Json<ClusterView> {
     Json(view)
 }
 
-pub async fn nodes(State(state): State<AppState>) -> Json<NodesView> {
+pub async fn nodes(_: OnlyConsistency, State(state): State<AppState>) -> Json<NodesView> {
     Json(state.inner.state_machine.read().state.nodes_view())
 }
 
-pub async fn jobs(State(state): State<AppState>) -> Json<JobsView> {
+pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<JobsView> {
     Json(state.inner.state_machine.read().state.jobs_view())
 }
 
@@ -52,9 +53,11 @@ pub struct JobWithAnalysis {
 }
 
 pub async fn job(
+    _: OnlyConsistency,
     State(state): State<AppState>,
     Path(job): Path<String>,
 ) -> Result<Json<JobWithAnalysis>, ApiError> {
+    check_job_name(&job)?;
     let applied = state.inner.state_machine.read();
     let detail = applied.state.job_detail(&job).ok_or_else(|| {
         ApiError::NotFound(format!(

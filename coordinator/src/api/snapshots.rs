@@ -12,6 +12,7 @@ use gpumon_common::hook::SnapshotSet;
 use gpumon_proto::AllocStats;
 use serde::{Deserialize, Serialize};
 
+use super::params::check_job_name;
 use super::{ApiError, AppState};
 
 #[derive(Debug, Default, Deserialize)]
@@ -154,6 +155,7 @@ pub async fn snapshots(
             ))
         })?,
     };
+    check_job_name(&job)?;
     let applied = state.inner.state_machine.read();
     let sets = applied.hook.snapshots().job(&job);
     if sets.is_none() && !applied.state.has_job(&job) {

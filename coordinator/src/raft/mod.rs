@@ -17,6 +17,7 @@ pub mod state_machine;
 use std::io::Cursor;
 
 use gpumon_common::actions::{ActionRequest, IssueOutcome, IssueRules};
+use gpumon_common::notify::NotifiedEntry;
 use gpumon_proto::{Hello, PushBatch};
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,15 @@ pub enum CommandV1 {
         node: String,
         /// The actions handed out.
         ids: Vec<u64>,
+    },
+    /// The leader's notifier sent these notifications (receivers accepted
+    /// them) at `at_ms` of the leader's wall clock, carried here so every
+    /// replica records the same instant.
+    Notified {
+        /// What was sent, per receiver and alert key.
+        entries: Vec<NotifiedEntry>,
+        /// The leader's clock, ms since the Unix epoch.
+        at_ms: u64,
     },
 }
 

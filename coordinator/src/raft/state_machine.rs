@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use gpumon_common::actions::ActionBook;
 use gpumon_common::engine::{Engine, EngineConfig};
 use gpumon_common::hook::{check_record, HookState, StepTimes};
+use gpumon_common::notify::NotifyBook;
 use gpumon_common::view::{ClusterState, Limits, ViewEvent};
 use gpumon_proto::{GpuWindow, HookRecord};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -81,6 +82,8 @@ pub struct Applied {
     pub hook: HookState,
     /// Step and section times per rank, from the hooks.
     pub steps: StepTimes,
+    /// Notifications the leaders sent, per receiver and alert key.
+    pub notify: NotifyBook,
 }
 
 impl Applied {
@@ -94,6 +97,7 @@ impl Applied {
             actions: ActionBook::default(),
             hook: HookState::default(),
             steps: StepTimes::default(),
+            notify: NotifyBook::default(),
         }
     }
 
@@ -173,7 +177,7 @@ enum SnapshotFile {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
     },
-    /// All of [`Applied`]: format 3 and step times.
+    /// All of [`Applied`]: format 3, step times and the notify book.
     V4 {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
@@ -319,7 +323,7 @@ impl StateMachine {
 
     /// The applied index and the digest of the replicated data at it: the
     /// cluster view, the engine (histories, detector and alert state), the
-    /// action book, the hook data and the step times, not Raft's own
+    /// action book, the hook data, the step times and the notify book, not Raft's own
     /// bookkeeping, so a blank entry of a new term or a
     /// membership change leaves it alone. See [`super::digest`]; cached until
     /// the next entry is applied.
@@ -338,6 +342,7 @@ impl StateMachine {
             &applied.actions,
             &applied.hook,
             &applied.steps,
+            &applied.notify,
         ))
         .unwrap_or_else(|e| format!("unencodable state: {e}"));
         *cache = Some((index, d.clone()));
@@ -567,6 +572,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         applied.actions.deliver(&node, &ids, t);
                         CommandResult::default()
                     }
+                    EntryPayload::Normal(Command::V1(CommandV1::Notified { entries, at_ms })) => {
+                        applied.notify.apply(&entries, at_ms);
+                        CommandResult::default()
+                    }
                 };
                 results.push(result);
             }
@@ -663,6 +672,7 @@ mod tests {
         let applied = sm.read();
         assert_eq!(applied.last_applied.map(|l| l.index), Some(42));
         assert_eq!(applied.steps, StepTimes::default());
+        assert!(applied.notify.is_empty(), "format 3 has no notify book");
         let current = sm.current_snapshot.lock().unwrap();
         let (_, data) = current
             .as_ref()

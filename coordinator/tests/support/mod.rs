@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use gpumon_proto::wire;
-use gpumon_proto::{AgentMessage, CoordinatorReply, CoordinatorReplyV1, PushOutcome};
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GpuInfo,
+    GpuWindow, ProcWindow, PushBatch, PushOutcome, RankInfo,
+};
 
 /// Bound on waiting for a fresh cluster to elect itself.
 const ELECTION_WITHIN: Duration = Duration::from_secs(10);
@@ -39,9 +42,12 @@ pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
 }
 
 /// Like [`push`], with the whole reply (the actions handed out included).
+/// A replica that is not (or no longer) the leader names the leader, which
+/// the push follows, as an agent does.
 pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
     let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
     let client = reqwest::Client::new();
+    let mut url = url.to_owned();
     loop {
         let resp = client
             .post(format!("{url}/api/v1/ingest"))
@@ -58,8 +64,12 @@ pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
             let reply: CoordinatorReply =
                 wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
             let CoordinatorReply::V1(reply) = reply;
-            if matches!(reply.outcome, PushOutcome::Committed { .. }) {
-                return reply;
+            match reply.outcome {
+                PushOutcome::Committed { .. } => return reply,
+                PushOutcome::NotLeader {
+                    leader_url: Some(ref leader),
+                } => url = leader.clone(),
+                _ => {}
             }
         }
         assert!(
@@ -95,4 +105,80 @@ pub async fn wait_for_same(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+pub const GIB: u64 = 1 << 30;
+pub const T0_MS: u64 = 1_700_000_000_000;
+/// Rank 2 leaks this many bytes per second.
+pub const LEAK: u64 = 20 << 20;
+pub const WINDOW_MS: u64 = 2_000;
+pub const WINDOWS_PER_BATCH: u64 = 15;
+
+pub fn used(rank: u32, t_s: u64) -> u64 {
+    let base = 20 * GIB + u64::from(rank) * (GIB / 20);
+    if rank == 2 {
+        base + LEAK * t_s
+    } else {
+        base
+    }
+}
+
+/// Batch `seq` (from 1) of job `job-x` on node `node-a`: `WINDOWS_PER_BATCH`
+/// windows of each of 4 GPUs, rank 2 leaking `LEAK` bytes per second.
+pub fn leak_batch(seq: u64) -> AgentMessage {
+    leak_batch_with(seq, false)
+}
+
+/// Like [`leak_batch`]; with `rank2_gone`, rank 2's process has left its GPU.
+pub fn leak_batch_with(seq: u64, rank2_gone: bool) -> AgentMessage {
+    let mut windows = Vec::new();
+    for i in 0..WINDOWS_PER_BATCH {
+        let start_ms = T0_MS + ((seq - 1) * WINDOWS_PER_BATCH + i) * WINDOW_MS;
+        let t_s = (start_ms - T0_MS) / 1000;
+        for g in 0..4u32 {
+            let here = !(rank2_gone && g == 2);
+            let u = used(g, t_s);
+            windows.push(GpuWindow {
+                gpu: GpuInfo {
+                    uuid: format!("GPU-{g}"),
+                    index: g,
+                    name: "A100-40GB".into(),
+                    total_bytes: 40 * GIB,
+                },
+                start_ms,
+                end_ms: start_ms + WINDOW_MS - 500,
+                samples: 4,
+                used_bytes: BytesStat::single(if here { u } else { GIB / 2 }),
+                reserved_bytes: None,
+                util_pct: None,
+                sm_clock_mhz: None,
+                power_w: None,
+                procs: here
+                    .then(|| ProcWindow {
+                        pid: 100 + g,
+                        used_bytes: BytesStat::single(u - GIB / 2),
+                        rank: Some(RankInfo {
+                            job: "job-x".into(),
+                            rank: g,
+                            local_rank: g,
+                            world_size: 4,
+                            master_addr: None,
+                            master_port: None,
+                        }),
+                    })
+                    .into_iter()
+                    .collect(),
+            });
+        }
+    }
+    AgentMessage::V1(AgentMessageV1::Push(PushBatch {
+        agent_id: "agent-a".into(),
+        incarnation: 1,
+        seq,
+        node: "node-a".into(),
+        dropped_batches: 0,
+        windows,
+        hook: Vec::new(),
+        acks: Vec::new(),
+    }))
 }

@@ -64,6 +64,12 @@ impl CachingAllocator {
         self.reserved
     }
 
+    /// Reserved bytes that are free but too fragmented to serve a request:
+    /// what PyTorch reports as `inactive_split_bytes`.
+    pub(crate) fn stranded(&self) -> u64 {
+        self.stranded
+    }
+
     /// Makes room for `in_use` bytes allocated at once, the missing part
     /// requested in blocks of `request` bytes. Grows by whole segments; when
     /// growing would pass the limit, frees the cache and retries; fails when
@@ -172,6 +178,7 @@ mod tests {
         let mut a = CachingAllocator::new(10 * GIB, 70 * GIB);
         a.strand(300 * MIB, 10 * GIB).unwrap();
         assert_eq!(a.reserved(), 10 * GIB + 300 * MIB);
+        assert_eq!(a.stranded(), 300 * MIB);
         // 10 GiB + 100 MiB in use needs a new segment: the stranded 300 MiB
         // do not serve it.
         a.cover(10 * GIB + 100 * MIB, 512 * MIB).unwrap();
@@ -187,6 +194,7 @@ mod tests {
         // The seventh stranded segment does not fit: cache freed, retried.
         a.strand(300 * MIB, 10 * GIB).unwrap();
         assert_eq!(a.reserved(), 10 * GIB);
+        assert_eq!(a.stranded(), 0);
         a.cover(11 * GIB + 1, 2 * GIB).unwrap();
         assert!(a.reserved() <= 12 * GIB);
         assert_eq!(a.cover(12 * GIB + 1, 512 * MIB), Err(OutOfMemory));

@@ -16,6 +16,12 @@
 //! what lets several simulated agents form one consistent job and lets tests
 //! assert on exact values.
 //!
+//! With [`SimSettings::hook`], each rank also reports what gpumon's
+//! in-process hook would: allocator statistics three times a step, every
+//! step with its section times (the straggler's forward and backward passes
+//! a quarter slower), a warm-up marker, and its OOM. They wait in a bounded
+//! queue (oldest dropped and counted) for [`GpuSource::take_hook_records`].
+//!
 //! ```
 //! use gpumon_agent::source::sim::{Scenario, SimSettings, SimSource};
 //! use gpumon_agent::source::GpuSource;
@@ -30,16 +36,21 @@
 mod allocator;
 mod gauges;
 mod rank;
+mod report;
 mod rng;
 mod scenario;
+mod timing;
 mod workload;
 
 pub use scenario::Scenario;
 
-use gpumon_proto::{GpuInfo, GpuSample, ProcSample, RankInfo};
+use std::collections::VecDeque;
+
+use gpumon_proto::{GpuInfo, GpuSample, HookRecord, ProcSample, RankInfo};
 
 use self::gauges::Activity;
 use self::rank::SimRank;
+use self::report::Tape;
 use self::rng::{fnv1a, hash};
 use self::workload::{Anomalies, JobParams, Workload};
 use super::{GpuSource, SourceError};
@@ -69,6 +80,9 @@ const MASTER_PORT: u16 = 29_500;
 const STREAM_GPU: u64 = 8;
 /// Hash stream of CUDA context sizes.
 const STREAM_CONTEXT: u64 = 9;
+/// Hook records kept for [`GpuSource::take_hook_records`]; beyond, the
+/// oldest are dropped and counted (about 15 s of a 16-GPU node).
+pub const MAX_QUEUED_HOOK_RECORDS: usize = 1024;
 
 /// What to simulate: the job, its shape and this node's place in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +104,9 @@ pub struct SimSettings {
     /// When step 0 starts, ms since the Unix epoch; samples before it show the
     /// job loaded but not yet stepping.
     pub start_ms: u64,
+    /// Whether the ranks also report what the in-process hook would (steps
+    /// with section times, allocator statistics, markers).
+    pub hook: bool,
 }
 
 impl SimSettings {
@@ -104,6 +121,7 @@ impl SimSettings {
             seed: 1,
             job: "sim-job".into(),
             start_ms: 0,
+            hook: false,
         }
     }
 
@@ -154,6 +172,10 @@ pub struct SimSource {
     ranks: Vec<SimRank>,
     /// Global rank of the throttled GPU, if any.
     straggler: Option<u32>,
+    /// Hook records not taken yet, oldest first (with `settings.hook`).
+    hook_records: VecDeque<HookRecord>,
+    /// Hook records dropped because nobody took them in time.
+    hook_dropped: u64,
 }
 
 impl SimSource {
@@ -199,13 +221,10 @@ impl SimSource {
             let context =
                 CONTEXT_BYTES + hash(&[seed, STREAM_CONTEXT, u64::from(rank)]) % 8 * 2 * MIB;
             let workload = Workload::new(seed, rank, &params, anomalies);
-            ranks.push(SimRank::new(
-                info,
-                PID_BASE + rank,
-                context,
-                workload,
-                capacity,
-            ));
+            ranks.push(
+                SimRank::new(info, PID_BASE + rank, context, workload, capacity)
+                    .throttled(roles.straggler == Some(rank)),
+            );
         }
         Ok(Self {
             step_ms: params.step_ms,
@@ -214,7 +233,28 @@ impl SimSource {
             gpu_keys,
             ranks,
             straggler: roles.straggler,
+            hook_records: VecDeque::new(),
+            hook_dropped: 0,
         })
+    }
+
+    /// Hook records dropped so far because they were not taken before
+    /// [`MAX_QUEUED_HOOK_RECORDS`] newer ones piled up.
+    pub fn dropped_hook_records(&self) -> u64 {
+        self.hook_dropped
+    }
+
+    /// Queues a sample's hook records, in time order, within the bound.
+    fn queue(&mut self, mut records: Vec<HookRecord>) {
+        // Stable: each rank's records keep their order.
+        records.sort_by_key(HookRecord::t_ms);
+        for r in records {
+            if self.hook_records.len() == MAX_QUEUED_HOOK_RECORDS {
+                self.hook_records.pop_front();
+                self.hook_dropped += 1;
+            }
+            self.hook_records.push_back(r);
+        }
     }
 }
 
@@ -231,8 +271,12 @@ impl GpuSource for SimSource {
         let elapsed = t_ms.saturating_sub(self.settings.start_ms);
         let step_fraction = (elapsed % self.step_ms) as f64 / self.step_ms as f64;
         let mut samples = Vec::with_capacity(self.ranks.len());
+        let mut tape = self.settings.hook.then(|| Tape {
+            start_ms: self.settings.start_ms,
+            records: Vec::new(),
+        });
         for ((gpu, key), rank) in self.gpus.iter().zip(&self.gpu_keys).zip(&mut self.ranks) {
-            rank.advance(elapsed);
+            rank.advance(elapsed, tape.as_mut());
             let mut procs = Vec::new();
             let activity = if !rank.alive() {
                 Activity::Idle
@@ -263,7 +307,14 @@ impl GpuSource for SimSource {
                 procs,
             });
         }
+        if let Some(tape) = tape {
+            self.queue(tape.records);
+        }
         Ok(samples)
+    }
+
+    fn take_hook_records(&mut self) -> Vec<HookRecord> {
+        self.hook_records.drain(..).collect()
     }
 }
 

@@ -26,7 +26,8 @@ pub enum Scenario {
     /// Rank 0 peaks about 9 GiB higher than every other rank, constantly.
     Imbalance,
     /// Rank 5 runs throttled: SM clock 1410 MHz instead of 1980, lower
-    /// utilization and power; its memory is normal.
+    /// utilization and power; its memory is normal. With the hook, its
+    /// forward and backward passes take a quarter longer than its peers'.
     Straggler,
     /// Leak on rank 2, imbalance on rank 0 and straggler on rank 5, at once.
     Mixed,

@@ -2,6 +2,7 @@
 //! determinism, NVML-like invariants, and each scenario's anomaly on its rank.
 
 use super::*;
+use gpumon_proto::StepRecord;
 
 const GIB: u64 = 1 << 30;
 
@@ -315,4 +316,168 @@ fn name_says_sim_and_the_scenario() {
         assert_eq!(src.name(), format!("sim:{}", sc.name()));
         assert_eq!(src.gpus().len(), 2);
     }
+}
+
+fn hooked(scenario: Scenario, seed: u64) -> SimSource {
+    let settings = SimSettings {
+        seed,
+        hook: true,
+        ..SimSettings::new(scenario, 1, 0, 8)
+    };
+    SimSource::new(settings).unwrap()
+}
+
+/// Samples every 250 ms for `seconds` and takes the hook records.
+fn records(src: &mut SimSource, seconds: u64) -> Vec<HookRecord> {
+    let mut out = Vec::new();
+    for t in (0..=seconds * 1_000).step_by(250) {
+        src.sample(t).unwrap();
+        out.extend(src.take_hook_records());
+    }
+    out
+}
+
+#[test]
+fn without_hook_the_simulator_reports_no_hook_records() {
+    let mut src = sim(Scenario::Mixed, 1, 0, 8);
+    for t in (0..20_000).step_by(250) {
+        src.sample(t).unwrap();
+    }
+    assert!(src.take_hook_records().is_empty());
+}
+
+#[test]
+fn hook_records_are_valid_deterministic_and_depend_on_the_seed() {
+    let a = records(&mut hooked(Scenario::Mixed, 1), 30);
+    let b = records(&mut hooked(Scenario::Mixed, 1), 30);
+    assert_eq!(a, b);
+    assert_ne!(a, records(&mut hooked(Scenario::Mixed, 2), 30));
+    for r in &a {
+        gpumon_common::hook::check_record(r).unwrap_or_else(|e| panic!("{r:?}: {e}"));
+        assert_eq!(r.subject().0, "sim-job");
+    }
+    // Each rank: one step record per step, numbered from 1, with sections.
+    for rank in 0..8 {
+        let steps: Vec<&StepRecord> = a
+            .iter()
+            .filter_map(|r| match r {
+                HookRecord::Step(s) if s.rank == rank => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert!(steps.len() >= 28, "rank {rank}: {} steps", steps.len());
+        assert!(steps
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.step == i as u64 + 1));
+        assert!(steps.iter().all(|s| s.sections.len() == 4));
+    }
+    // One warm-up marker, from rank 0.
+    let markers: Vec<_> = a
+        .iter()
+        .filter_map(|r| match r {
+            HookRecord::Event(e) => Some((e.rank, e.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(markers, [(0, "warmup done")]);
+    // Time order across ranks, as one hand-over carries them.
+    assert!(a.windows(2).all(|w| w[0].t_ms() <= w[1].t_ms()));
+}
+
+#[test]
+fn the_straggler_reports_slower_forward_and_backward_passes() {
+    let recs = records(&mut hooked(Scenario::Straggler, 1), 40);
+    let mean = |rank: u32, section: &str| {
+        let v: Vec<f64> = recs
+            .iter()
+            .filter_map(|r| match r {
+                HookRecord::Step(s) if s.rank == rank => s
+                    .sections
+                    .iter()
+                    .find(|(n, _)| n == section)
+                    .map(|(_, ms)| *ms),
+                _ => None,
+            })
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    for peer in (0..8).filter(|&r| r != 5) {
+        for section in ["forward", "backward"] {
+            let ratio = mean(5, section) / mean(peer, section);
+            assert!(
+                (1.2..1.3).contains(&ratio),
+                "{section} vs rank {peer}: {ratio}"
+            );
+        }
+        let ratio = mean(5, "data") / mean(peer, "data");
+        assert!(
+            (0.97..1.03).contains(&ratio),
+            "data vs rank {peer}: {ratio}"
+        );
+    }
+}
+
+#[test]
+fn allocator_stats_match_the_memory_nvml_sees() {
+    let mut src = hooked(Scenario::Mixed, 1);
+    for t in (0..=60_000).step_by(250) {
+        let samples = src.sample(t).unwrap();
+        for r in src.take_hook_records() {
+            let HookRecord::Alloc(a) = r else { continue };
+            let s = &a.stats;
+            assert!(s.allocated <= s.reserved, "{a:?}");
+            assert!(
+                s.inactive_split.unwrap() <= s.reserved - s.allocated,
+                "{a:?}"
+            );
+            assert!(s.peak_allocated.unwrap() >= s.allocated);
+            assert!(s.peak_reserved.unwrap() >= s.reserved);
+            // NVML's per-process used is reserved plus a CUDA context; the
+            // sample comes after the reading, when reserved may have grown
+            // by a segment or two after the first steps (never, once the
+            // staircase is set).
+            let used = proc_used(&samples, a.rank).unwrap();
+            let context = used - s.reserved;
+            assert!(context >= 500 << 20, "{a:?}: {used}");
+            if t > 30_000 && a.rank != 2 {
+                assert!(context <= 516 << 20, "{a:?}: {used}");
+            } else if t > 5_000 {
+                assert!(context <= (516 << 20) + GIB, "{a:?}: {used}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fragmenting_rank_reports_growing_inactive_splits() {
+    let recs = records(&mut hooked(Scenario::Fragmentation, 1), 120);
+    let split = |rank: u32, within: std::ops::Range<u64>| {
+        recs.iter()
+            .filter_map(|r| match r {
+                HookRecord::Alloc(a) if a.rank == rank && within.contains(&a.t_ms) => {
+                    a.stats.inactive_split
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap()
+    };
+    assert!(split(1, 110_000..120_001) > split(1, 0..10_000) + 2 * GIB);
+    for healthy in [0, 2, 3] {
+        assert_eq!(split(healthy, 0..120_001), 0);
+    }
+}
+
+#[test]
+fn hook_records_nobody_takes_are_bounded_and_counted() {
+    let mut src = hooked(Scenario::Steady, 1);
+    for t in (0..=120_000).step_by(250) {
+        src.sample(t).unwrap();
+    }
+    let kept = src.take_hook_records();
+    assert_eq!(kept.len(), MAX_QUEUED_HOOK_RECORDS);
+    assert!(src.dropped_hook_records() > 0);
+    // The newest are kept.
+    assert!(kept.last().unwrap().t_ms() > 119_000);
 }

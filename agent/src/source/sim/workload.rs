@@ -132,6 +132,11 @@ impl Workload {
         self.base_bytes
     }
 
+    /// Seed of the job.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// Step length, ms.
     pub(crate) fn step_ms(&self) -> u64 {
         self.step_ms

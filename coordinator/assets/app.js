@@ -1,0 +1,250 @@
+// gpumon dashboard: hash routes, one poll loop, the header.
+//
+// Routes: #/ (overview), #/jobs/NAME, #/alerts, #/actions. Every 2 s (more
+// when the answers are slow to come) the loop fetches what the current route
+// shows, one request at a time, and re-renders; on errors it backs off and
+// says so in the header. URLs are
+// relative, so the page works behind a reverse proxy that adds a prefix.
+
+import { actionTable, alertTable, mergeAlerts } from "./alerts.js";
+import { el, fmtClock, placeholder, section } from "./dom.js";
+import { JobView } from "./job.js";
+import { renderOverview } from "./overview.js";
+
+const POLL_MS = 2000;
+const MAX_BACKOFF_MS = 30000;
+const REQUEST_TIMEOUT_MS = 10000;
+/** Alerts and actions a list fetches (the newest). */
+const LIST_LIMIT = 200;
+
+const root = document.getElementById("view");
+const conn = document.getElementById("conn");
+const summary = document.getElementById("summary");
+const banner = document.getElementById("banner");
+
+const state = {
+  route: null,
+  jobView: null,
+  failures: 0,
+  timer: null,
+  inFlight: false,
+  again: false,
+  /** Whether any answer has been shown yet. */
+  rendered: false,
+};
+
+/** An HTTP answer that is not 2xx, with the API's reason. */
+class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function getJson(path) {
+  let res;
+  try {
+    res = await fetch(path, { headers: { accept: "application/json" }, cache: "no-store", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+  } catch (e) {
+    throw new Error("cannot reach the coordinator (" + (e && e.name === "TimeoutError" ? "timed out" : e.message) + ")");
+  }
+  if (!res.ok) {
+    let reason = res.statusText;
+    try {
+      const body = await res.json();
+      if (body && body.message) reason = body.message;
+    } catch (_) { /* not JSON: keep the status text */ }
+    throw new HttpError(res.status, res.status + " " + reason);
+  }
+  return res.json();
+}
+
+function parseRoute() {
+  const h = location.hash.replace(/^#\/?/, "");
+  if (h.startsWith("jobs/") && h.length > 5) {
+    let job;
+    try {
+      job = decodeURIComponent(h.slice(5));
+    } catch (_) {
+      job = h.slice(5);
+    }
+    return { view: "job", job, key: "job:" + job };
+  }
+  if (h === "alerts") return { view: "alerts", key: "alerts" };
+  if (h === "actions") return { view: "actions", key: "actions" };
+  return { view: "overview", key: "overview" };
+}
+
+const enc = encodeURIComponent;
+
+/** Fetches, one after the other, what `route` shows. */
+async function load(route) {
+  const d = {};
+  d.cluster = await getJson("api/v1/cluster");
+  d.active = await getJson("api/v1/alerts?active=true");
+  if (route.view === "overview") {
+    d.nodes = await getJson("api/v1/nodes");
+    d.jobs = await getJson("api/v1/jobs");
+  } else if (route.view === "job") {
+    try {
+      d.detail = await getJson("api/v1/jobs/" + enc(route.job));
+    } catch (e) {
+      if (e instanceof HttpError && e.status === 404) {
+        d.missing = e.message;
+        return d;
+      }
+      throw e;
+    }
+    d.jobAlerts = await getJson("api/v1/alerts?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
+    d.actions = await getJson("api/v1/actions?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
+  } else if (route.view === "alerts") {
+    d.recent = await getJson("api/v1/alerts?limit=" + LIST_LIMIT);
+  } else if (route.view === "actions") {
+    d.actions = await getJson("api/v1/actions?limit=" + LIST_LIMIT);
+  }
+  return d;
+}
+
+function renderHeader(d) {
+  const c = d.cluster;
+  const rc = c.coordinator;
+  const items = [
+    [c.nodes, c.nodes === 1 ? "node" : "nodes"],
+    [c.gpus, c.gpus === 1 ? "GPU" : "GPUs"],
+    [c.live_jobs, c.live_jobs === 1 ? "live job" : "live jobs"],
+    [c.live_ranks, c.live_ranks === 1 ? "live rank" : "live ranks"],
+  ].map(([n, what]) => el("span", { class: "stat" }, el("b", { text: String(n) }), " " + what));
+  if (rc) {
+    items.push(el("span", { class: "stat", title: "the replica that answers this page" },
+      "replica " + rc.id + " · " + (rc.leader != null ? "leader " + rc.leader : "no leader") + " · term " + rc.term));
+  }
+  items.push(el("span", { class: "stat muted", text: "data " + (c.now_ms ? fmtClock(c.now_ms / 1000) : "—") +
+    " · updated " + fmtClock(Date.now() / 1000) }));
+  summary.replaceChildren(...items);
+  const n = d.active.alerts.length;
+  const count = document.getElementById("alert-count");
+  count.textContent = String(n);
+  count.className = "count" + (n ? " hot" : "");
+}
+
+function renderNav(route) {
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("current", a.dataset.route === (route.view === "job" ? "overview" : route.view));
+  }
+}
+
+function render(route, d) {
+  renderHeader(d);
+  if (route.view !== "job" && state.jobView) {
+    state.jobView.destroy();
+    state.jobView = null;
+  }
+  if (route.view === "overview") {
+    renderOverview(root, d);
+  } else if (route.view === "job") {
+    if (d.missing) {
+      if (state.jobView) state.jobView.destroy();
+      state.jobView = null;
+      const [s, body] = section("Job " + route.job);
+      body.append(placeholder(d.missing), el("p", null, el("a", { href: "#/", text: "back to the overview" })));
+      root.replaceChildren(s);
+      return;
+    }
+    if (!state.jobView || state.jobView.job !== route.job) {
+      if (state.jobView) state.jobView.destroy();
+      state.jobView = new JobView(root, route.job);
+    }
+    state.jobView.update({
+      detail: d.detail,
+      alerts: mergeAlerts(d.jobAlerts.alerts, d.active.alerts),
+      actions: d.actions.actions,
+      now: d.active.now,
+    });
+  } else if (route.view === "alerts") {
+    const all = mergeAlerts(d.recent.alerts, d.active.alerts);
+    const [s, body] = section("Alerts", "Active alerts first, then the " + LIST_LIMIT + " most recent.");
+    body.append(alertTable(all, d.active.now));
+    root.replaceChildren(s);
+  } else if (route.view === "actions") {
+    const [s, body] = section("Actions", "Actions on training processes, newest first" +
+      (d.actions.truncated ? " (" + d.actions.truncated + " older not shown)" : "") + ".");
+    body.append(actionTable(d.actions.actions));
+    root.replaceChildren(s);
+  }
+}
+
+function setConnection(ok, message, retryMs) {
+  conn.dataset.conn = ok ? "ok" : "lost";
+  conn.textContent = ok ? "live" : "connection lost";
+  document.body.classList.toggle("disconnected", !ok);
+  if (ok) {
+    banner.hidden = true;
+    banner.replaceChildren();
+  } else {
+    banner.hidden = false;
+    banner.replaceChildren(el("b", { text: "Connection lost: " }), message.replace(/\.?$/, ". "),
+      "Retrying in " + Math.round(retryMs / 1000) + " s; " +
+      (state.rendered ? "the page shows the last data received." : "no data received yet."));
+  }
+}
+
+async function poll() {
+  clearTimeout(state.timer);
+  if (state.inFlight) {
+    state.again = true;
+    return;
+  }
+  state.inFlight = true;
+  const route = state.route;
+  let delay = POLL_MS;
+  const began = performance.now();
+  try {
+    const d = await load(route);
+    // A big job's history takes a while to fetch: keep polling from
+    // taking more than about a third of the coordinator's and the page's time.
+    delay = Math.max(POLL_MS, 2 * (performance.now() - began));
+    // A route change during the requests: this answer is for the old view.
+    if (route === state.route) {
+      render(route, d);
+      state.rendered = true;
+    }
+    state.failures = 0;
+    setConnection(true);
+  } catch (e) {
+    state.failures += 1;
+    delay = Math.min(MAX_BACKOFF_MS, POLL_MS * 2 ** state.failures);
+    setConnection(false, String(e.message || e), delay);
+  } finally {
+    state.inFlight = false;
+  }
+  if (state.again) {
+    state.again = false;
+    delay = 0;
+  }
+  state.timer = setTimeout(poll, delay);
+}
+
+function onRoute() {
+  const route = parseRoute();
+  const changed = !state.route || route.key !== state.route.key;
+  state.route = route;
+  renderNav(route);
+  if (changed) {
+    if (state.jobView && (route.view !== "job" || state.jobView.job !== route.job)) {
+      state.jobView.destroy();
+      state.jobView = null;
+    }
+    root.replaceChildren(placeholder("Loading…"));
+    window.scrollTo(0, 0);
+  }
+  poll();
+}
+
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => state.jobView && state.jobView.resize(), 150);
+});
+window.addEventListener("hashchange", onRoute);
+conn.dataset.conn = "connecting";
+onRoute();

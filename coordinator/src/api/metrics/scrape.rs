@@ -1,0 +1,437 @@
+//! What one scrape reports, copied out of the replicated state while its
+//! read lock is held (briefly), so encoding never holds up apply.
+//!
+//! Only live jobs and ranks are copied: a job's series disappear from the
+//! next scrape once its last rank ends. Times are data times: "seconds until
+//! OOM" counts from the engine's newest observation and "agent up" from the
+//! cluster's newest window end, never from this replica's clock, so every
+//! replica that applied the same log reports the same values.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use gpumon_common::actions::ActionState;
+use gpumon_common::engine::view::RankSummary;
+use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
+use gpumon_common::hook::RankSteps;
+use openraft::ServerState;
+
+use crate::api::AppState;
+use crate::notify::NotifyCounts;
+
+/// Most ranks given series in one scrape (the first, by job then rank);
+/// the rest are counted in `gpumon_metrics_ranks_omitted`.
+pub const MAX_RANK_SERIES: usize = 16_384;
+/// Most step sections given a series per rank, by name.
+pub const MAX_SECTIONS_PER_RANK: usize = 16;
+/// An agent is up while its newest window ended at most this long before the
+/// cluster's newest one (data time), ms.
+pub const AGENT_STALE_MS: u64 = 30_000;
+
+/// Every severity, in rising order.
+pub const SEVERITIES: [Severity; 3] = [Severity::Warning, Severity::High, Severity::Critical];
+
+/// A severity's label value.
+pub fn severity_name(s: Severity) -> &'static str {
+    match s {
+        Severity::Warning => "warning",
+        Severity::High => "high",
+        Severity::Critical => "critical",
+    }
+}
+
+/// A risk level as a number: 0 none, 1 low, 2 warning, 3 high, 4 critical.
+pub fn risk_level(r: Risk) -> u64 {
+    match r {
+        Risk::None => 0,
+        Risk::Low => 1,
+        Risk::Warning => 2,
+        Risk::High => 3,
+        Risk::Critical => 4,
+    }
+}
+
+/// One GPU.
+#[derive(Debug)]
+pub struct GpuRow {
+    pub node: String,
+    pub gpu: String,
+    pub uuid: String,
+    pub model: String,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    /// 0..1.
+    pub utilization: Option<f64>,
+    pub risk: u64,
+    pub oom_in_s: Option<f64>,
+}
+
+/// One live rank.
+#[derive(Debug)]
+pub struct RankRow {
+    pub job: String,
+    pub rank: String,
+    pub node: String,
+    pub gpu: String,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    pub allocated_bytes: Option<u64>,
+    pub reserved_bytes: Option<u64>,
+    pub step_s: Option<f64>,
+    pub step_mean_s: Option<f64>,
+    /// Mean seconds per section, by name.
+    pub sections: Vec<(String, f64)>,
+    pub risk: u64,
+    pub oom_in_s: Option<f64>,
+    pub slowdown: Option<f64>,
+    pub imbalance_excess_bytes: Option<f64>,
+    pub leak_bytes_per_s: Option<f64>,
+    /// leak, fragmentation, imbalance, straggler.
+    pub flags: [bool; 4],
+}
+
+/// Flag names, in the order of [`RankRow::flags`].
+pub const FLAGS: [&str; 4] = ["leak", "fragmentation", "imbalance", "straggler"];
+
+impl RankRow {
+    /// The labels every per-rank series carries.
+    pub fn labels(&self) -> [(&'static str, &str); 4] {
+        [
+            ("job", &self.job),
+            ("rank", &self.rank),
+            ("node", &self.node),
+            ("gpu", &self.gpu),
+        ]
+    }
+}
+
+/// One live job.
+#[derive(Debug)]
+pub struct JobRow {
+    pub job: String,
+    pub live_ranks: u64,
+    pub world_size: u64,
+    pub risk: Option<u64>,
+    pub oom_in_s: Option<f64>,
+}
+
+/// One agent.
+#[derive(Debug)]
+pub struct AgentRow {
+    pub agent: String,
+    pub node: String,
+    pub last_seen_s: f64,
+    pub up: bool,
+}
+
+/// This replica's Raft figures.
+#[derive(Debug)]
+pub struct RaftRow {
+    pub id: u64,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub is_leader: bool,
+    pub last_log_index: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub apply_lag: u64,
+    pub voters: u64,
+    pub learners: u64,
+    /// Entries each peer trails this leader's log by (leader only).
+    pub replication_lag: Vec<(u64, u64)>,
+}
+
+/// Everything one scrape reports.
+#[derive(Debug)]
+pub struct Scrape {
+    pub gpus: Vec<GpuRow>,
+    pub ranks: Vec<RankRow>,
+    pub ranks_omitted: u64,
+    pub jobs: Vec<JobRow>,
+    pub alerts_firing: BTreeMap<(AlertKind, Severity), u64>,
+    pub actions: BTreeMap<ActionState, u64>,
+    pub agents: Vec<AgentRow>,
+    /// Replicated ingest counters.
+    pub batches_applied: u64,
+    pub batches_duplicate: u64,
+    pub windows_applied: u64,
+    pub windows_skipped: u64,
+    pub hook_records_applied: u64,
+    pub hook_records_skipped: u64,
+    /// Engine observations older than its window (still used).
+    pub observations_late: u64,
+    /// Engine observations ignored, by reason.
+    pub observations_ignored: [(&'static str, u64); 2],
+    /// Pushes this replica refused, by reason.
+    pub pushes_rejected: [(&'static str, u64); 3],
+    /// This replica's notifications, by receiver kind (counted on the leader).
+    pub notifications: Vec<(&'static str, NotifyCounts)>,
+    /// Newest window end applied, seconds since the epoch (0: none).
+    pub data_time_s: f64,
+    pub raft: RaftRow,
+}
+
+/// Seconds from `now` to a forecast's predicted OOM, never negative.
+fn oom_in(f: &OomForecast, now: f64) -> Option<f64> {
+    let left = f.predicted_oom_t - now;
+    (left.is_finite() && now.is_finite()).then_some(left.max(0.0))
+}
+
+impl Scrape {
+    /// Copies what a scrape reports out of `state`.
+    pub fn take(state: &AppState) -> Scrape {
+        let inner = &state.inner;
+        let pushes_rejected = [
+            ("too_large", inner.rejected.too_large.load(Relaxed)),
+            ("bad_version", inner.rejected.bad_version.load(Relaxed)),
+            ("malformed", inner.rejected.malformed.load(Relaxed)),
+        ];
+        let raft = raft_row(state);
+        let notifications = inner
+            .notify_stats
+            .all()
+            .into_iter()
+            .map(|(kind, counts)| (kind.as_str(), counts))
+            .collect();
+        let applied = inner.state_machine.read();
+        let now = applied.engine.now();
+        let cluster = applied.state.cluster_view();
+
+        let devices: BTreeMap<(String, u32), _> = applied
+            .engine
+            .devices()
+            .into_iter()
+            .map(|d| ((d.node.clone(), d.gpu), d))
+            .collect();
+        let mut gpus = Vec::new();
+        for node in applied.state.nodes_view().nodes {
+            for g in node.gpus {
+                let engine = devices.get(&(node.node.clone(), g.index));
+                gpus.push(GpuRow {
+                    node: node.node.clone(),
+                    gpu: g.index.to_string(),
+                    uuid: g.uuid,
+                    model: g.name,
+                    used_bytes: g.used_bytes,
+                    total_bytes: g.total_bytes,
+                    utilization: g
+                        .util_pct
+                        .map(|p| f64::from(p) / 100.0)
+                        .filter(|u| u.is_finite()),
+                    risk: engine.map_or(0, |d| risk_level(d.risk)),
+                    oom_in_s: engine
+                        .and_then(|d| d.forecast.as_ref())
+                        .and_then(|f| oom_in(f, now)),
+                });
+            }
+        }
+
+        let mut ranks = Vec::new();
+        let mut ranks_omitted = 0u64;
+        let mut jobs = Vec::new();
+        for job in applied
+            .state
+            .jobs_view()
+            .jobs
+            .into_iter()
+            .filter(|j| j.live)
+        {
+            let summary = applied.engine.job(&job.job);
+            let by_rank: BTreeMap<u32, &RankSummary> = summary
+                .iter()
+                .flat_map(|s| s.ranks.iter())
+                .map(|r| (r.rank, r))
+                .collect();
+            let steps = applied.steps.job(&job.job);
+            let forecast = summary.as_ref().and_then(|s| s.forecast.as_ref());
+            let live: Vec<_> = job.ranks.iter().filter(|r| r.ended_ms.is_none()).collect();
+            jobs.push(JobRow {
+                job: job.job.clone(),
+                live_ranks: live.len() as u64,
+                world_size: u64::from(job.world_size),
+                risk: Some(forecast.map_or(0, |f| risk_level(f.risk_level))),
+                oom_in_s: forecast.and_then(|f| oom_in(&f.forecast, now)),
+            });
+            for r in live {
+                if ranks.len() >= MAX_RANK_SERIES {
+                    ranks_omitted += 1;
+                    continue;
+                }
+                let engine = by_rank.get(&r.rank).copied();
+                let step = steps.and_then(|s| s.get(&r.rank));
+                ranks.push(rank_row(&job.job, r, engine, step, now));
+            }
+        }
+
+        let mut alerts_firing: BTreeMap<(AlertKind, Severity), u64> = AlertKind::ALL
+            .iter()
+            .flat_map(|k| SEVERITIES.iter().map(move |s| ((*k, *s), 0)))
+            .collect();
+        for a in applied.engine.alert_book().active() {
+            *alerts_firing.entry((a.kind, a.severity)).or_default() += 1;
+        }
+
+        let agents = cluster
+            .agents
+            .iter()
+            .map(|a| AgentRow {
+                agent: a.agent_id.clone(),
+                node: a.node.clone(),
+                last_seen_s: a.last_seen_ms as f64 / 1000.0,
+                up: cluster.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS,
+            })
+            .collect();
+        let engine_counters = applied.engine.counters();
+        let hook = applied.hook.counters();
+        Scrape {
+            gpus,
+            ranks,
+            ranks_omitted,
+            jobs,
+            alerts_firing,
+            actions: applied.actions.count_by_state(),
+            agents,
+            batches_applied: cluster.ingest.batches_applied,
+            batches_duplicate: cluster.ingest.batches_duplicate,
+            windows_applied: cluster.ingest.windows_applied,
+            windows_skipped: cluster.ingest.windows_skipped,
+            hook_records_applied: hook.records_applied,
+            hook_records_skipped: hook.records_skipped,
+            observations_late: engine_counters.late,
+            observations_ignored: [
+                ("over_limit", engine_counters.over_limit),
+                ("invalid", engine_counters.invalid),
+            ],
+            pushes_rejected,
+            notifications,
+            data_time_s: cluster.now_ms as f64 / 1000.0,
+            raft,
+        }
+    }
+}
+
+fn rank_row(
+    job: &str,
+    r: &gpumon_proto::api::RankView,
+    engine: Option<&RankSummary>,
+    step: Option<&RankSteps>,
+    now: f64,
+) -> RankRow {
+    let secs = |ms: f64| (ms.is_finite() && ms >= 0.0).then_some(ms / 1000.0);
+    RankRow {
+        job: job.to_owned(),
+        rank: r.rank.to_string(),
+        node: r.node.clone(),
+        gpu: r.gpu.to_string(),
+        used_bytes: r.used_bytes,
+        total_bytes: r.total_bytes,
+        allocated_bytes: engine.and_then(|e| e.allocated_bytes),
+        reserved_bytes: engine.and_then(|e| e.reserved_bytes),
+        step_s: step
+            .and_then(|s| secs(s.duration_ms))
+            .or_else(|| engine.and_then(|e| e.last_step_ms).and_then(secs)),
+        step_mean_s: step.and_then(|s| secs(s.mean_duration_ms)),
+        sections: step
+            .map(|s| {
+                s.sections
+                    .iter()
+                    .filter_map(|(name, t)| Some((name.clone(), secs(t.mean_ms)?)))
+                    .take(MAX_SECTIONS_PER_RANK)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        risk: engine.map_or(0, |e| risk_level(e.risk)),
+        oom_in_s: engine
+            .and_then(|e| e.forecast.as_ref())
+            .and_then(|f| oom_in(f, now)),
+        slowdown: engine.and_then(|e| e.slowdown).filter(|v| v.is_finite()),
+        imbalance_excess_bytes: engine
+            .and_then(|e| e.imbalance_excess_bytes)
+            .filter(|v| v.is_finite()),
+        leak_bytes_per_s: engine
+            .and_then(|e| e.leak_bytes_per_s)
+            .filter(|v| v.is_finite()),
+        flags: engine.map_or([false; 4], |e| {
+            [e.leak, e.fragmentation, e.imbalance, e.straggler]
+        }),
+    }
+}
+
+/// The Raft figures, from openraft's metrics and the log store.
+fn raft_row(state: &AppState) -> RaftRow {
+    let inner = &state.inner;
+    let m = inner.raft.metrics().borrow().clone();
+    let last_log_index = m.last_log_index.unwrap_or(0);
+    let commit_index = inner.committed.get().unwrap_or(0);
+    let applied_index = m.last_applied.map_or(0, |l| l.index);
+    let membership = m.membership_config.membership();
+    let replication_lag = m
+        .replication
+        .as_ref()
+        .map(|r| {
+            r.iter()
+                .filter(|(id, _)| **id != inner.id)
+                .map(|(id, matched)| {
+                    let behind = matched.map_or(0, |l| l.index + 1);
+                    (*id, (last_log_index + 1).saturating_sub(behind))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RaftRow {
+        id: inner.id,
+        term: m.current_term,
+        leader: m.current_leader,
+        is_leader: m.state == ServerState::Leader,
+        last_log_index,
+        commit_index,
+        applied_index,
+        apply_lag: commit_index.saturating_sub(applied_index),
+        voters: membership.voter_ids().count() as u64,
+        learners: membership.learner_ids().count() as u64,
+        replication_lag,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forecast(predicted_oom_t: f64) -> OomForecast {
+        OomForecast {
+            t: 100.0,
+            predicted_oom_t,
+            earliest_oom_t: predicted_oom_t,
+            latest_oom_t: predicted_oom_t,
+            confidence: 0.9,
+            slope_bytes_per_s: 1e6,
+            level_bytes: 1e9,
+            margin_bytes: 1e8,
+            usable_bytes: 8e10,
+            risk: Risk::Warning,
+        }
+    }
+
+    #[test]
+    fn seconds_to_oom_count_from_data_time_and_never_go_negative() {
+        assert_eq!(oom_in(&forecast(700.0), 100.0), Some(600.0));
+        assert_eq!(oom_in(&forecast(50.0), 100.0), Some(0.0));
+        assert_eq!(oom_in(&forecast(700.0), f64::NEG_INFINITY), None);
+        assert_eq!(oom_in(&forecast(f64::NAN), 100.0), None);
+    }
+
+    #[test]
+    fn risk_levels_rise_with_the_risk() {
+        let levels: Vec<u64> = [
+            Risk::None,
+            Risk::Low,
+            Risk::Warning,
+            Risk::High,
+            Risk::Critical,
+        ]
+        .into_iter()
+        .map(risk_level)
+        .collect();
+        assert_eq!(levels, vec![0, 1, 2, 3, 4]);
+    }
+}

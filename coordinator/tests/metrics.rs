@@ -1,0 +1,522 @@
+//! `/metrics` of a real coordinator over loopback HTTP: the per-rank series
+//! agree with the JSON API, every alert kind and severity is reported, the
+//! classic text passes `promtool check metrics`, a job's series go when it
+//! ends; a real Prometheus server scrapes the coordinator and answers a
+//! query for a rank's memory; and the shipped scrape config and rules in
+//! `deploy/prometheus/` pass `promtool check`.
+//!
+//! Needs `/usr/bin/prometheus` and `/usr/bin/promtool` (Debian package
+//! `prometheus`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+mod support;
+use support::{push, start_with};
+
+use gpumon_common::engine::AlertKind;
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo,
+    GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
+};
+use serde_json::Value;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const T0_MS: u64 = 1_700_000_000_000;
+const WINDOW_MS: u64 = 2_000;
+const RANKS: u32 = 4;
+const OPENMETRICS: &str = "application/openmetrics-text";
+const INSTALL: &str = "install it with: apt-get install -y prometheus";
+/// Bound on every wait for another process.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// Batches pushed while the job runs: 10 windows of 2 s each.
+const BATCHES: u64 = 12;
+/// Rank whose memory grows toward an OOM.
+const GROWING: u32 = 3;
+
+/// Memory of rank `rank`'s process `t_s` seconds in: each rank its own
+/// size, and rank [`GROWING`] gains 40 MiB/s.
+fn used(rank: u32, t_s: u64) -> u64 {
+    let growth = if rank == GROWING { 40 * MIB * t_s } else { 0 };
+    (10 + 3 * u64::from(rank)) * GIB + 7 * MIB + growth
+}
+
+/// Start and end of window `i` (from 0), ms.
+fn window_ms(i: u64) -> (u64, u64) {
+    let start = T0_MS + i * WINDOW_MS;
+    (start, start + WINDOW_MS - 100)
+}
+
+/// Batch `seq` (from 1) of `job` with ten windows; `live` false: every
+/// process has left its GPU, which ends the ranks.
+fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
+    let mut windows = Vec::new();
+    let mut hook = Vec::new();
+    for i in 0..10 {
+        let (start_ms, end_ms) = window_ms((seq - 1) * 10 + i);
+        let t_s = (start_ms - T0_MS) / 1000;
+        for g in 0..RANKS {
+            windows.push(GpuWindow {
+                gpu: GpuInfo {
+                    uuid: format!("GPU-{job}-{g}"),
+                    index: g,
+                    name: "H100".into(),
+                    total_bytes: 80 * GIB,
+                },
+                start_ms,
+                end_ms,
+                samples: 4,
+                used_bytes: BytesStat::single(if live { used(g, t_s) + GIB } else { GIB }),
+                reserved_bytes: None,
+                util_pct: Some(GaugeStat {
+                    min: 50.0,
+                    max: 50.0,
+                    last: 50.0,
+                    mean: 50.0,
+                }),
+                sm_clock_mhz: None,
+                power_w: None,
+                procs: live
+                    .then(|| ProcWindow {
+                        pid: 100 + g,
+                        used_bytes: BytesStat::single(used(g, t_s)),
+                        rank: Some(RankInfo {
+                            job: job.into(),
+                            rank: g,
+                            local_rank: g,
+                            world_size: RANKS,
+                            master_addr: None,
+                            master_port: None,
+                        }),
+                    })
+                    .into_iter()
+                    .collect(),
+            });
+            if live {
+                hook.push(HookRecord::Alloc(AllocRecord {
+                    t_ms: end_ms,
+                    job: job.into(),
+                    rank: g,
+                    stats: AllocStats {
+                        allocated: used(g, t_s) - GIB,
+                        reserved: used(g, t_s) - MIB,
+                        ..AllocStats::default()
+                    },
+                }));
+                hook.push(HookRecord::Step(StepRecord {
+                    t_ms: end_ms,
+                    job: job.into(),
+                    rank: g,
+                    step: (seq - 1) * 10 + i + 1,
+                    duration_ms: 250.0,
+                    sections: vec![("forward".into(), 100.0), ("backward".into(), 140.0)],
+                }));
+            }
+        }
+    }
+    AgentMessage::V1(AgentMessageV1::Push(PushBatch {
+        agent_id: format!("agent-{job}"),
+        incarnation: 1,
+        seq,
+        node: "node-m".into(),
+        dropped_batches: 0,
+        windows,
+        hook,
+        acks: Vec::new(),
+    }))
+}
+
+/// One sample of an exposition text.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// The samples of an exposition text (OpenMetrics or classic); panics on a
+/// line it cannot read, which is a finding in itself.
+fn parse(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("`series value`");
+        let (name, labels) = match series.split_once('{') {
+            None => (series, BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("closing brace");
+                (name, parse_labels(body, line))
+            }
+        };
+        out.push(Sample {
+            name: name.into(),
+            labels,
+            value: value
+                .parse()
+                .unwrap_or_else(|_| panic!("value in {line:?}")),
+        });
+    }
+    out
+}
+
+fn parse_labels(mut body: &str, line: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    while !body.is_empty() {
+        let (key, rest) = body.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            match chars.next() {
+                Some((i, '"')) => break i,
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => panic!("{line:?}"),
+                },
+                Some((_, c)) => value.push(c),
+                None => panic!("unterminated label in {line:?}"),
+            }
+        };
+        labels.insert(key.to_owned(), value);
+        body = rest[end + 1..].trim_start_matches(',');
+    }
+    labels
+}
+
+/// Samples named `name` whose labels include every pair of `with`.
+fn find<'a>(samples: &'a [Sample], name: &str, with: &[(&str, &str)]) -> Vec<&'a Sample> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            with.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+        })
+        .collect()
+}
+
+/// `/metrics` with an `Accept` header: the content type and the text.
+async fn scrape(url: &str, accept: &str) -> (String, String) {
+    let resp = reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    (content_type, resp.text().await.unwrap())
+}
+
+async fn get_json(url: &str, path: &str) -> Value {
+    reqwest::get(format!("{url}{path}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Runs `promtool ARGS` with `stdin`; the failure names the install command.
+fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
+    let mut child = Command::new("/usr/bin/promtool")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run /usr/bin/promtool ({e}); {INSTALL}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A rank's `used_bytes` as the JSON API shows it.
+async fn api_used_bytes(url: &str, job: &str, rank: u64) -> u64 {
+    let detail = get_json(url, &format!("/api/v1/jobs/{job}")).await;
+    detail["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rank"] == rank)
+        .unwrap_or_else(|| panic!("rank {rank} in {detail}"))["used_bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn metrics_follow_the_replicated_state_and_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_with(dir.path(), |_| {}).await;
+    let url = coordinator.api_url();
+    let job = "job-m";
+    for seq in 1..=BATCHES {
+        push(&url, &batch(job, seq, true)).await;
+    }
+
+    let (content_type, text) = scrape(&url, OPENMETRICS).await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{content_type}"
+    );
+    assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    let samples = parse(&text);
+
+    // Per-rank memory equals the API's, with job and rank labels.
+    for rank in 0..RANKS {
+        let r = rank.to_string();
+        let series = find(
+            &samples,
+            "gpumon_rank_memory_used_bytes",
+            &[("job", job), ("rank", &r)],
+        );
+        assert_eq!(series.len(), 1, "one series for rank {rank}: {series:?}");
+        assert_eq!(
+            series[0].value,
+            api_used_bytes(&url, job, u64::from(rank)).await as f64
+        );
+        assert_eq!(series[0].labels["node"], "node-m");
+        let allocated = find(
+            &samples,
+            "gpumon_rank_memory_allocated_bytes",
+            &[("job", job), ("rank", &r)],
+        );
+        let last_t_s = (window_ms(BATCHES * 10 - 1).0 - T0_MS) / 1000;
+        assert_eq!(allocated[0].value, (used(rank, last_t_s) - GIB) as f64);
+        let forward = find(
+            &samples,
+            "gpumon_rank_section_seconds",
+            &[("job", job), ("rank", &r), ("section", "forward")],
+        );
+        assert_eq!(forward.len(), 1, "{forward:?}");
+        assert!((forward[0].value - 0.1).abs() < 1e-9, "{forward:?}");
+    }
+    // The growing rank's OOM forecast counts from the data's newest time
+    // (the last window's end), not from any clock.
+    let detail = get_json(&url, &format!("/api/v1/jobs/{job}")).await;
+    let analysis = detail["analysis"]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rank"] == GROWING)
+        .unwrap()
+        .clone();
+    let predicted = analysis["forecast"]["predicted_oom_t"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("a forecast for the growing rank: {analysis}"));
+    let newest_s = window_ms(BATCHES * 10 - 1).1 as f64 / 1000.0;
+    let growing = GROWING.to_string();
+    let forecast = find(
+        &samples,
+        "gpumon_rank_oom_forecast_seconds",
+        &[("job", job), ("rank", &growing)],
+    );
+    assert_eq!(forecast.len(), 1, "{forecast:?}");
+    assert!(
+        (forecast[0].value - (predicted - newest_s)).abs() < 1e-6,
+        "{} vs {predicted} - {newest_s}",
+        forecast[0].value
+    );
+    let risk = ["none", "low", "warning", "high", "critical"]
+        .iter()
+        .position(|r| analysis["risk"] == *r)
+        .unwrap();
+    let level = find(
+        &samples,
+        "gpumon_rank_oom_risk",
+        &[("job", job), ("rank", &growing)],
+    );
+    assert_eq!(level[0].value, risk as f64, "{analysis}");
+    let steady = find(
+        &samples,
+        "gpumon_rank_oom_forecast_seconds",
+        &[("rank", "0")],
+    );
+    assert!(steady.is_empty(), "no forecast, no series: {steady:?}");
+
+    let total = find(
+        &samples,
+        "gpumon_gpu_memory_total_bytes",
+        &[("node", "node-m")],
+    );
+    assert_eq!(total.len(), RANKS as usize);
+    assert!(total.iter().all(|s| s.value == (80 * GIB) as f64));
+    let util = find(&samples, "gpumon_gpu_utilization_ratio", &[("gpu", "0")]);
+    assert_eq!(util[0].value, 0.5);
+    let ranks = find(&samples, "gpumon_job_ranks", &[("job", job)]);
+    assert_eq!(ranks[0].value, f64::from(RANKS));
+    let applied = find(&samples, "gpumon_ingest_batches_applied_total", &[]);
+    assert_eq!(applied[0].value, BATCHES as f64);
+    assert_eq!(find(&samples, "gpumon_raft_is_leader", &[])[0].value, 1.0);
+    let up = find(&samples, "gpumon_agent_up", &[("agent", "agent-job-m")]);
+    assert_eq!(up[0].value, 1.0);
+
+    // Every alert kind and severity has a series, firing or not.
+    for kind in AlertKind::ALL {
+        for severity in ["warning", "high", "critical"] {
+            let s = find(
+                &samples,
+                "gpumon_alerts_firing",
+                &[("kind", kind.as_str()), ("severity", severity)],
+            );
+            assert_eq!(s.len(), 1, "{} {severity}", kind.as_str());
+        }
+    }
+
+    // The classic text for promtool carries the same samples and passes.
+    let (content_type, classic) = scrape(&url, "text/plain").await;
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let (ok, report) = promtool(&["check", "metrics"], &classic);
+    assert!(ok, "promtool check metrics: {report}\n{classic}");
+    assert_eq!(parse(&classic), samples);
+
+    // The job ends: every series about it goes.
+    push(&url, &batch(job, BATCHES + 1, false)).await;
+    let detail = get_json(&url, &format!("/api/v1/jobs/{job}")).await;
+    assert_eq!(detail["live"], false, "{detail}");
+    let (_, text) = scrape(&url, OPENMETRICS).await;
+    let after = parse(&text);
+    let left: Vec<_> = after
+        .iter()
+        .filter(|s| s.labels.get("job").map(String::as_str) == Some(job))
+        .collect();
+    assert!(left.is_empty(), "series of the ended job: {left:?}");
+    assert_eq!(find(&after, "gpumon_gpu_memory_used_bytes", &[]).len(), 4);
+    coordinator.shutdown().await;
+}
+
+/// A Prometheus server; killed when dropped.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_a_rank_memory() {
+    let binary = Path::new("/usr/bin/prometheus");
+    assert!(binary.exists(), "no /usr/bin/prometheus; {INSTALL}");
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_with(&dir.path().join("coordinator"), |_| {}).await;
+    let url = coordinator.api_url();
+    let job = "job-p";
+    push(&url, &batch(job, 1, true)).await;
+    let expected = api_used_bytes(&url, job, 2).await;
+
+    let target = url.trim_start_matches("http://");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: gpumon-coordinator\n    honor_labels: true\n    \
+             scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      \
+             - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let web = format!("127.0.0.1:{}", free_port());
+    let _prometheus = Prometheus(
+        Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); {INSTALL}")),
+    );
+
+    let query = format!("gpumon_rank_memory_used_bytes{{job=\"{job}\",rank=\"2\"}}");
+    let encoded = serde_urlencoded::to_string([("query", query.as_str())]).unwrap();
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let answer = loop {
+        let last = match client
+            .get(format!("http://{web}/api/v1/query?{encoded}"))
+            .send()
+            .await
+        {
+            Ok(resp) => {
+                let body: Value = resp.json().await.unwrap_or_default();
+                match body["data"]["result"].as_array() {
+                    Some(r) if !r.is_empty() => break body,
+                    _ => body.to_string(),
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus did not answer {query} within {WITHIN:?}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let result = answer["data"]["result"].as_array().unwrap();
+    assert_eq!(result.len(), 1, "{answer}");
+    let series = &result[0];
+    assert_eq!(
+        series["metric"]["job"], job,
+        "honor_labels keeps the job label"
+    );
+    assert_eq!(series["metric"]["rank"], "2");
+    let value: f64 = series["value"][1].as_str().unwrap().parse().unwrap();
+    assert_eq!(value, expected as f64);
+    coordinator.shutdown().await;
+}
+
+#[test]
+fn the_shipped_scrape_config_and_rules_pass_promtool() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus");
+    for args in [
+        ["check", "config", "prometheus.yml"],
+        ["check", "rules", "rules.yml"],
+    ] {
+        let out = Command::new("/usr/bin/promtool")
+            .args(args)
+            .current_dir(&deploy)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run /usr/bin/promtool ({e}); {INSTALL}"));
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,473 @@
+//! The web dashboard in a real browser: `gpumon demo` on loopback, headless
+//! Chromium (Debian's `chromium`) loading the page from the coordinator.
+//!
+//! - the job view of `demo-job` shows a row for every rank, the rank x time
+//!   heatmap with a row per rank, the memory chart, and every alert the API
+//!   reports active, with its kind and rank; among them the demo's planted
+//!   leak (rank 2), imbalance (rank 0) and straggler (rank 5);
+//! - the overview shows every node and GPU the API reports, the job, and the
+//!   active alerts; the alerts page lists them too;
+//! - screenshots of the job view and the overview are kept in
+//!   `target/test-artifacts/` for people to look at.
+//!
+//! What the DOM must show is taken from the API at the time of the test,
+//! never from the page. Every wait is bounded; the demo is killed at the end
+//! (and on a failure, when its guard drops).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use support::{get, gpumon, wait_for, Proc};
+
+const JOB: &str = "demo-job";
+const RANKS: u32 = 8;
+/// What the demo plants: (alert kind, rank) of `demo-job`.
+const PLANTED: [(&str, u32); 3] = [("leak", 2), ("imbalance", 0), ("straggler", 5)];
+/// How long the demo may take to raise them (it aims at about 40 s; a
+/// loaded machine runs its simulation slower).
+const PLANTED_WITHIN: Duration = Duration::from_secs(240);
+const CHROMIUM: &str = "chromium";
+/// A run of Chromium, page load and 15 s of (virtual) polling included.
+const CHROMIUM_WITHIN: Duration = Duration::from_secs(120);
+
+/// The fields of an alert this test looks at.
+#[derive(Debug, Clone, Deserialize)]
+struct Alert {
+    id: u64,
+    kind: String,
+    job: Option<String>,
+    rank: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Alerts {
+    alerts: Vec<Alert>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Nodes {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Node {
+    node: String,
+    gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Gpu {
+    uuid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Job {
+    ranks: Vec<Rank>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Rank {
+    rank: u32,
+    history: Vec<serde_json::Value>,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
+    require_chromium().await;
+    let mut cmd = gpumon();
+    cmd.args(["demo", "--duration", "600", "--listen", "127.0.0.1:0"]);
+    let mut demo = Proc::spawn(cmd);
+    let url = demo.url_line().await;
+    // Keep reading the demo's output so that it never blocks on a full pipe.
+    let Proc {
+        mut child,
+        mut lines,
+    } = demo;
+    let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    wait_for(
+        Duration::from_secs(60),
+        "every rank with history",
+        || async {
+            let job: Job = get(&format!("{url}/api/v1/jobs/{JOB}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let seen: BTreeSet<u32> = job
+                .ranks
+                .iter()
+                .filter(|r| r.history.len() >= 3)
+                .map(|r| r.rank)
+                .collect();
+            if seen == (0..RANKS).collect() {
+                Ok(())
+            } else {
+                Err(format!("ranks with history: {seen:?}"))
+            }
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    wait_for(PLANTED_WITHIN, "the demo's planted alerts", || async {
+        let active = active_alerts(&url).await?;
+        let missing: Vec<_> = PLANTED
+            .iter()
+            .filter(|(kind, rank)| !active.values().any(|a| is(a, kind, *rank)))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            let have: Vec<_> = active.values().map(|a| (&a.kind, a.rank)).collect();
+            Err(format!("missing {missing:?}; active: {have:?}"))
+        }
+    })
+    .await;
+    eprintln!(
+        "the planted alerts were active after {:?}",
+        started.elapsed()
+    );
+    let nodes: Nodes = get(&format!("{url}/api/v1/nodes")).await.unwrap();
+
+    let before = active_alerts(&url).await.unwrap();
+    let job_dom = dump_dom(&format!("{url}/#/jobs/{JOB}")).await;
+    let overview_dom = dump_dom(&format!("{url}/#/")).await;
+    let alerts_dom = dump_dom(&format!("{url}/#/alerts")).await;
+    let after = active_alerts(&url).await.unwrap();
+    // Active before and after the pages were read: active while they were.
+    let steady: Vec<&Alert> = before
+        .values()
+        .filter(|a| after.contains_key(&a.id))
+        .collect();
+
+    // The job view.
+    let tags = parse_tags(&job_dom);
+    assert_live(&tags, "job view");
+    for rank in 0..RANKS {
+        assert!(
+            find(&tags, |t| t.has_class("rank-row")
+                && t.attr("data-rank") == Some(&rank.to_string()))
+            .is_some(),
+            "the job view has no row for rank {rank}"
+        );
+    }
+    let heatmap = find(&tags, |t| {
+        t.name == "canvas" && t.attr("id") == Some("heatmap")
+    })
+    .expect("the job view has the heatmap");
+    assert_eq!(heatmap.attr("data-rows"), Some(RANKS.to_string().as_str()));
+    assert!(
+        find(&tags, |t| t.has_class("uplot")).is_some(),
+        "the job view has the memory chart"
+    );
+    for a in steady.iter().filter(|a| a.job.as_deref() == Some(JOB)) {
+        assert_alert_shown(&tags, a, "job view");
+    }
+    for (kind, rank) in PLANTED {
+        assert!(
+            find(&tags, |t| t.attr("data-alert-kind") == Some(kind)
+                && t.attr("data-rank") == Some(&rank.to_string()))
+            .is_some(),
+            "the job view does not show the planted {kind} alert on rank {rank}"
+        );
+    }
+
+    // The overview.
+    let tags = parse_tags(&overview_dom);
+    assert_live(&tags, "overview");
+    assert!(!nodes.nodes.is_empty());
+    for node in &nodes.nodes {
+        assert!(
+            find(&tags, |t| t.has_class("node")
+                && t.attr("data-node") == Some(&node.node))
+            .is_some(),
+            "the overview does not show node {}",
+            node.node
+        );
+        for gpu in &node.gpus {
+            assert!(
+                find(&tags, |t| t.has_class("gpu")
+                    && t.attr("data-gpu-uuid") == Some(&gpu.uuid))
+                .is_some(),
+                "the overview does not show GPU {} of {}",
+                gpu.uuid,
+                node.node
+            );
+        }
+    }
+    assert!(
+        find(&tags, |t| t.has_class("job-row")
+            && t.attr("data-job") == Some(JOB))
+        .is_some(),
+        "the overview does not list {JOB}"
+    );
+    for a in &steady {
+        assert_alert_shown(&tags, a, "overview");
+    }
+
+    // The alerts page.
+    let tags = parse_tags(&alerts_dom);
+    assert_live(&tags, "alerts page");
+    for a in &steady {
+        assert_alert_shown(&tags, a, "alerts page");
+    }
+
+    // Pictures for people.
+    let artifacts = artifacts_dir();
+    for (name, route) in [
+        ("dashboard-job.png", format!("#/jobs/{JOB}")),
+        ("dashboard-overview.png", "#/".into()),
+    ] {
+        let path = artifacts.join(name);
+        screenshot(&format!("{url}/{route}"), &path).await;
+        assert_png(&path, 1400, 2000);
+        eprintln!("screenshot kept at {}", path.display());
+    }
+
+    let _ = child.kill().await;
+    drain.abort();
+}
+
+fn is(a: &Alert, kind: &str, rank: u32) -> bool {
+    a.job.as_deref() == Some(JOB) && a.kind == kind && a.rank == Some(rank)
+}
+
+/// Active alerts by id.
+async fn active_alerts(url: &str) -> Result<BTreeMap<u64, Alert>, String> {
+    let body: Alerts = get(&format!("{url}/api/v1/alerts?active=true"))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(body.alerts.into_iter().map(|a| (a.id, a)).collect())
+}
+
+#[track_caller]
+fn assert_live(tags: &[Tag], page: &str) {
+    let conn = find(tags, |t| t.attr("id") == Some("conn")).expect("the header's connection state");
+    assert_eq!(
+        conn.attr("data-conn"),
+        Some("ok"),
+        "the {page} did not load its data from the API"
+    );
+}
+
+#[track_caller]
+fn assert_alert_shown(tags: &[Tag], a: &Alert, page: &str) {
+    let el = find(tags, |t| t.attr("data-alert-id") == Some(&a.id.to_string()))
+        .unwrap_or_else(|| panic!("the {page} does not show active alert {a:?}"));
+    assert_eq!(
+        el.attr("data-alert-kind"),
+        Some(a.kind.as_str()),
+        "{page}: {a:?}"
+    );
+    assert_eq!(
+        el.attr("data-rank").map(str::to_owned),
+        a.rank.map(|r| r.to_string()),
+        "{page}: {a:?}"
+    );
+    assert_eq!(
+        el.attr("data-active"),
+        Some("true"),
+        "{page}: {a:?} is active"
+    );
+}
+
+/// Panics with how to install Chromium when it is missing.
+async fn require_chromium() {
+    match tokio::process::Command::new(CHROMIUM).arg("--version").output().await {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "`{CHROMIUM} --version` failed ({}): {}; reinstall it: apt-get install -y chromium",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!(
+            "cannot run `{CHROMIUM}` ({e}); this test drives headless Chromium: apt-get install -y chromium"
+        ),
+    }
+}
+
+/// Headless Chromium on `url` with `extra` arguments; its stdout.
+async fn chromium(url: &str, extra: &[String]) -> Vec<u8> {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(CHROMIUM);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--virtual-time-budget=15000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(extra)
+    .arg(url)
+    .stdin(std::process::Stdio::null())
+    .kill_on_drop(true);
+    let out = tokio::time::timeout(CHROMIUM_WITHIN, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("chromium did not finish with {url} within {CHROMIUM_WITHIN:?}"))
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium failed on {url} ({}): {}",
+        out.status,
+        tail(&out.stderr)
+    );
+    out.stdout
+}
+
+async fn dump_dom(url: &str) -> String {
+    let out = chromium(url, &["--dump-dom".into()]).await;
+    String::from_utf8(out).expect("the DOM is UTF-8")
+}
+
+async fn screenshot(url: &str, path: &Path) {
+    let _ = std::fs::remove_file(path);
+    chromium(
+        url,
+        &[
+            format!("--screenshot={}", path.display()),
+            "--window-size=1400,2000".into(),
+        ],
+    )
+    .await;
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// `target/test-artifacts`, beside the target's `tmp` folder.
+fn artifacts_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target dir")
+        .join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A PNG of `width` x `height` with more in it than a blank page.
+#[track_caller]
+fn assert_png(path: &Path, width: u32, height: u32) {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", path.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        path.display()
+    );
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!((w, h), (width, height), "{}", path.display());
+    // A blank page of this size compresses to a few KiB; cells, charts and
+    // text take far more.
+    assert!(
+        bytes.len() > 40_000,
+        "{} holds {} bytes: a blank page?",
+        path.display(),
+        bytes.len()
+    );
+}
+
+/// A start tag of a serialized DOM.
+#[derive(Debug)]
+struct Tag {
+    name: String,
+    attrs: BTreeMap<String, String>,
+}
+
+impl Tag {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs.get(name).map(String::as_str)
+    }
+
+    fn has_class(&self, class: &str) -> bool {
+        self.attr("class")
+            .is_some_and(|c| c.split_whitespace().any(|c| c == class))
+    }
+}
+
+fn find(tags: &[Tag], pred: impl Fn(&Tag) -> bool) -> Option<&Tag> {
+    tags.iter().find(|t| pred(t))
+}
+
+/// Every start tag of `html` as Chromium serializes it (attribute values
+/// quoted; `<` in text escaped), with entity-decoded attribute values.
+fn parse_tags(html: &str) -> Vec<Tag> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find('<') {
+        rest = &rest[i + 1..];
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(rest.len());
+        if name_len == 0 {
+            continue; // an end tag, a comment or the doctype
+        }
+        let name = rest[..name_len].to_ascii_lowercase();
+        rest = &rest[name_len..];
+        let mut attrs = BTreeMap::new();
+        loop {
+            rest = rest.trim_start();
+            if rest.is_empty() || rest.starts_with('>') || rest.starts_with("/>") {
+                break;
+            }
+            let key_len = rest
+                .find(|c: char| c.is_whitespace() || c == '=' || c == '>' || c == '/')
+                .unwrap_or(rest.len())
+                .max(1);
+            let key = rest[..key_len].to_ascii_lowercase();
+            rest = &rest[key_len..];
+            let mut value = String::new();
+            if let Some(v) = rest.strip_prefix('=') {
+                let (quoted, end) = match v.chars().next() {
+                    Some(q @ ('"' | '\'')) => {
+                        (true, v[1..].find(q).map(|e| e + 1).unwrap_or(v.len()))
+                    }
+                    _ => (
+                        false,
+                        v.find(|c: char| c.is_whitespace() || c == '>')
+                            .unwrap_or(v.len()),
+                    ),
+                };
+                value = unescape(&v[usize::from(quoted)..end]);
+                rest = &v[(end + usize::from(quoted)).min(v.len())..];
+            }
+            attrs.insert(key, value);
+        }
+        out.push(Tag { name, attrs });
+    }
+    out
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+}
+
+#[test]
+fn tags_are_parsed_with_their_attributes() {
+    let tags = parse_tags(
+        r#"<!DOCTYPE html><tr class="alert active" data-rank="2" data-alert-kind="leak" data-job="a &quot;b&quot; &amp; c" hidden><td>x &lt;y</td></tr><br/>"#,
+    );
+    let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["tr", "td", "br"]);
+    assert!(tags[0].has_class("active"));
+    assert_eq!(tags[0].attr("data-rank"), Some("2"));
+    assert_eq!(tags[0].attr("data-job"), Some("a \"b\" & c"));
+    assert_eq!(tags[0].attr("hidden"), Some(""));
+}
