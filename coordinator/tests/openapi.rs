@@ -204,6 +204,13 @@ fn json_reads(doc: &Value) -> Vec<(String, Value)> {
     out
 }
 
+/// `GET url` answered 200 with JSON.
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    let resp = client.get(url).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "GET {url}");
+    resp.json().await.unwrap()
+}
+
 #[tokio::test]
 async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_parameters() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,23 +221,14 @@ async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_
         support::push(&url, &leak_batch(seq)).await;
     }
     let client = reqwest::Client::new();
-    let served: Value = client
-        .get(format!("{url}/api/v1/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let served: Value = get_json(&client, &format!("{url}/api/v1/openapi.json")).await;
     let doc: Value = serde_json::from_str(gpumon_coordinator_openapi()).unwrap();
     assert_eq!(served, doc, "the served document is the compiled-in one");
 
     let reads = json_reads(&doc);
     assert!(reads.len() >= 8, "{reads:?}");
     for (path, schema) in &reads {
-        let resp = client.get(format!("{url}{path}")).send().await.unwrap();
-        assert_eq!(resp.status(), 200, "GET {path}");
-        let body: Value = resp.json().await.unwrap();
+        let body = get_json(&client, &format!("{url}{path}")).await;
         let mut problems = Vec::new();
         check(&doc, schema, &body, path, &mut problems);
         assert!(
@@ -258,26 +256,12 @@ async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_
         );
     }
     // The analysis and alerts were really checked, not skipped as absent.
-    let job: Value = client
-        .get(format!("{url}/api/v1/jobs/job-x"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job: Value = get_json(&client, &format!("{url}/api/v1/jobs/job-x")).await;
     assert!(
         job["analysis"]["ranks"].as_array().unwrap().len() == 4,
         "{job}"
     );
-    let alerts: Value = client
-        .get(format!("{url}/api/v1/alerts"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let alerts: Value = get_json(&client, &format!("{url}/api/v1/alerts")).await;
     assert!(!alerts["alerts"].as_array().unwrap().is_empty(), "{alerts}");
 
     // Names no job could have are a 400 with the rule, not a 404.

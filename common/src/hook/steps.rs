@@ -8,10 +8,11 @@
 //! A step older than the rank's newest is ignored (steps arrive in order per
 //! rank; a re-sent batch would otherwise count twice).
 //!
-//! Bounded: at most [`MAX_SECTIONS_PER_RANK`] section names per rank (later
-//! names are counted as skipped), [`MAX_RANKS_PER_JOB`] ranks per job and
+//! Bounded: at most [`MAX_SECTIONS_PER_RANK`] section names per rank (a
+//! record with names beyond it counts once as skipped), [`MAX_RANKS_PER_JOB`] ranks per job and
 //! [`MAX_JOBS`] jobs; the caller forgets jobs the engine no longer tracks.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use gpumon_proto::hook::StepRecord;
@@ -90,42 +91,29 @@ impl StepTimes {
             return;
         }
         let t = s.t_ms as f64 / 1000.0;
-        let Some(r) = ranks.get_mut(&s.rank) else {
-            let mut sections = BTreeMap::new();
-            for (name, ms) in &s.sections {
-                let ms = *ms;
-                if sections.len() == MAX_SECTIONS_PER_RANK {
-                    self.skipped += 1;
-                    break;
-                }
-                let first = SectionTime {
-                    last_ms: ms,
-                    mean_ms: ms,
-                };
-                sections.insert(name.clone(), first);
+        let r = match ranks.entry(s.rank) {
+            Entry::Vacant(v) => v.insert(RankSteps {
+                step: s.step,
+                t,
+                duration_ms: s.duration_ms,
+                mean_duration_ms: s.duration_ms,
+                sections: BTreeMap::new(),
+            }),
+            Entry::Occupied(o) if s.step <= o.get().step => {
+                self.skipped += 1;
+                return;
             }
-            ranks.insert(
-                s.rank,
-                RankSteps {
-                    step: s.step,
-                    t,
-                    duration_ms: s.duration_ms,
-                    mean_duration_ms: s.duration_ms,
-                    sections,
-                },
-            );
-            return;
+            Entry::Occupied(o) => {
+                let r = o.into_mut();
+                r.step = s.step;
+                r.t = t;
+                r.duration_ms = s.duration_ms;
+                r.mean_duration_ms = smooth(r.mean_duration_ms, s.duration_ms);
+                r
+            }
         };
-        if s.step <= r.step {
-            self.skipped += 1;
-            return;
-        }
-        r.step = s.step;
-        r.t = t;
-        r.duration_ms = s.duration_ms;
-        r.mean_duration_ms = smooth(r.mean_duration_ms, s.duration_ms);
-        for (name, ms) in &s.sections {
-            let ms = *ms;
+        let mut left_out = false;
+        for (name, ms) in s.sections.iter().map(|(n, ms)| (n, *ms)) {
             let room = r.sections.len() < MAX_SECTIONS_PER_RANK;
             match r.sections.get_mut(name) {
                 Some(sec) => {
@@ -139,9 +127,11 @@ impl StepTimes {
                     };
                     r.sections.insert(name.clone(), first);
                 }
-                None => self.skipped += 1,
+                None => left_out = true,
             }
         }
+        // Counted once per record, however many of its sections were left out.
+        self.skipped += u64::from(left_out);
     }
 
     /// Forgets the jobs `keep` says no to.

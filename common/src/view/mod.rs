@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use apply::{PushApplied, ViewEvent};
 pub use ring::Ring;
-pub use validate::{InvalidWindow, MAX_NAME_BYTES};
+pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 
 /// Default windows kept per memory series (at the default 2 s window: 34 min).
 pub const DEFAULT_HISTORY_WINDOWS: usize = 1024;

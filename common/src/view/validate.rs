@@ -48,8 +48,14 @@ pub enum InvalidWindow {
     },
 }
 
+/// Whether the state could hold this name (job, node, GPU uuid): 1 to
+/// [`MAX_NAME_BYTES`] bytes, no control characters.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME_BYTES && !name.chars().any(char::is_control)
+}
+
 pub(crate) fn check_name(field: &'static str, name: &str) -> Result<(), InvalidWindow> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+    if !is_valid_name(name) {
         return Err(InvalidWindow::BadName { field });
     }
     Ok(())

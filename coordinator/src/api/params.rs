@@ -7,7 +7,7 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use gpumon_common::view::MAX_NAME_BYTES;
+use gpumon_common::view::{is_valid_name, MAX_NAME_BYTES};
 
 use super::ApiError;
 
@@ -36,7 +36,7 @@ impl<S: Send + Sync> FromRequestParts<S> for OnlyConsistency {
 
 /// A job name as a client gave it, checked.
 pub fn check_job_name(job: &str) -> Result<(), ApiError> {
-    if job.is_empty() || job.len() > MAX_NAME_BYTES || job.chars().any(char::is_control) {
+    if !is_valid_name(job) {
         return Err(ApiError::BadRequest(format!(
             "bad job name {:?}: a job name is 1 to {MAX_NAME_BYTES} bytes without control characters",
             job.chars().take(64).collect::<String>()
