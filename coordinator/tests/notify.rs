@@ -507,7 +507,9 @@ impl Trio {
         }
     }
 
-    /// The running leader's index, once one is elected.
+    /// The running leader's index, once one is elected and every running
+    /// replica follows it (a fresh cluster can change leader once or twice
+    /// while its replicas start; the checks here need the settled one).
     async fn leader(&self) -> usize {
         let deadline = Instant::now() + WAIT;
         loop {
@@ -515,7 +517,14 @@ impl Trio {
                 n.as_ref()
                     .is_some_and(|c| c.raft().metrics().borrow().state == ServerState::Leader)
             });
-            if let Some(i) = found {
+            let settled = found.filter(|&i| {
+                let id = self.configs[i].id;
+                self.nodes
+                    .iter()
+                    .flatten()
+                    .all(|c| c.raft().metrics().borrow().current_leader == Some(id))
+            });
+            if let Some(i) = settled {
                 return i;
             }
             assert!(Instant::now() < deadline, "no leader within {WAIT:?}");
