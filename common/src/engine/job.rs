@@ -65,7 +65,8 @@ impl Engine {
             .get(job)
             .and_then(|j| j.ranks.get(&e.rank))
             .map_or((None, None), |r| (r.node.clone(), r.gpu));
-        let severity = if e.slowdown >= 1.5 {
+        // A fifth of every step lost to one rank is worth waking someone for.
+        let severity = if e.excess_frac >= 0.2 {
             Severity::High
         } else {
             Severity::Warning
@@ -73,21 +74,33 @@ impl Engine {
         let mut a = Alert::new(AlertKind::Straggler, &subject, e.t, severity);
         a.node = node;
         a.gpu = gpu;
-        a.slowdown = Some(e.section_slowdown);
+        a.slowdown = Some(e.section_slowdown());
         a.section = Some(e.section.clone());
-        let excess_ms = e.excess_frac * e.step_ms;
+        let extra_ms = e.section_ms - e.peer_section_ms;
         let mut message = format!(
-            "rank {} of {job} is a straggler: its {} takes {:.2}x its peers' and every step waits about {:.0} ms ({:.1} % of a {:.0} ms step) for it",
+            "rank {} of {job} is a straggler: its {} takes {:.0} ms against its peers' {:.0} ms (+{:.0} ms, +{:.0} %), and its peers wait about {:.0} ms per step for it in {} ({:.1} % of a {:.0} ms step)",
             e.rank,
             e.section,
-            e.section_slowdown,
-            excess_ms,
+            e.section_ms,
+            e.peer_section_ms,
+            extra_ms,
+            (e.section_slowdown() - 1.0) * 100.0,
+            e.excess_frac * e.step_ms,
+            e.wait_in,
             e.excess_frac * 100.0,
             e.step_ms
         );
-        if let Some(why) = self.hardware_difference(job, e.rank) {
+        let cause = if e.section == "data" {
+            Some(format!(
+                "likely cause: waiting on its data loader ({extra_ms:.0} ms more per step in data)"
+            ))
+        } else {
+            self.hardware_difference(job, e.rank)
+                .map(|why| format!("likely cause: throttling, {why}"))
+        };
+        if let Some(cause) = cause {
             message.push_str("; ");
-            message.push_str(&why);
+            message.push_str(&cause);
         }
         a.message = message;
         a.recommendation = Some(match e.section.as_str() {

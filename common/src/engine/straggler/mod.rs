@@ -1,27 +1,35 @@
-//! Straggler: one rank whose compute is persistently slower than its peers'.
+//! Straggler: the rank its peers wait for, step after step.
 //!
-//! Synchronous data-parallel ranks finish every step together (the slowest
-//! one holds the collective), so step duration cannot name the slow rank.
-//! The sections the hook times inside each rank (`data`, `forward`,
-//! `backward`, ...) can. Per step, once every rank reported it (or enough
-//! did before newer steps arrived), each rank's *deviation* is its total of
-//! sections over the ranks' median total, minus one. Comparing within each
-//! step makes a step slow on every rank (job-wide) irrelevant.
+//! In synchronous training the collectives make every rank's step last the
+//! same: a slow rank does not show a longer step, its peers show a longer
+//! *wait* (see [`roles`] for where the wait lands: a collective section,
+//! `backward` under DDP, or the untimed rest of the step). So the detector
+//! compares like with like: per job, per step, per section, across ranks.
+//! Each rank's *busy* time is its sections minus the wait-bearing part; its
+//! deviation in a step is its busy time minus the ranks' median busy time,
+//! as a fraction of the step (how much of the step the others wait for it).
+//! A slowdown of every rank moves the median with it and is no straggler.
 //!
 //! Per-step deviations are noisy (a few percent, independent from step to
 //! step), so a slowdown of a few percent shows only in many steps. Each rank
 //! runs a one-sided CUSUM (Page 1954), the quickest detector of a persistent
 //! shift for a given false-alarm rate: `S = max(0, S + min(d, clip) - k)`
-//! with `k` half the smallest slowdown of interest, `clip` bounding what one
+//! with `k` half the smallest slowdown of interest (but not below a fraction
+//! of the job's noise: four-rank jobs with a collective section are noisy
+//! per step, and their slow outlier steps are no straggler), `clip` bounding what one
 //! outlier step can add, and an alarm at `S >= h`. `h` and `clip` scale with
 //! the job's noise `sigma` (scaled MAD of recent deviations of all ranks), so
 //! clean jobs alarm fast and noisy ones do not alarm on noise. A mirrored
 //! CUSUM clears the alert once the rank is back with its peers. The alert
-//! names the section with the largest median excess over its peers in the
-//! last `window_steps` steps, and its slowdown.
+//! names the busy section with the largest median excess over its peers in
+//! the steps that made the case, in ms and percent, and how much shorter
+//! the rank's wait is than its peers' (the confirmation that they wait for
+//! it).
 //!
 //! Memory: `max_pending_steps` open steps, `window_steps` scores per rank,
 //! [`NOISE_SAMPLES`] deviations per job, at most [`MAX_SECTIONS`] section names.
+
+pub mod roles;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -29,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::latch::{Edge, Latch};
 use super::stats::{median_of, scaled_mad, Scratch};
+use roles::WaitIn;
 
 /// Section names tracked per job; more are ignored.
 pub const MAX_SECTIONS: usize = 8;
@@ -37,14 +46,17 @@ pub const MAX_SECTIONS: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StragglerParams {
-    /// Smallest slowdown of interest, as a fraction (0.06 = 6 % slower);
-    /// the CUSUM's reference value is half of it.
+    /// Smallest slowdown of interest, as a fraction of the step the others
+    /// wait (0.03 = 3 %); the CUSUM's reference value is half of it.
     pub min_slowdown: f64,
+    /// Smallest CUSUM reference value, in units of the job's noise: in a
+    /// noisy job a shift smaller than twice this is not told from noise.
+    pub k_sigma: f64,
     /// Alarm threshold in units of the job's noise.
     pub h_sigma: f64,
     /// Largest contribution of one step, in units of the job's noise.
     pub clip_sigma: f64,
-    /// Smallest noise assumed, as a fraction.
+    /// Smallest noise assumed, as a fraction of the step.
     pub min_sigma: f64,
     /// Scored steps per rank kept to explain an alert.
     pub window_steps: usize,
@@ -61,11 +73,12 @@ pub struct StragglerParams {
 impl Default for StragglerParams {
     fn default() -> Self {
         Self {
-            min_slowdown: 0.05,
+            min_slowdown: 0.03,
+            k_sigma: 0.75,
             h_sigma: 10.0,
-            clip_sigma: 2.0,
-            min_sigma: 0.005,
-            window_steps: 12,
+            clip_sigma: 3.0,
+            min_sigma: 0.004,
+            window_steps: 16,
             min_steps: 8,
             warmup_steps: 3,
             min_ranks: 3,
@@ -88,16 +101,33 @@ pub struct StragglerEvent {
     pub t: f64,
     /// Raised or cleared.
     pub edge: Edge,
-    /// Slowest section by median excess.
+    /// The busy section with the largest median excess over its peers.
     pub section: String,
-    /// The section's median time over its peers'.
-    pub section_slowdown: f64,
-    /// The rank's median total of sections over its peers'.
+    /// That section's median time on this rank, ms.
+    pub section_ms: f64,
+    /// That section's median time on its peers (the per-step median), ms.
+    pub peer_section_ms: f64,
+    /// The rank's median busy time over its peers'.
     pub slowdown: f64,
-    /// Median share of the step the rank makes the others wait.
+    /// Median share of the step the others wait for the rank.
     pub excess_frac: f64,
+    /// Where the wait shows (a collective section, `backward`, or the rest).
+    pub wait_in: String,
+    /// How much shorter the rank's wait is than its peers', median, ms.
+    pub wait_deficit_ms: f64,
     /// Median step duration of the job, ms.
     pub step_ms: f64,
+}
+
+impl StragglerEvent {
+    /// How many times its peers' time the slow section takes.
+    pub fn section_slowdown(&self) -> f64 {
+        if self.peer_section_ms > 0.0 {
+            self.section_ms / self.peer_section_ms
+        } else {
+            self.slowdown
+        }
+    }
 }
 
 /// Missing sections are NaN, so equality compares bit patterns.
@@ -109,13 +139,20 @@ struct Row {
     sections: [f64; MAX_SECTIONS],
 }
 
+/// One rank's comparison with its peers in one step.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Score {
+    /// Busy time over the median busy time, as a fraction of the step.
     excess: f64,
+    /// Busy time over the median busy time.
     ratio: f64,
+    /// The median wait minus this rank's wait, ms.
+    wait_deficit_ms: f64,
     step_ms: f64,
-    section_excess: [f64; MAX_SECTIONS],
-    section_ratio: [f64; MAX_SECTIONS],
+    /// Per section: this rank's time, ms (NaN when absent).
+    section_ms: [f64; MAX_SECTIONS],
+    /// Per section: the ranks' median time, ms (NaN when absent).
+    section_median_ms: [f64; MAX_SECTIONS],
 }
 
 fn same_bits(a: &[f64], b: &[f64]) -> bool {
@@ -133,10 +170,10 @@ impl PartialEq for Row {
 impl PartialEq for Score {
     fn eq(&self, o: &Self) -> bool {
         same_bits(
-            &[self.excess, self.ratio, self.step_ms],
-            &[o.excess, o.ratio, o.step_ms],
-        ) && same_bits(&self.section_excess, &o.section_excess)
-            && same_bits(&self.section_ratio, &o.section_ratio)
+            &[self.excess, self.ratio, self.wait_deficit_ms, self.step_ms],
+            &[o.excess, o.ratio, o.wait_deficit_ms, o.step_ms],
+        ) && same_bits(&self.section_ms, &o.section_ms)
+            && same_bits(&self.section_median_ms, &o.section_median_ms)
     }
 }
 
@@ -223,8 +260,9 @@ impl StragglerTracker {
         self.ranks.get(&rank).is_some_and(|r| r.latch.is_on())
     }
 
-    /// How many times longer than its peers' the rank's sections take, the
-    /// median over its recent scored steps; `None` before it was scored.
+    /// How many times longer than its peers' the rank's own work (its
+    /// sections less the wait) takes, the median over its recent scored
+    /// steps; `None` before it was scored.
     pub fn slowdown(&self, rank: u32) -> Option<f64> {
         let ratios = self.ranks.get(&rank)?.scores.iter().map(|s| s.ratio);
         median_of(ratios.filter(|r| r.is_finite()), &mut Vec::new())
@@ -251,6 +289,10 @@ impl StragglerTracker {
         Some(self.sections.len() - 1)
     }
 
+    fn wait_in(&self) -> WaitIn {
+        WaitIn::of(self.sections.iter().map(String::as_str))
+    }
+
     fn score(&mut self, rows: Vec<Row>, p: &StragglerParams, events: &mut Vec<StragglerEvent>) {
         if rows.len() < p.min_ranks.max(2) {
             self.dropped_steps += 1;
@@ -260,14 +302,13 @@ impl StragglerTracker {
         if self.scored_steps <= p.warmup_steps {
             return;
         }
+        let wait_in = self.wait_in();
         let scratch = &mut self.scratch.0;
         let step_ms = median_of(rows.iter().map(|r| r.duration_ms), scratch).unwrap_or(0.0);
-        let totals: Vec<f64> = rows
-            .iter()
-            .map(|r| r.sections.iter().filter(|v| !v.is_nan()).sum())
-            .collect();
-        let median_total = median_of(totals.iter().copied(), scratch).unwrap_or(0.0);
-        if step_ms <= 0.0 || median_total <= 0.0 {
+        let split: Vec<(f64, f64)> = rows.iter().map(|r| busy_and_wait(r, wait_in)).collect();
+        let peer_busy = peer_medians(split.iter().map(|s| s.0), scratch);
+        let peer_wait = peer_medians(split.iter().map(|s| s.1), scratch);
+        if step_ms <= 0.0 || peer_busy.iter().any(|&m| m <= 0.0) {
             return;
         }
         let mut section_median = [f64::NAN; MAX_SECTIONS];
@@ -277,26 +318,19 @@ impl StragglerTracker {
                 *m = med;
             }
         }
-        for (row, total) in rows.iter().zip(&totals) {
-            let mut score = Score {
-                excess: (total - median_total) / step_ms,
-                ratio: total / median_total,
+        for (i, (row, &(busy, wait))) in rows.iter().zip(&split).enumerate() {
+            let score = Score {
+                excess: (busy - peer_busy[i]) / step_ms,
+                ratio: busy / peer_busy[i],
+                wait_deficit_ms: peer_wait[i] - wait,
                 step_ms,
-                section_excess: [f64::NAN; MAX_SECTIONS],
-                section_ratio: [f64::NAN; MAX_SECTIONS],
+                section_ms: row.sections,
+                section_median_ms: section_median,
             };
-            for (i, (&x, &m)) in row.sections.iter().zip(&section_median).enumerate() {
-                if !x.is_nan() && !m.is_nan() {
-                    score.section_excess[i] = (x - m) / step_ms;
-                    if m > 0.0 {
-                        score.section_ratio[i] = x / m;
-                    }
-                }
-            }
             if self.noise.len() == NOISE_SAMPLES {
                 self.noise.pop_front();
             }
-            self.noise.push_back(score.ratio - 1.0);
+            self.noise.push_back(score.excess);
             let entry = self.ranks.entry(row.rank).or_default();
             if entry.scores.len() == p.window_steps.max(1) {
                 entry.scores.pop_front();
@@ -313,14 +347,14 @@ impl StragglerTracker {
             self.sigma = mad.map(|m| m.max(p.min_sigma));
         }
         let sigma = self.sigma.unwrap_or(p.min_sigma);
-        let k = p.min_slowdown / 2.0;
+        let k = (p.min_slowdown / 2.0).max(p.k_sigma * sigma);
         let clip = (p.clip_sigma * sigma).max(2.0 * k);
         let h = (p.h_sigma * sigma).max(4.0 * k);
         for row in &rows {
             let Some(entry) = self.ranks.get_mut(&row.rank) else {
                 continue;
             };
-            let Some(d) = entry.scores.back().map(|s| s.ratio - 1.0) else {
+            let Some(d) = entry.scores.back().map(|s| s.excess) else {
                 continue;
             };
             let d = d.clamp(-clip, clip);
@@ -344,171 +378,126 @@ impl StragglerTracker {
                 entry.up = 0.0;
             }
             entry.down = 0.0;
-            let scratch = &mut self.scratch.0;
             // Explain with the steps that made the case, not the ones before.
             let recent = entry
                 .scores
                 .len()
                 .min(entry.run.max(p.min_steps / 2).max(1));
-            let evidence = || entry.scores.iter().skip(entry.scores.len() - recent);
-            let excess = median_of(evidence().map(|s| s.excess), scratch).unwrap_or(0.0);
-            let ratio = median_of(evidence().map(|s| s.ratio), scratch).unwrap_or(1.0);
-            let mut worst = (usize::MAX, f64::NEG_INFINITY);
-            for i in 0..self.sections.len() {
-                let e = median_of(
-                    evidence()
-                        .map(|s| s.section_excess[i])
-                        .filter(|v| !v.is_nan()),
-                    scratch,
-                );
-                if let Some(e) = e {
-                    if e > worst.1 {
-                        worst = (i, e);
-                    }
-                }
-            }
-            let (section, section_slowdown) = match worst.0 {
-                usize::MAX => ("sections".to_owned(), ratio),
-                i => {
-                    let r = median_of(
-                        evidence()
-                            .map(|s| s.section_ratio[i])
-                            .filter(|v| !v.is_nan()),
-                        scratch,
-                    );
-                    (self.sections[i].clone(), r.unwrap_or(ratio))
-                }
-            };
-            let step_ms = median_of(evidence().map(|s| s.step_ms), scratch).unwrap_or(step_ms);
-            events.push(StragglerEvent {
-                rank: row.rank,
-                t: row.t,
+            let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
+            events.push(explain(
+                row.rank,
+                row.t,
                 edge,
-                section,
-                section_slowdown,
-                slowdown: ratio,
-                excess_frac: excess,
-                step_ms,
-            });
+                evidence,
+                &self.sections,
+                wait_in,
+                &mut self.scratch.0,
+            ));
         }
+    }
+}
+
+/// For each value, the median of the others: a rank is compared with its
+/// peers, not with a median it helps make (in a job of four, the two middle
+/// ranks would otherwise always sit close to it).
+fn peer_medians(values: impl Iterator<Item = f64>, scratch: &mut Vec<f64>) -> Vec<f64> {
+    scratch.clear();
+    scratch.extend(values);
+    let n = scratch.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| scratch[a].total_cmp(&scratch[b]));
+    let mut position = vec![0; n];
+    for (p, &i) in order.iter().enumerate() {
+        position[i] = p;
+    }
+    // The value at place `j` of the sorted others, skipping place `skip`.
+    let nth_other = |j: usize, skip: usize| scratch[order[if j < skip { j } else { j + 1 }]];
+    (0..n)
+        .map(|i| {
+            let m = n - 1;
+            match m {
+                0 => scratch[i],
+                _ if m % 2 == 1 => nth_other(m / 2, position[i]),
+                _ => (nth_other(m / 2 - 1, position[i]) + nth_other(m / 2, position[i])) / 2.0,
+            }
+        })
+        .collect()
+}
+
+/// A rank's busy time (its sections less the wait-bearing part) and its
+/// wait, ms.
+fn busy_and_wait(row: &Row, wait_in: WaitIn) -> (f64, f64) {
+    let mut busy = 0.0;
+    let mut wait = 0.0;
+    for (i, &ms) in row.sections.iter().enumerate() {
+        if ms.is_nan() {
+            continue;
+        }
+        if wait_in.holds(i) {
+            wait += ms;
+        } else {
+            busy += ms;
+        }
+    }
+    if wait_in == WaitIn::Remainder {
+        wait = (row.duration_ms - busy).max(0.0);
+    }
+    (busy, wait)
+}
+
+/// The event for a rank's edge, from the scores that made the case.
+fn explain<'a>(
+    rank: u32,
+    t: f64,
+    edge: Edge,
+    evidence: impl Iterator<Item = &'a Score> + Clone,
+    names: &[String],
+    wait_in: WaitIn,
+    scratch: &mut Vec<f64>,
+) -> StragglerEvent {
+    let excess = median_of(evidence.clone().map(|s| s.excess), scratch).unwrap_or(0.0);
+    let ratio = median_of(evidence.clone().map(|s| s.ratio), scratch).unwrap_or(1.0);
+    let step_ms = median_of(evidence.clone().map(|s| s.step_ms), scratch).unwrap_or(0.0);
+    let wait_deficit_ms =
+        median_of(evidence.clone().map(|s| s.wait_deficit_ms), scratch).unwrap_or(0.0);
+    let mut worst: Option<(usize, f64)> = None;
+    for i in (0..names.len()).filter(|&i| !wait_in.holds(i)) {
+        let over = evidence
+            .clone()
+            .map(|s| s.section_ms[i] - s.section_median_ms[i])
+            .filter(|v| !v.is_nan());
+        if let Some(e) = median_of(over, scratch) {
+            if worst.is_none_or(|(_, w)| e > w) {
+                worst = Some((i, e));
+            }
+        }
+    }
+    let (section, section_ms, peer_section_ms) = match worst {
+        Some((i, _)) => {
+            let mine = evidence.clone().map(|s| s.section_ms[i]);
+            let peers = evidence.clone().map(|s| s.section_median_ms[i]);
+            (
+                names[i].clone(),
+                median_of(mine.filter(|v| !v.is_nan()), scratch).unwrap_or(0.0),
+                median_of(peers.filter(|v| !v.is_nan()), scratch).unwrap_or(0.0),
+            )
+        }
+        None => ("sections".to_owned(), 0.0, 0.0),
+    };
+    StragglerEvent {
+        rank,
+        t,
+        edge,
+        section,
+        section_ms,
+        peer_section_ms,
+        slowdown: ratio,
+        excess_frac: excess,
+        wait_in: wait_in.describe(names),
+        wait_deficit_ms,
+        step_ms,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Feeds `steps` steps of `world` ranks; `slow(rank, step)` scales the
-    /// forward section, `wide(step)` scales every rank.
-    fn run(
-        world: u32,
-        steps: u64,
-        slow: impl Fn(u32, u64) -> f64,
-        wide: impl Fn(u64) -> f64,
-    ) -> Vec<StragglerEvent> {
-        let mut tr = StragglerTracker::default();
-        let p = StragglerParams::default();
-        let mut out = Vec::new();
-        for step in 0..steps {
-            for rank in 0..world {
-                let jitter = 1.0 + 0.01 * (((rank as u64 * 7 + step * 13) % 5) as f64 - 2.0);
-                let fwd = 300.0 * jitter * slow(rank, step) * wide(step);
-                let bwd = 600.0 * jitter * wide(step);
-                let data = 20.0;
-                let t = step as f64 + 0.001 * rank as f64;
-                let secs = [("data", data), ("forward", fwd), ("backward", bwd)];
-                out.extend(tr.add_step(world, rank, step, t, 1000.0 * wide(step), secs, &p));
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn names_the_slow_rank_and_section_soon_after_it_slows() {
-        let events = run(
-            8,
-            60,
-            |r, s| if r == 5 && s >= 20 { 1.3 } else { 1.0 },
-            |_| 1.0,
-        );
-        assert_eq!(events.len(), 1, "{events:?}");
-        let e = &events[0];
-        assert_eq!(
-            (e.rank, e.edge, e.section.as_str()),
-            (5, Edge::Raised, "forward")
-        );
-        assert!((e.section_slowdown - 1.3).abs() < 0.03, "{e:?}");
-        assert!(e.t >= 20.0 && e.t <= 32.0, "raised at step {}", e.t);
-    }
-
-    #[test]
-    fn a_six_percent_straggler_is_found() {
-        let events = run(
-            16,
-            80,
-            |r, s| if r == 3 && s >= 10 { 1.06 * 1.06 } else { 1.0 },
-            |_| 1.0,
-        );
-        assert!(
-            events.iter().any(|e| e.rank == 3 && e.edge == Edge::Raised),
-            "{events:?}"
-        );
-        assert!(events.iter().all(|e| e.rank == 3));
-    }
-
-    #[test]
-    fn a_job_wide_slowdown_is_no_straggler() {
-        let events = run(
-            8,
-            80,
-            |_, _| 1.0,
-            |s| if (30..50).contains(&s) { 1.6 } else { 1.0 },
-        );
-        assert!(events.is_empty(), "{events:?}");
-    }
-
-    #[test]
-    fn isolated_slow_steps_are_ignored() {
-        let events = run(
-            8,
-            80,
-            |r, s| if r == 2 && s % 10 == 0 { 3.0 } else { 1.0 },
-            |_| 1.0,
-        );
-        assert!(events.is_empty(), "{events:?}");
-    }
-
-    #[test]
-    fn clears_when_the_rank_recovers() {
-        let events = run(
-            4,
-            80,
-            |r, s| {
-                if r == 1 && (10..40).contains(&s) {
-                    1.5
-                } else {
-                    1.0
-                }
-            },
-            |_| 1.0,
-        );
-        let edges: Vec<_> = events.iter().map(|e| (e.rank, e.edge)).collect();
-        assert_eq!(edges, vec![(1, Edge::Raised), (1, Edge::Cleared)]);
-    }
-
-    #[test]
-    fn steps_missing_ranks_are_scored_when_newer_steps_arrive() {
-        let mut tr = StragglerTracker::default();
-        let p = StragglerParams::default();
-        for step in 0..40 {
-            for rank in 0..4u32 {
-                if rank == 3 && step % 2 == 0 {
-                    continue;
-                }
-                tr.add_step(4, rank, step, step as f64, 1000.0, [("forward", 500.0)], &p);
-            }
-        }
-        assert!(tr.pending.len() <= p.max_pending_steps);
-        assert_eq!(tr.dropped_steps(), 0);
-    }
-}
+mod tests;

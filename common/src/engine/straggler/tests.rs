@@ -1,0 +1,215 @@
+use super::*;
+
+/// How the wait for the slowest rank shows in the sections.
+#[derive(Clone, Copy)]
+enum Sync {
+    /// DDP: the all-reduce overlaps `backward`, which absorbs the wait.
+    Ddp,
+    /// A collective section of its own after `backward`.
+    Collective,
+    /// Only `data` and `forward` are timed; the wait is in the rest.
+    Untimed,
+    /// No lockstep: each rank's step takes as long as its own work.
+    Independent,
+}
+
+/// A job of `world` ranks for `steps` steps. `slow(rank, step)` scales the
+/// rank's forward, `data(rank, step)` adds to its data section in ms,
+/// `wide(step)` scales every rank's compute.
+struct Job {
+    world: u32,
+    steps: u64,
+    sync: Sync,
+    slow: Box<dyn Fn(u32, u64) -> f64>,
+    data: Box<dyn Fn(u32, u64) -> f64>,
+    wide: Box<dyn Fn(u64) -> f64>,
+}
+
+impl Job {
+    fn new(world: u32, steps: u64, sync: Sync) -> Self {
+        Self {
+            world,
+            steps,
+            sync,
+            slow: Box::new(|_, _| 1.0),
+            data: Box::new(|_, _| 0.0),
+            wide: Box::new(|_| 1.0),
+        }
+    }
+
+    fn run(&self) -> Vec<StragglerEvent> {
+        let mut tr = StragglerTracker::default();
+        let p = StragglerParams::default();
+        let mut out = Vec::new();
+        for step in 0..self.steps {
+            let own: Vec<(f64, f64, f64)> = (0..self.world)
+                .map(|rank| {
+                    let jitter = |salt: u64| {
+                        1.0 + 0.01 * (((rank as u64 * 7 + step * 13 + salt) % 5) as f64 - 2.0)
+                    };
+                    let wide = (self.wide)(step);
+                    let data = 20.0 * jitter(1) + (self.data)(rank, step);
+                    let fwd = 300.0 * jitter(2) * (self.slow)(rank, step) * wide;
+                    let bwd = 600.0 * jitter(3) * wide;
+                    (data, fwd, bwd)
+                })
+                .collect();
+            let slowest = own.iter().map(|(d, f, b)| d + f + b).fold(0.0, f64::max);
+            let comm = 50.0;
+            for (rank, &(data, fwd, bwd)) in own.iter().enumerate() {
+                let rank = rank as u32;
+                let mine = data + fwd + bwd;
+                let t = step as f64 + 0.001 * rank as f64;
+                let (duration, secs): (f64, Vec<(&str, f64)>) = match self.sync {
+                    Sync::Ddp => {
+                        let d = slowest + comm;
+                        (
+                            d,
+                            vec![
+                                ("data", data),
+                                ("forward", fwd),
+                                ("backward", d - data - fwd),
+                            ],
+                        )
+                    }
+                    Sync::Collective => {
+                        let d = slowest + comm;
+                        let secs = vec![
+                            ("data", data),
+                            ("forward", fwd),
+                            ("backward", bwd),
+                            ("allreduce", d - mine),
+                        ];
+                        (d, secs)
+                    }
+                    Sync::Untimed => (slowest + comm, vec![("data", data), ("forward", fwd)]),
+                    Sync::Independent => (
+                        mine,
+                        vec![("data", data), ("forward", fwd), ("backward", bwd)],
+                    ),
+                };
+                out.extend(tr.add_step(self.world, rank, step, t, duration, secs, &p));
+            }
+        }
+        out
+    }
+}
+
+fn raised(events: &[StragglerEvent]) -> Vec<(u32, &str)> {
+    events
+        .iter()
+        .filter(|e| e.edge == Edge::Raised)
+        .map(|e| (e.rank, e.section.as_str()))
+        .collect()
+}
+
+#[test]
+fn in_lockstep_names_the_slow_rank_and_section_however_the_wait_shows() {
+    for sync in [
+        Sync::Ddp,
+        Sync::Collective,
+        Sync::Untimed,
+        Sync::Independent,
+    ] {
+        let mut job = Job::new(8, 60, sync);
+        job.slow = Box::new(|r, s| if r == 5 && s >= 20 { 1.3 } else { 1.0 });
+        let events = job.run();
+        assert_eq!(raised(&events), vec![(5, "forward")]);
+        let e = &events[0];
+        assert!((e.section_slowdown() - 1.3).abs() < 0.03, "{e:?}");
+        assert!(
+            (e.section_ms - e.peer_section_ms - 90.0).abs() < 9.0,
+            "{e:?}"
+        );
+        assert!(e.t >= 20.0 && e.t <= 30.0, "raised at step {}", e.t);
+    }
+}
+
+#[test]
+fn the_peers_wait_is_named_with_how_much_shorter_the_stragglers_is() {
+    let mut job = Job::new(8, 60, Sync::Ddp);
+    job.slow = Box::new(|r, s| if r == 5 && s >= 20 { 1.3 } else { 1.0 });
+    let e = &job.run()[0];
+    assert_eq!(e.wait_in, "backward");
+    assert!((e.wait_deficit_ms - 90.0).abs() < 12.0, "{e:?}");
+    let mut job = Job::new(8, 60, Sync::Collective);
+    job.slow = Box::new(|r, s| if r == 5 && s >= 20 { 1.3 } else { 1.0 });
+    assert_eq!(job.run()[0].wait_in, "allreduce");
+    let mut job = Job::new(8, 60, Sync::Untimed);
+    job.slow = Box::new(|r, s| if r == 5 && s >= 20 { 1.3 } else { 1.0 });
+    assert_eq!(job.run()[0].wait_in, "the rest of the step");
+}
+
+#[test]
+fn a_slow_data_loader_is_named_as_such() {
+    let mut job = Job::new(16, 60, Sync::Ddp);
+    job.data = Box::new(|r, s| if r == 11 && s >= 20 { 400.0 } else { 0.0 });
+    let events = job.run();
+    assert_eq!(raised(&events), vec![(11, "data")]);
+    assert!(events[0].t <= 26.0, "{:?}", events[0]);
+}
+
+#[test]
+fn a_small_straggler_is_found_given_steps() {
+    // 12 % on a forward of 300 ms: the job waits 36 ms of a ~1 s step.
+    let mut job = Job::new(16, 80, Sync::Ddp);
+    job.slow = Box::new(|r, s| if r == 3 && s >= 10 { 1.12 } else { 1.0 });
+    assert_eq!(raised(&job.run()), vec![(3, "forward")]);
+}
+
+#[test]
+fn a_job_wide_slowdown_is_no_straggler() {
+    for sync in [Sync::Ddp, Sync::Collective, Sync::Untimed] {
+        let mut job = Job::new(8, 80, sync);
+        job.wide = Box::new(|s| if (30..50).contains(&s) { 1.6 } else { 1.0 });
+        let events = job.run();
+        assert!(events.is_empty(), "{events:?}");
+    }
+}
+
+#[test]
+fn isolated_slow_steps_are_ignored() {
+    let mut job = Job::new(8, 80, Sync::Ddp);
+    job.slow = Box::new(|r, s| if r == 2 && s % 10 == 0 { 3.0 } else { 1.0 });
+    let events = job.run();
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn clears_when_the_rank_recovers() {
+    let mut job = Job::new(4, 80, Sync::Ddp);
+    job.slow = Box::new(|r, s| {
+        if r == 1 && (10..40).contains(&s) {
+            1.5
+        } else {
+            1.0
+        }
+    });
+    let edges: Vec<_> = job.run().iter().map(|e| (e.rank, e.edge)).collect();
+    assert_eq!(edges, vec![(1, Edge::Raised), (1, Edge::Cleared)]);
+}
+
+#[test]
+fn steps_missing_ranks_are_scored_when_newer_steps_arrive() {
+    let mut tr = StragglerTracker::default();
+    let p = StragglerParams::default();
+    for step in 0..40 {
+        for rank in 0..4u32 {
+            if rank == 3 && step % 2 == 0 {
+                continue;
+            }
+            tr.add_step(4, rank, step, step as f64, 1000.0, [("forward", 500.0)], &p);
+        }
+    }
+    assert!(tr.pending.len() <= p.max_pending_steps);
+    assert_eq!(tr.dropped_steps(), 0);
+}
+
+#[test]
+fn each_rank_is_compared_with_the_median_of_the_others() {
+    let mut scratch = Vec::new();
+    let got = peer_medians([4.0, 1.0, 3.0, 2.0].into_iter(), &mut scratch);
+    assert_eq!(got, vec![2.0, 3.0, 2.0, 3.0]);
+    let got = peer_medians([5.0, 1.0, 2.0].into_iter(), &mut scratch);
+    assert_eq!(got, vec![1.5, 3.5, 3.0]);
+}
