@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::early::EarlyParams;
 use super::forecast::ForecastParams;
 use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
@@ -28,6 +29,8 @@ pub struct EngineConfig {
     pub regime: RegimeParams,
     /// OOM forecast.
     pub forecast: ForecastParams,
+    /// Early warning for jobs that leak from their first steps.
+    pub early: EarlyParams,
     /// OOM alert: consecutive windows at warning or above before raising.
     pub oom_raise_after: u32,
     /// OOM alert: consecutive windows below warning before clearing.
@@ -59,6 +62,7 @@ impl Default for EngineConfig {
             idle_frac: 0.01,
             regime: RegimeParams::default(),
             forecast: ForecastParams::default(),
+            early: EarlyParams::default(),
             oom_raise_after: 2,
             oom_clear_after: 3,
             leak: LeakParams::default(),

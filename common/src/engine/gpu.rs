@@ -75,7 +75,18 @@ impl Engine {
         let closed = track
             .envelope
             .add(g.t, g.used_low as f64, g.used_high as f64, g.used as f64);
+        let early = track.early.add(
+            g.t,
+            active_since,
+            g.used_high as f64,
+            g.total as f64,
+            &self.cfg,
+            &mut self.scratch.trend,
+        );
         self.rank_memory(g);
+        if let Some(f) = early {
+            self.early_warning(g.node, g.gpu, f);
+        }
         if let Some(point) = closed {
             if point.t - window_s / 2.0 >= active_since + self.cfg.warmup_s {
                 self.gpu_window(g.node, g.gpu, point);
@@ -145,7 +156,11 @@ impl Engine {
         let fc =
             peaks.and_then(|t| forecast(&t, track.regime.spike_margin(), capacity, &cfg.forecast));
         track.forecast = fc;
-        let at_risk = fc.is_some_and(|f| f.risk >= Risk::Warning);
+        // Until the regular forecast has its windows, the early watch speaks.
+        let at_risk = match fc {
+            Some(f) => f.risk >= Risk::Warning,
+            None => track.early.holds(),
+        };
         let edge = track
             .oom_latch
             .update(at_risk, cfg.oom_raise_after, cfg.oom_clear_after);
@@ -166,17 +181,10 @@ impl Engine {
             }
             _ => None,
         };
-        let subjects: Vec<Subject> = if track.ranks.is_empty() {
-            vec![Subject::Gpu(node.to_owned(), gpu)]
-        } else {
-            track
-                .ranks
-                .iter()
-                .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
-                .collect()
-        };
+        let subjects = oom_subjects(track, node, gpu);
         let risk = track.risk;
         let total = track.total;
+        let regime_len = track.regime.len();
         let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
         for subject in &subjects {
             self.apply_oom(
@@ -192,8 +200,71 @@ impl Engine {
             );
         }
         if let Some((job, rank)) = sole_rank {
-            self.nvml_leak(&job, rank, node, gpu, point.t, nvml_leak);
+            let judged = nvml_leak.is_some() || regime_len >= cfg.leak.min_points;
+            self.nvml_leak(
+                &job,
+                rank,
+                node,
+                gpu,
+                point.t,
+                nvml_leak.filter(|_| judged),
+                judged,
+            );
         }
+    }
+
+    /// The early watch confirmed growth that started with the job: raise
+    /// (or update) the OOM alert now, and on a GPU holding one rank, that
+    /// rank's leak.
+    fn early_warning(&mut self, node: &str, gpu: u32, f: OomForecast) {
+        let clear_after = self.cfg.oom_clear_after;
+        let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
+            return;
+        };
+        track.forecast = Some(f);
+        track.risk = track.risk.max(f.risk);
+        let edge = track.oom_latch.update(true, 1, clear_after);
+        let subjects = oom_subjects(track, node, gpu);
+        let (risk, total) = (track.risk, track.total);
+        let sole_rank = match track.ranks.as_slice() {
+            [(job, rank, _)] => Some((job.clone(), *rank)),
+            _ => None,
+        };
+        let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
+        // The GPU's memory also grows when the cache fragments: a rank with
+        // allocator stats is called leaking by its allocator windows only.
+        for subject in &subjects {
+            self.apply_oom(
+                subject,
+                node,
+                gpu,
+                f.t,
+                edge,
+                risk,
+                Some(f),
+                total,
+                recommendation.clone(),
+            );
+        }
+        let Some((job, rank)) = sole_rank else {
+            return;
+        };
+        let Some(r) = self.jobs.get_mut(&job).and_then(|j| j.ranks.get_mut(&rank)) else {
+            return;
+        };
+        if r.alloc.is_some() {
+            return;
+        }
+        let leak_edge = r.leak.update(true, 1, self.cfg.leak.clear_after);
+        r.leak_rate = Some(f.slope_bytes_per_s);
+        self.leak_edge(
+            &Subject::Rank(job, rank),
+            (Some(node.to_owned()), Some(gpu)),
+            f.t,
+            leak_edge,
+            f.slope_bytes_per_s,
+            "its GPU's memory keeps growing at a steady rate after its start-up ramp ended",
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -264,13 +335,24 @@ impl Engine {
         "reduce the batch size or sequence length, or enable activation checkpointing".into()
     }
 
-    /// Applies NVML-only leak evidence to a rank that has no allocator stats.
-    fn nvml_leak(&mut self, job: &str, rank: u32, node: &str, gpu: u32, t: f64, rate: Option<f64>) {
+    /// Applies NVML-only leak evidence to a rank that has no allocator stats;
+    /// a series too short to be `judged` leaves the verdict as it stands.
+    #[allow(clippy::too_many_arguments)]
+    fn nvml_leak(
+        &mut self,
+        job: &str,
+        rank: u32,
+        node: &str,
+        gpu: u32,
+        t: f64,
+        rate: Option<f64>,
+        judged: bool,
+    ) {
         let params = self.cfg.leak;
         let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
             return;
         };
-        if r.alloc.is_some() {
+        if r.alloc.is_some() || !judged {
             return;
         }
         let edge = r
@@ -285,7 +367,7 @@ impl Engine {
             t,
             edge,
             rate,
-            "its GPU's memory floor",
+            "its GPU's memory floor rises with its peaks",
         );
     }
 
@@ -302,6 +384,7 @@ impl Engine {
         track.risk = Risk::None;
         track.oom_latch = Default::default();
         track.growing = false;
+        track.early.reset();
         let ranks = std::mem::take(&mut track.ranks);
         self.alerts
             .resolve_subject(&Subject::Gpu(node.to_owned(), gpu), t);
@@ -314,6 +397,18 @@ impl Engine {
     pub(crate) fn gpu_tracks(&self) -> &BTreeMap<String, BTreeMap<u32, GpuTrack>> {
         &self.nodes
     }
+}
+
+/// Who an OOM on this GPU is about: its ranks, or the GPU when it has none.
+fn oom_subjects(track: &GpuTrack, node: &str, gpu: u32) -> Vec<Subject> {
+    if track.ranks.is_empty() {
+        return vec![Subject::Gpu(node.to_owned(), gpu)];
+    }
+    track
+        .ranks
+        .iter()
+        .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
+        .collect()
 }
 
 /// Fits one coordinate of a regime's points; `None` when it is flat or short.
@@ -335,6 +430,25 @@ pub(super) fn fit_series(
         return None;
     }
     fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+}
+
+/// Whether the newest third of a regime's troughs still rise at a good part
+/// of `rate` (bytes/s): a leak goes on, a workload that moved up to a new
+/// level (a phase with longer sequences) levels off.
+pub(super) fn still_rising(
+    regime: &super::regime::RegimeSeries,
+    rate: f64,
+    cfg: &super::EngineConfig,
+    scratch: &mut super::Scratch,
+) -> bool {
+    let n = regime.len();
+    let recent = (n / 3).max(4).min(n);
+    scratch.points.clear();
+    scratch
+        .points
+        .extend(regime.points().skip(n - recent).map(|p| (p.t, p.trough)));
+    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+        .is_some_and(|t| t.slope >= cfg.leak.sustained_share * rate)
 }
 
 pub(super) fn severity_of(risk: Risk) -> Severity {

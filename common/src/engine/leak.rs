@@ -29,6 +29,9 @@ pub struct LeakParams {
     pub trough_share: f64,
     /// Smallest rise over the window, fraction of capacity.
     pub min_rise_frac: f64,
+    /// The newest third of the troughs must rise at least this share of
+    /// the whole window's rate (a leak goes on; a step up levels off).
+    pub sustained_share: f64,
     /// Consecutive positive evaluations before alerting.
     pub raise_after: u32,
     /// Consecutive negative evaluations before clearing.
@@ -42,6 +45,7 @@ impl Default for LeakParams {
             p_max: 0.001,
             trough_share: 0.5,
             min_rise_frac: 0.01,
+            sustained_share: 0.33,
             raise_after: 2,
             clear_after: 6,
         }

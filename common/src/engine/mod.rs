@@ -11,7 +11,7 @@
 //! [`Engine::alerts`] and state from the views in [`view`].
 //!
 //! Detectors, one module each, with their method in the module docs:
-//! [`envelope`], [`regime`], [`trend`], [`forecast`], [`leak`],
+//! [`envelope`], [`regime`], [`trend`], [`forecast`], [`early`], [`leak`],
 //! [`fragmentation`], [`imbalance`], [`straggler`].
 //!
 //! ```
@@ -26,6 +26,7 @@
 
 mod alerts;
 mod config;
+pub mod early;
 pub mod envelope;
 pub mod forecast;
 pub mod fragmentation;

@@ -4,7 +4,7 @@
 
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::fragmentation::{is_fragmenting, AllocatorView};
-use super::gpu::fit_series;
+use super::gpu::{fit_series, still_rising};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
 use super::leak::leak_rate;
@@ -248,6 +248,9 @@ impl Engine {
             Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => {
                 fit_series(&track.allocated, |p| p.trough, &cfg, scratch)
                     .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
+                    .filter(|&rate| {
+                        r.leak.is_on() || still_rising(&track.allocated, rate, &cfg, scratch)
+                    })
             }
             _ => None,
         };
@@ -278,9 +281,14 @@ impl Engine {
         let reclaimable = view.reclaimable_bytes();
         let cached = track.reserved_last.saturating_sub(track.allocated_last);
 
-        let leak_edge = r
-            .leak
-            .update(leak.is_some(), cfg.leak.raise_after, cfg.leak.clear_after);
+        // Too few windows to judge: an early warning's leak verdict stands.
+        let judged = leak.is_some() || track.allocated.len() >= cfg.leak.min_points;
+        let leak_edge = if judged {
+            r.leak
+                .update(leak.is_some(), cfg.leak.raise_after, cfg.leak.clear_after)
+        } else {
+            Edge::Steady
+        };
         r.leak_rate = leak.or(r.leak_rate.filter(|_| r.leak.is_on()));
         let frag_edge = r.fragmentation.update(
             fragmenting,
@@ -297,7 +305,7 @@ impl Engine {
             t,
             leak_edge,
             leak_rate_now,
-            "allocated memory's floor",
+            "allocated memory's floor rises with its peaks",
         );
         match frag_edge {
             Edge::Raised => {
@@ -327,8 +335,8 @@ impl Engine {
         }
     }
 
-    /// Raises or resolves a rank's leak alert on a latch edge; `floor` names
-    /// the series whose troughs rose.
+    /// Raises or resolves a rank's leak alert on a latch edge; `why` says
+    /// what the evidence is.
     pub(super) fn leak_edge(
         &mut self,
         subject: &Subject,
@@ -336,7 +344,7 @@ impl Engine {
         t: f64,
         edge: Edge,
         rate: f64,
-        floor: &str,
+        why: &str,
     ) {
         match edge {
             Edge::Raised => {
@@ -348,10 +356,7 @@ impl Engine {
                     Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
                     Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
                 };
-                a.message = format!(
-                    "{who} leaks about {}/s: {floor} rises with its peaks",
-                    fmt_bytes(rate as u64)
-                );
+                a.message = format!("{who} leaks about {}/s: {why}", fmt_bytes(rate as u64));
                 a.recommendation = Some(LEAK_ADVICE.into());
                 self.alerts.raise(subject.clone(), a);
             }

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::early::EarlyWatch;
 use super::envelope::Envelope;
 use super::forecast::{OomForecast, Risk};
 use super::latch::Latch;
@@ -44,6 +45,8 @@ pub struct GpuTrack {
     pub(crate) oom_latch: Latch,
     /// A significant upward trend, even one too small to forecast.
     pub(crate) growing: bool,
+    /// The first minutes' watch for a leak that starts with the job.
+    pub(crate) early: EarlyWatch,
 }
 
 /// One job.
@@ -143,6 +146,7 @@ impl GpuTrack {
             risk: Risk::None,
             oom_latch: Latch::default(),
             growing: false,
+            early: EarlyWatch::default(),
         }
     }
 }

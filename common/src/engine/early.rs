@@ -1,0 +1,219 @@
+//! Early warning: a job that leaks from its first steps can run out of
+//! memory before the regular forecast has its windows (warm-up plus
+//! `forecast.min_points` windows: about 100 s at the defaults).
+//!
+//! A job's memory rises fast while it starts: the model loads, the caching
+//! allocator fills over the first steps. That ramp ends, and then memory
+//! stays flat. A leak is growth that goes on *after* the ramp ended, at a
+//! steady rate. So for the first `watch_s` seconds of a GPU's activity this
+//! watch keeps its used memory (per-second peaks) and, once per second,
+//! fits the last `fit_s` seconds. It warns when:
+//!
+//! - the fit is a real upward trend (Mann–Kendall p at most `p_max`, slope
+//!   interval above zero, at least `min_points` points);
+//! - the ramp is over: some `ramp_s` stretch before the fit window rose at
+//!   least `ramp_ratio` times faster than memory grows now (a long steady
+//!   warm-up that has not bent yet is not judged: it looks like a leak until
+//!   it ends);
+//! - the growth is steady: the two halves of the fit window grow at rates
+//!   within `steady_ratio` of each other (a ramp settling down decelerates);
+//! - the peak line plus its margin reaches the usable capacity within
+//!   `horizon_s`: only OOMs too close for the regular forecast.
+//!
+//! It must hold at `confirm` evaluations in a row. Once the regular forecast
+//! has its windows it takes over; the watch stops at `watch_s`.
+//!
+//! Memory: at most [`MAX_POINTS`] points per GPU, dropped once the watch ends.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::EngineConfig;
+use super::forecast::{ForecastParams, OomForecast, Risk};
+use super::trend::{fit, Trend, TrendScratch};
+
+/// Points kept per GPU while it is watched.
+pub const MAX_POINTS: usize = 256;
+
+/// Tuning of the early warning.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EarlyParams {
+    /// Seconds of a GPU's activity during which it is watched; 0 turns the
+    /// early warning off.
+    pub watch_s: f64,
+    /// Seconds of recent memory fitted.
+    pub fit_s: f64,
+    /// Points the fit needs.
+    pub min_points: usize,
+    /// Largest Mann–Kendall p-value of the growth.
+    pub p_max: f64,
+    /// Length of the stretches the start-up ramp is measured over, seconds.
+    pub ramp_s: f64,
+    /// The ramp must have risen this many times faster than memory grows now.
+    pub ramp_ratio: f64,
+    /// The fit window's halves must grow within this factor of each other.
+    pub steady_ratio: f64,
+    /// Warn only when the OOM is predicted within this many seconds.
+    pub horizon_s: f64,
+    /// Evaluations in a row that must agree.
+    pub confirm: u32,
+}
+
+impl Default for EarlyParams {
+    fn default() -> Self {
+        Self {
+            watch_s: 180.0,
+            fit_s: 20.0,
+            min_points: 12,
+            p_max: 0.001,
+            ramp_s: 4.0,
+            ramp_ratio: 3.0,
+            steady_ratio: 2.0,
+            horizon_s: 300.0,
+            confirm: 3,
+        }
+    }
+}
+
+/// One GPU's early watch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlyWatch {
+    /// (second, peak used bytes) since the GPU became active.
+    points: VecDeque<(f64, f64)>,
+    streak: u32,
+    /// The latest evaluation's verdict.
+    holds: bool,
+}
+
+impl EarlyWatch {
+    /// Adds a sample's peak; returns a forecast once the warning is
+    /// confirmed, at the first second that confirms it and every second
+    /// after while it holds.
+    pub fn add(
+        &mut self,
+        t: f64,
+        active_since: f64,
+        used_high: f64,
+        capacity: f64,
+        cfg: &EngineConfig,
+        scratch: &mut TrendScratch,
+    ) -> Option<OomForecast> {
+        let (p, forecast) = (&cfg.early, &cfg.forecast);
+        if p.watch_s <= 0.0 || t - active_since > p.watch_s {
+            self.points = VecDeque::new();
+            self.holds = false;
+            return None;
+        }
+        let second = t.floor();
+        match self.points.back_mut() {
+            Some(last) if last.0 == second => {
+                last.1 = last.1.max(used_high);
+                return None;
+            }
+            Some(last) if last.0 > second => return None,
+            _ => {}
+        }
+        let verdict = self.evaluate(capacity, p, forecast, scratch);
+        if self.points.len() == MAX_POINTS {
+            self.points.pop_front();
+        }
+        self.points.push_back((second, used_high));
+        self.holds = verdict.is_some();
+        self.streak = if self.holds { self.streak + 1 } else { 0 };
+        verdict.filter(|_| self.streak >= p.confirm.max(1))
+    }
+
+    /// Whether the latest evaluation warned.
+    pub fn holds(&self) -> bool {
+        self.holds
+    }
+
+    /// Forgets everything (the GPU went idle).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Judges the closed seconds (every point but one still filling).
+    fn evaluate(
+        &mut self,
+        capacity: f64,
+        p: &EarlyParams,
+        fp: &ForecastParams,
+        scratch: &mut TrendScratch,
+    ) -> Option<OomForecast> {
+        let newest = self.points.back()?.0;
+        let points = self.points.make_contiguous();
+        let split = points.partition_point(|&(t, _)| t < newest - p.fit_s);
+        let (before, window) = points.split_at(split);
+        if window.len() < p.min_points || before.is_empty() {
+            return None;
+        }
+        let trend = fit(window, 1.96, scratch)?;
+        let real = trend.p_up <= p.p_max && trend.slope > 0.0 && trend.slope_low > 0.0;
+        if !real {
+            return None;
+        }
+        let half = window.len() / 2;
+        let first = fit(&window[..half], 1.96, scratch)?;
+        let second = fit(&window[half..], 1.96, scratch)?;
+        let steady = first.slope > 0.0
+            && second.slope > 0.0
+            && first.slope.max(second.slope) <= p.steady_ratio * first.slope.min(second.slope);
+        if !steady || fastest_rise(before, p.ramp_s) < p.ramp_ratio * trend.slope {
+            return None;
+        }
+        let oom = project(&trend, capacity, fp);
+        (oom.predicted_oom_t - trend.t_ref <= p.horizon_s).then_some(oom)
+    }
+}
+
+/// The fastest rise over any `span_s` stretch, bytes per second.
+fn fastest_rise(points: &[(f64, f64)], span_s: f64) -> f64 {
+    let mut best = 0.0_f64;
+    let mut j = 0;
+    for (i, &(t, v)) in points.iter().enumerate() {
+        while j < i && t - points[j].0 > span_s {
+            j += 1;
+        }
+        let (t0, v0) = points[j];
+        if t > t0 {
+            best = best.max((v - v0) / (t - t0).max(span_s));
+        }
+    }
+    best
+}
+
+/// The OOM forecast of an early trend, shaped like the regular one's.
+fn project(trend: &Trend, capacity: f64, fp: &ForecastParams) -> OomForecast {
+    let usable = capacity * fp.usable_frac;
+    let margin = trend.max_residual.max(0.0);
+    let room = (usable - margin - trend.level).max(0.0);
+    let at = |slope: f64| trend.t_ref + room / slope.max(f64::MIN_POSITIVE);
+    let predicted = at(trend.slope);
+    let left = predicted - trend.t_ref;
+    let risk = if left <= fp.critical_s {
+        Risk::Critical
+    } else if left <= fp.high_s {
+        Risk::High
+    } else {
+        Risk::Warning
+    };
+    let tightness = (trend.slope_low / trend.slope_high.max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
+    OomForecast {
+        t: trend.t_ref,
+        predicted_oom_t: predicted,
+        earliest_oom_t: at(trend.slope_high.max(trend.slope)),
+        latest_oom_t: at(trend.slope_low),
+        confidence: (1.0 - trend.p_up) * (0.5 + 0.5 * tightness),
+        slope_bytes_per_s: trend.slope,
+        level_bytes: trend.level,
+        margin_bytes: margin,
+        usable_bytes: usable,
+        risk,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,75 @@
+use super::*;
+
+const GIB: f64 = (1u64 << 30) as f64;
+const CAPACITY: f64 = 40.0 * GIB;
+
+/// Feeds one sample a second of `used(t)` from t = 5 s (the job's start) to
+/// `until`; returns the first second a warning came out, and its forecast.
+fn first_warning(used: impl Fn(f64) -> f64, until: f64) -> Option<(f64, OomForecast)> {
+    let mut w = EarlyWatch::default();
+    let mut scratch = TrendScratch::default();
+    let cfg = EngineConfig::default();
+    (5..until as u32).map(f64::from).find_map(|t| {
+        w.add(t, 5.0, used(t), CAPACITY, &cfg, &mut scratch)
+            .map(|f| (t, f))
+    })
+}
+
+/// Loads 23 GiB in two seconds, fills its cache for `ramp_s` more at 0.8 GiB/s,
+/// then grows `leak` GiB/s.
+fn job(ramp_s: f64, leak: f64) -> impl Fn(f64) -> f64 {
+    move |t| {
+        let t = t - 5.0;
+        let load = (t / 2.0).min(1.0) * 23.0;
+        let ramp = t.clamp(0.0, ramp_s) * 0.8;
+        (load + ramp + leak * (t - ramp_s).max(0.0)) * GIB
+    }
+}
+
+#[test]
+fn a_leak_from_the_first_steps_is_told_a_minute_before_the_oom() {
+    let used = job(4.0, 0.125);
+    // 23 + 3.2 GiB after the ramp, then 0.125 GiB/s: full near t = 115 s.
+    let oom_t = (5..400)
+        .map(f64::from)
+        .find(|&t| used(t) >= CAPACITY)
+        .unwrap();
+    let (t, f) = first_warning(&used, oom_t).expect("warned before the OOM");
+    assert!(oom_t - t >= 60.0, "warned at {t} s for an OOM at {oom_t} s");
+    assert!((f.predicted_oom_t - oom_t).abs() < 10.0, "{f:?}");
+    assert!((f.slope_bytes_per_s / GIB - 0.125).abs() < 0.01, "{f:?}");
+}
+
+#[test]
+fn a_long_steady_warm_up_that_levels_off_is_no_leak() {
+    // 0.8 GiB/s for 35 s up to 51 GiB... of a larger GPU, then flat.
+    let used = |t: f64| (10.0 + (t - 5.0).clamp(0.0, 35.0) * 0.8) * GIB;
+    assert!(first_warning(used, 180.0).is_none());
+}
+
+#[test]
+fn a_ramp_that_slows_down_before_it_levels_off_is_no_leak() {
+    // Fast, then a decelerating approach to its working level.
+    let used = |t: f64| {
+        let t = t - 5.0;
+        (20.0 + 4.0 * (t / 3.0).min(1.0) + 12.0 * (1.0 - (-t / 15.0).exp())) * GIB
+    };
+    assert!(first_warning(used, 180.0).is_none());
+}
+
+#[test]
+fn slow_growth_with_an_oom_far_ahead_is_left_to_the_regular_forecast() {
+    assert!(first_warning(job(4.0, 0.02), 180.0).is_none());
+}
+
+#[test]
+fn the_watch_ends_and_forgets_its_points() {
+    let mut w = EarlyWatch::default();
+    let mut scratch = TrendScratch::default();
+    let cfg = EngineConfig::default();
+    for t in 5..300 {
+        w.add(f64::from(t), 5.0, GIB, CAPACITY, &cfg, &mut scratch);
+        assert!(w.points.len() <= MAX_POINTS);
+    }
+    assert!(w.points.is_empty());
+}
