@@ -9,6 +9,14 @@ Measures, best of several rounds of N iterations each (default 200,000):
 - ``section``: one ``with gpumon.section(...)`` against one ``nullcontext``;
 - ``step``: one ``gpumon.step()`` against a no-op call.
 
+Each is measured twice: on the CPU clock (``GPUMON_SECTION_CLOCK=cpu``,
+``perf_counter`` only), and on the CUDA clock with the stand-in events of
+``gpumon.testing.FakeTorch`` (no GPU needed). The fake events cost about
+what a Python call costs, so the second figures are the hook's own Python
+overhead on that path: recording, querying and reading events, the pool,
+the pending steps. On a GPU, each ``torch.cuda.Event`` call adds the CUDA
+runtime's own cost; the output says how many calls a step makes.
+
 The hook runs for real: its reporter thread reports to a sink agent (a
 subprocess that answers ``ok`` to everything) every 0.2 s, so the time the
 reporter takes from the training thread (the GIL) is counted too. At this
@@ -36,7 +44,12 @@ def sink(path):
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
-    conn, _ = server.accept()
+    while True:
+        conn, _ = server.accept()
+        serve(conn)
+
+
+def serve(conn):
     buffer = b""
     while True:
         chunk = conn.recv(1 << 20)
@@ -123,6 +136,45 @@ def best(rounds, fn, *args):
     return min(fn(*args) for _ in range(rounds))
 
 
+def measure(gpumon, n, rounds, baselines):
+    """``(name, baseline s, gpumon s)`` of each loop, with the hook as it is now."""
+    return [
+        ("step+3 sections", baselines[0], best(rounds, loop_gpumon, n, gpumon)),
+        ("section", baselines[1], best(rounds, loop_section, n, gpumon)),
+        ("step", baselines[2], best(rounds, loop_step, n, gpumon)),
+    ]
+
+
+def start_hook(gpumon, clock):
+    """(Re)starts the hook with ``GPUMON_SECTION_CLOCK=clock``."""
+    from gpumon.testing import FakeAllocator
+
+    gpumon.shutdown()
+    os.environ["GPUMON_SECTION_CLOCK"] = clock
+    if not gpumon.init(memory_source=FakeAllocator()):
+        raise SystemExit("gpumon did not start")
+
+
+def event_calls(gpumon, gpu):
+    """CUDA calls per ``step+3 sections`` iteration: record, query, elapsed_time, capture checks."""
+
+    def counts():
+        return (gpu.records, gpu.queries, gpu.elapsed, gpu.capture_checks)
+
+    before = counts()
+    loop_gpumon(1000, gpumon)
+    return [(now - then) / 1000 for now, then in zip(counts(), before)]
+
+
+def print_rows(title, rows, n):
+    print(title)
+    for name, base, hooked in rows:
+        print(
+            "  %-16s %12.3f %12.3f %12.3f"
+            % (name, base / n * 1e6, hooked / n * 1e6, (hooked - base) / n * 1e6)
+        )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=200_000, help="iterations per round")
@@ -152,30 +204,47 @@ def main():
         import logging
 
         import gpumon
-        from gpumon.testing import FakeAllocator
+        from gpumon.testing import FakeTorch
 
         logging.getLogger("gpumon").setLevel(logging.ERROR)
-        if not gpumon.init(memory_source=FakeAllocator()):
-            print("gpumon did not start", file=sys.stderr)
-            return 1
         n, rounds = args.n, args.rounds
-        rows = [
-            ("step+3 sections", best(rounds, loop_baseline, n), best(rounds, loop_gpumon, n, gpumon)),
-            ("section", best(rounds, loop_null_section, n), best(rounds, loop_section, n, gpumon)),
-            ("step", best(rounds, loop_noop, n), best(rounds, loop_step, n, gpumon)),
-        ]
-        stats = gpumon.stats()
+        baselines = (
+            best(rounds, loop_baseline, n),
+            best(rounds, loop_null_section, n),
+            best(rounds, loop_noop, n),
+        )
+        start_hook(gpumon, "cpu")
+        cpu_rows = measure(gpumon, n, rounds, baselines)
+        cpu_stats = gpumon.stats()
+
+        # The fake GPU runs nothing, so every event has completed by the next
+        # query: each step is read and sent at its own boundary.
+        fake = FakeTorch()
+        sys.modules["torch"] = fake
+        start_hook(gpumon, "cuda")
+        cuda_rows = measure(gpumon, n, rounds, baselines)
+        clock = gpumon.stats()["clock"]
+        calls = event_calls(gpumon, fake.gpu)
         gpumon.shutdown()
+        if clock != "cuda" or fake.gpu.violations:
+            raise SystemExit("CUDA clock: %s, fake GPU violations: %s" % (clock, fake.gpu.violations))
+
         print("python %s, %d iterations, best of %d rounds" % (sys.version.split()[0], n, rounds))
-        print("%-16s %12s %12s %12s" % ("", "baseline us", "gpumon us", "overhead us"))
-        for name, base, hooked in rows:
-            print(
-                "%-16s %12.3f %12.3f %12.3f"
-                % (name, base / n * 1e6, hooked / n * 1e6, (hooked - base) / n * 1e6)
-            )
+        print("  %-16s %12s %12s %12s" % ("", "baseline us", "gpumon us", "overhead us"))
+        print_rows("CPU clock (perf_counter):", cpu_rows, n)
+        print_rows(
+            "CUDA clock, fake events (gpumon.testing.FakeTorch): the hook's own Python overhead;",
+            cuda_rows,
+            n,
+        )
         print(
-            "reporter: %d reports, %d records sent, %d dropped (queue full at this step rate)"
-            % (stats.get("reports", 0), stats.get("records_sent", 0), stats.get("dropped", 0))
+            "  on a GPU add the CUDA runtime's cost of %.0f Event.record(), %.0f query(), "
+            "%.0f elapsed_time() and %.0f is_current_stream_capturing() calls per step+3 sections"
+            % tuple(calls)
+        )
+        print(
+            "reporter (CPU clock run): %d reports, %d records sent, %d dropped (queue full at this step rate)"
+            % (cpu_stats.get("reports", 0), cpu_stats.get("records_sent", 0), cpu_stats.get("dropped", 0))
         )
         return 0
     finally:

@@ -79,7 +79,12 @@ def step() -> None:
 
 def section(name: str) -> Any:
     """A context manager that adds the time spent inside to section ``name``
-    of the current step (summed when entered several times)."""
+    of the current step (summed when entered several times).
+
+    Once the script has initialised CUDA, the time is the GPU's, from CUDA
+    events read a few steps later without waiting; before that, or without a
+    GPU, it is ``perf_counter``'s. Each step record says which (``clock``).
+    """
     return _RUNTIME.section(name)
 
 
@@ -118,5 +123,6 @@ def shutdown(timeout_s: Optional[float] = None) -> None:
 
 
 def stats() -> Dict[str, Any]:
-    """The hook's own counters: steps, queued and dropped records, reports sent, ..."""
+    """The hook's own counters: steps, queued and dropped records, reports sent,
+    the clock in use (``"cuda"`` or ``"cpu"``), steps waiting for the GPU, ..."""
     return _RUNTIME.stats()

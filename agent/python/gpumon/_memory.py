@@ -49,32 +49,32 @@ class TorchMemorySource:
         """Training thread: learns its current device; true once known."""
         if self._device is not None:
             return True
-        torch = _initialised_torch()
+        torch = initialised_torch()
         if torch is None:
             return False
         self._device = int(torch.cuda.current_device())
         return True
 
     def memory_stats(self) -> Dict[str, Any]:
-        torch = _initialised_torch()
+        torch = initialised_torch()
         if torch is None or self._device is None:
             return {}
         return torch.cuda.memory_stats(self._device)
 
     def mem_get_info(self) -> Optional[Tuple[int, int]]:
-        torch = _initialised_torch()
+        torch = initialised_torch()
         if torch is None or self._device is None:
             return None
         free, total = torch.cuda.mem_get_info(self._device)
         return int(free), int(total)
 
     def empty_cache(self) -> None:
-        torch = _initialised_torch()
+        torch = initialised_torch()
         if torch is not None:
             torch.cuda.empty_cache()
 
     def device_info(self) -> Optional[Dict[str, Any]]:
-        torch = _initialised_torch()
+        torch = initialised_torch()
         if torch is None or self._device is None:
             return None
         props = torch.cuda.get_device_properties(self._device)
@@ -163,7 +163,7 @@ def format_uuid(uuid: Any) -> Optional[str]:
     )
 
 
-def _initialised_torch() -> Any:
+def initialised_torch() -> Any:
     """The torch module once fully imported and CUDA initialised, else ``None``."""
     torch = sys.modules.get("torch")
     if torch is None:

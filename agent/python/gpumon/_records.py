@@ -80,18 +80,20 @@ def clip_detail(detail: Optional[str]) -> Optional[str]:
 def to_record(item: tuple) -> Optional[Dict[str, Any]]:
     """The record for a tuple queued by the training thread (see ``_runtime``).
 
-    ``("step", t, step, duration_ms, sections)``, ``("event", t, name,
-    detail)`` or ``("snapshot", t, name, fields_or_None)``.
+    ``("step", t, step, duration_ms, sections, clock)`` (``clock`` is
+    ``"cuda"`` or ``"cpu"``), ``("event", t, name, detail)`` or
+    ``("snapshot", t, name, fields_or_None)``.
     """
     kind = item[0]
     if kind == "step":
-        _, t, step, duration_ms, sections = item
+        _, t, step, duration_ms, sections, clock = item
         return {
             "type": "step",
             "t": t,
             "step": step,
             "duration_ms": _finite_ms(duration_ms),
             "sections": _clip_sections(sections),
+            "clock": clock,
         }
     if kind == "event":
         _, t, name, detail = item

@@ -6,6 +6,10 @@ I/O, retries) happens in the reporter thread (``_reporter``). At a step
 boundary with actions pending, the actions run here, in the training thread,
 because ``empty_cache`` must not race the script's own allocations; their
 acks go back through a deque.
+
+Sections and steps are timed with ``perf_counter`` and, once the script has
+initialised CUDA, also with CUDA events (``_timing``): a step's record then
+waits, in the timeline, until the GPU has run past its events.
 """
 
 import atexit
@@ -26,6 +30,7 @@ from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
 from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
+from ._timing import CudaTimeline, cuda_clock
 
 logger = logging.getLogger("gpumon")
 
@@ -39,27 +44,33 @@ OWNER_VAR = "GPUMON_HOOK_OWNER"
 class _Section:
     """``with gpumon.section(name):`` adds the time inside to the step's ``name``."""
 
-    __slots__ = ("_runtime", "_name", "_t0")
+    __slots__ = ("_runtime", "_name", "_t0", "_event")
 
     def __init__(self, runtime: "Runtime", name: str):
         self._runtime = runtime
         self._name = name
         self._t0 = None
+        self._event = None
 
     def __enter__(self) -> "_Section":
-        t0 = perf_counter()
-        self._t0 = t0
         runtime = self._runtime
         if runtime._step == 0 and not runtime._first_section_seen:
-            runtime._first_section_started(t0)
+            runtime._first_section_started()
+        timeline = runtime._timeline
+        self._event = timeline.mark() if timeline is not None else None
+        self._t0 = perf_counter()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         t0 = self._t0
-        if t0 is not None and self._runtime._active:
-            sections = self._runtime._sections
+        runtime = self._runtime
+        if t0 is not None and runtime._active:
+            sections = runtime._sections
             name = self._name
             sections[name] = sections.get(name, 0.0) + (perf_counter() - t0) * 1000.0
+            timeline = runtime._timeline
+            if timeline is not None:
+                timeline.pair(name, self._event)
         return None
 
 
@@ -94,10 +105,11 @@ class Runtime:
         self._actions_pending = False
         self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
         self._dropped = 0
+        self._settings = Settings()
+        self._clock_warned = False
         self._reset_steps()
         self._manual = False
         self._primary_optimizer: Any = None
-        self._settings = Settings()
         self._exit_registered = False
 
     # -- lifecycle -------------------------------------------------------------
@@ -152,6 +164,7 @@ class Runtime:
             logger.warning("gpumon: %s; the hook stays off", e)
             return False
         settings = settings or Settings.from_env(environ)
+        self._settings = settings
         self._identity = identity
         self._set_source(memory_source if memory_source is not None else default_memory_source())
         self._records.clear()
@@ -170,7 +183,6 @@ class Runtime:
             deliver=self._deliver_action,
             dropped=lambda: self._dropped,
         )
-        self._settings = settings
         self._reporter.start()
         self._active = True
         try:
@@ -198,6 +210,12 @@ class Runtime:
         with self._lock:
             reporter, self._reporter = self._reporter, None
             self._active = False
+            timeline, self._timeline = self._timeline, None
+        if timeline is not None:
+            try:
+                timeline.flush()
+            except Exception:
+                logger.debug("gpumon: sending the steps timed on the GPU failed", exc_info=True)
         if reporter is None:
             return
         if timeout_s is None:
@@ -212,6 +230,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._active = False
         self._reporter = None
+        self._timeline = None
         self._records.clear()
         self._acks.clear()
         self._actions.clear()
@@ -235,11 +254,16 @@ class Runtime:
         self._sections: Dict[str, float] = {}
         self._forward_depth = 0
         self._forward_t0 = 0.0
+        self._forward_event: Any = None
+        self._timeline: Optional[CudaTimeline] = None
+        self._clock_probe = self._settings.section_clock != "cpu"
 
-    def _first_section_started(self, t0: float) -> None:
+    def _first_section_started(self) -> None:
         if self._active:
             self._first_section_seen = True
-            self._step_start = t0
+            if self._clock_probe:
+                self._probe_clock()
+            self._step_start = perf_counter()
 
     def step(self) -> None:
         """See :func:`gpumon.step`."""
@@ -257,16 +281,56 @@ class Runtime:
             sections = self._sections
             self._sections = {}
             self._forward_depth = 0
-            records = self._records
-            if len(records) == QUEUE_MAXLEN:
-                self._dropped += 1
-            records.append(("step", time.time(), step, duration_ms, sections))
+            self._end_step(step, time.time(), duration_ms, sections)
             if self._observe is not None:
                 self._observe_device()
             if self._actions_pending:
                 self._run_actions(step)
         except Exception:
             logger.warning("gpumon: step boundary failed", exc_info=True)
+
+    def _end_step(self, step: int, t: float, duration_ms: float, sections: Dict[str, float]) -> None:
+        """Queues the step's record, or hands it to the CUDA clock, which
+        queues it once the GPU has run past the step's events."""
+        timeline = self._timeline
+        if timeline is None:
+            self._queue(("step", t, step, duration_ms, sections, "cpu"))
+            if self._clock_probe:
+                self._probe_clock()
+        elif not timeline.boundary(step, t, duration_ms, sections):
+            self._drop_timeline(timeline)
+
+    def _probe_clock(self) -> None:
+        """Starts the CUDA clock once the script has initialised CUDA.
+
+        Asked at the first section or boundary, then at every boundary until
+        then, so the first steps of a script that initialises CUDA inside its
+        loop are on the CPU clock and the following ones on the GPU's.
+        """
+        cuda = cuda_clock()
+        if cuda is None:
+            if self._settings.section_clock == "cuda" and not self._clock_warned:
+                self._clock_warned = True
+                logger.warning(
+                    "gpumon: GPUMON_SECTION_CLOCK=cuda, but this process has not initialised CUDA "
+                    "(yet); timing on the CPU clock until it has"
+                )
+            return
+        self._clock_probe = False
+        timeline = CudaTimeline(cuda, self._queue)
+        if timeline.broken is not None:
+            logger.warning("gpumon: cannot record CUDA events (%s); timing on the CPU clock", timeline.broken)
+            return
+        self._timeline = timeline
+        logger.debug("gpumon: timing sections and steps with CUDA events")
+
+    def _drop_timeline(self, timeline: CudaTimeline) -> None:
+        self._timeline = None
+        timeline.abandon()
+        logger.warning(
+            "gpumon: timing with CUDA events failed (%s); timing on the CPU clock from now on",
+            timeline.broken,
+        )
 
     def _optimizer_step(self, optimizer: Any) -> None:
         if not self._active or self._manual:
@@ -300,10 +364,11 @@ class Runtime:
         depth = self._forward_depth
         self._forward_depth = depth + 1
         if depth == 0:
-            t0 = perf_counter()
-            self._forward_t0 = t0
             if self._step == 0 and not self._first_section_seen:
-                self._first_section_started(t0)
+                self._first_section_started()
+            timeline = self._timeline
+            self._forward_event = timeline.mark() if timeline is not None else None
+            self._forward_t0 = perf_counter()
 
     def _forward_exit(self) -> None:
         if not self._active or self._forward_depth <= 0:
@@ -312,6 +377,9 @@ class Runtime:
         if self._forward_depth == 0:
             sections = self._sections
             sections["forward"] = sections.get("forward", 0.0) + (perf_counter() - self._forward_t0) * 1000.0
+            timeline = self._timeline
+            if timeline is not None:
+                timeline.pair("forward", self._forward_event)
 
     # -- markers ------------------------------------------------------------------
 
@@ -392,9 +460,12 @@ class Runtime:
     def stats(self) -> Dict[str, Any]:
         """See :func:`gpumon.stats`."""
         reporter = self._reporter
+        timeline = self._timeline
         out: Dict[str, Any] = {
             "active": self._active,
             "step": self._step,
+            "clock": "cpu" if timeline is None else "cuda",
+            "pending_steps": 0 if timeline is None else timeline.pending_steps,
             "queued": len(self._records),
             "dropped": self._dropped,
             "connected": bool(reporter is not None and reporter.connected),

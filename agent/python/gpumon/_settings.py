@@ -1,8 +1,9 @@
 """Limits and timings of the hook, written once.
 
 The limits mirror the agent's (see ``PROTOCOL.md``): a report the agent would
-refuse is never built. The timings have documented defaults; only the report
-interval is a user knob (``GPUMON_REPORT_INTERVAL``). Tests build a
+refuse is never built. The timings have documented defaults; the user knobs
+are the report interval (``GPUMON_REPORT_INTERVAL``) and the clock that times
+sections and steps (``GPUMON_SECTION_CLOCK``). Tests build a
 :class:`Settings` by hand to shorten the retry timings instead of sleeping.
 """
 
@@ -51,32 +52,63 @@ RETRY_MAX_S = 30.0
 #: How long :func:`gpumon.shutdown` waits for the last report, seconds.
 SHUTDOWN_TIMEOUT_S = 1.0
 
+#: Values of ``GPUMON_SECTION_CLOCK``: ``auto`` times with CUDA events once
+#: the script has initialised CUDA, ``cuda`` does the same and warns while it
+#: cannot, ``cpu`` always reads ``perf_counter``.
+SECTION_CLOCKS = ("auto", "cuda", "cpu")
+#: Steps whose CUDA events may wait for the GPU; past it the oldest is sent
+#: with its CPU-clock times.
+MAX_PENDING_STEPS = 8
+#: Timed section entries per step on the CUDA clock; past it the step is
+#: sent with its CPU-clock times.
+MAX_EVENT_PAIRS_PER_STEP = 64
+#: Finished CUDA events kept for reuse.
+EVENT_POOL_MAX = 256
+
 
 @dataclass(frozen=True)
 class Settings:
-    """Timings of one hook instance (all in seconds)."""
+    """Timings (in seconds) and the section clock of one hook instance."""
 
     report_interval_s: float = DEFAULT_REPORT_INTERVAL_S
     io_timeout_s: float = IO_TIMEOUT_S
     retry_initial_s: float = RETRY_INITIAL_S
     retry_max_s: float = RETRY_MAX_S
     shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S
+    #: One of :data:`SECTION_CLOCKS`.
+    section_clock: str = "auto"
 
     @classmethod
     def from_env(cls, environ) -> "Settings":
-        """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds) when it is valid."""
-        raw = environ.get("GPUMON_REPORT_INTERVAL")
-        if raw is None or not raw.strip():
-            return cls()
-        try:
-            interval = float(raw)
-        except ValueError:
-            interval = float("nan")
-        if not math.isfinite(interval) or interval <= 0:
-            logger.warning(
-                "gpumon: GPUMON_REPORT_INTERVAL=%r is not a positive number of seconds; using %.1f",
-                raw,
-                DEFAULT_REPORT_INTERVAL_S,
-            )
-            return cls()
-        return cls(report_interval_s=max(interval, MIN_REPORT_INTERVAL_S))
+        """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds) and
+        ``GPUMON_SECTION_CLOCK`` when they are valid."""
+        return cls(report_interval_s=_report_interval(environ), section_clock=_section_clock(environ))
+
+
+def _report_interval(environ) -> float:
+    raw = environ.get("GPUMON_REPORT_INTERVAL")
+    if raw is None or not raw.strip():
+        return DEFAULT_REPORT_INTERVAL_S
+    try:
+        interval = float(raw)
+    except ValueError:
+        interval = float("nan")
+    if not math.isfinite(interval) or interval <= 0:
+        logger.warning(
+            "gpumon: GPUMON_REPORT_INTERVAL=%r is not a positive number of seconds; using %.1f",
+            raw,
+            DEFAULT_REPORT_INTERVAL_S,
+        )
+        return DEFAULT_REPORT_INTERVAL_S
+    return max(interval, MIN_REPORT_INTERVAL_S)
+
+
+def _section_clock(environ) -> str:
+    raw = environ.get("GPUMON_SECTION_CLOCK")
+    if raw is None or not raw.strip():
+        return "auto"
+    clock = raw.strip().lower()
+    if clock not in SECTION_CLOCKS:
+        logger.warning("gpumon: GPUMON_SECTION_CLOCK=%r is not auto, cuda or cpu; using auto", raw)
+        return "auto"
+    return clock

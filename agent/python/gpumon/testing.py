@@ -1,13 +1,21 @@
-"""Test helpers: :class:`FakeAllocator`, a stand-in for PyTorch's CUDA caching allocator.
+"""Test helpers: stand-ins for PyTorch's CUDA caching allocator and CUDA events.
 
-For tests and demos on machines without torch or a GPU. It is deterministic
-and follows the caching allocator's rules closely enough that what gpumon
-reads from it means the same thing as on a real GPU; it is also a memory
-source for :func:`gpumon.init` (it has ``memory_stats``, ``mem_get_info``,
-``empty_cache`` and ``device_info``).
+For tests and demos on machines without torch or a GPU.
+
+:class:`FakeAllocator` is deterministic and follows the caching allocator's
+rules closely enough that what gpumon reads from it means the same thing as
+on a real GPU; it is also a memory source for :func:`gpumon.init` (it has
+``memory_stats``, ``mem_get_info``, ``empty_cache`` and ``device_info``).
+
+:class:`FakeTorch` is a ``torch`` module with only the ``torch.cuda`` calls
+of the hook's CUDA clock, over a :class:`FakeGpu` whose timeline the test
+moves: put it in ``sys.modules["torch"]``. It records every call that would
+block the CPU on the GPU or initialise CUDA, so a test can assert there were
+none.
 """
 
 import threading
+import types
 from typing import Any, Dict, List, Optional, Tuple
 
 KiB = 1024
@@ -307,3 +315,120 @@ class FakeAllocator:
             else:
                 kept.append(segment)
         self._segments = kept
+
+
+class FakeGpu:
+    """One device running one stream, on a clock the test moves (ms).
+
+    :meth:`launch` queues work behind what is queued already; the device
+    runs it only as :meth:`advance` or :meth:`finish` move its clock. So an
+    event recorded after some work completes later than it was recorded, as
+    on a real GPU. A call that would block the CPU until the GPU catches up
+    (``synchronize``, ``elapsed_time`` on an event that has not completed),
+    initialise CUDA, or record an event during a graph capture is appended
+    to :attr:`violations` and raises ``RuntimeError``, like real CUDA errors.
+    The hook swallows the exception, so tests assert ``violations == []``.
+    """
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.tail_ms = 0.0
+        self.capturing = False
+        self.violations: List[str] = []
+        self.events_created = 0
+        self.records = 0
+        self.queries = 0
+        self.elapsed = 0
+        self.capture_checks = 0
+
+    def launch(self, ms: float) -> None:
+        """Queues ``ms`` of work on the stream."""
+        self.tail_ms = max(self.tail_ms, self.now_ms) + ms
+
+    def advance(self, ms: float) -> None:
+        """Lets the device run for ``ms``."""
+        self.now_ms += ms
+
+    def finish(self) -> None:
+        """Lets the device run everything queued."""
+        self.now_ms = max(self.now_ms, self.tail_ms)
+
+    def violation(self, what: str) -> None:
+        self.violations.append(what)
+        raise RuntimeError("fake CUDA: " + what)
+
+
+class FakeEvent:
+    """``torch.cuda.Event`` on a :class:`FakeGpu`."""
+
+    def __init__(self, gpu: FakeGpu, enable_timing: bool = False):
+        gpu.events_created += 1
+        self._gpu = gpu
+        self._timing = enable_timing
+        #: Where the stream was when it was last recorded (device ms), or None.
+        self.at_ms: Optional[float] = None
+
+    def record(self, stream: Any = None) -> None:
+        gpu = self._gpu
+        if gpu.capturing:
+            gpu.violation("Event.record() during a CUDA graph capture")
+        gpu.records += 1
+        self.at_ms = max(gpu.tail_ms, gpu.now_ms)
+
+    def query(self) -> bool:
+        gpu = self._gpu
+        gpu.queries += 1
+        return self.at_ms is None or gpu.now_ms >= self.at_ms
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        gpu = self._gpu
+        gpu.elapsed += 1
+        if not (self._timing and end._timing):
+            gpu.violation("elapsed_time() on an event made without enable_timing")
+        for event in (self, end):
+            if event.at_ms is None or gpu.now_ms < event.at_ms:
+                gpu.violation("elapsed_time() on an event that has not completed (it blocks)")
+        return end.at_ms - self.at_ms
+
+    def synchronize(self) -> None:
+        self._gpu.violation("Event.synchronize() blocks")
+
+
+class FakeCuda:
+    """The part of ``torch.cuda`` that the hook's CUDA clock may touch."""
+
+    def __init__(self, gpu: FakeGpu, initialized: bool = True, available: bool = True):
+        self.gpu = gpu
+        self.initialized = initialized
+        self.available = available
+
+    def Event(self, enable_timing: bool = False, **_flags: bool) -> FakeEvent:  # noqa: N802 (torch's name)
+        return FakeEvent(self.gpu, enable_timing)
+
+    def is_available(self) -> bool:
+        return self.available
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def is_current_stream_capturing(self) -> bool:
+        self.gpu.capture_checks += 1
+        return self.gpu.capturing
+
+    def synchronize(self, device: Any = None) -> None:
+        self.gpu.violation("torch.cuda.synchronize() blocks")
+
+    def init(self) -> None:
+        self.gpu.violation("torch.cuda.init() initialises CUDA")
+
+    def _lazy_init(self) -> None:
+        self.gpu.violation("torch.cuda._lazy_init() initialises CUDA")
+
+
+class FakeTorch(types.ModuleType):
+    """A ``torch`` module with only :class:`FakeCuda` as ``cuda``, for ``sys.modules["torch"]``."""
+
+    def __init__(self, gpu: Optional[FakeGpu] = None, initialized: bool = True, available: bool = True):
+        super().__init__("torch")
+        self.gpu = gpu if gpu is not None else FakeGpu()
+        self.cuda = FakeCuda(self.gpu, initialized, available)

@@ -1,4 +1,5 @@
-"""Helpers for the hook's tests: a tiny JSON-lines agent, waiting, log capture.
+"""Helpers for the hook's tests: a tiny JSON-lines agent, waiting, log capture,
+a fake clock and a duck-typed module.
 
 ``FakeAgent`` only checks message shapes against PROTOCOL.md (framing,
 ``register``/``report``/``poll``/``ack``); the real agent is tested from Rust.
@@ -229,6 +230,43 @@ class FakeClock:
 
     def advance(self, seconds):
         self.now += seconds
+
+
+class FakeModule:
+    """Duck-typed torch.nn.Module: forward hooks and a call that runs them."""
+
+    def __init__(self, clock, cost_s):
+        self.clock = clock
+        self.cost_s = cost_s
+        self.pre = []
+        self.post = []
+        self.inner = None
+
+    def register_forward_pre_hook(self, hook):
+        return self._handle(self.pre, hook)
+
+    def register_forward_hook(self, hook):
+        return self._handle(self.post, hook)
+
+    @staticmethod
+    def _handle(hooks, hook):
+        hooks.append(hook)
+
+        class Handle:
+            def remove(self):
+                hooks.remove(hook)
+
+        return Handle()
+
+    def __call__(self, x):
+        for hook in list(self.pre):
+            hook(self, (x,))
+        self.clock.advance(self.cost_s)
+        if self.inner is not None:
+            self.inner(x)
+        for hook in list(self.post):
+            hook(self, (x,), x)
+        return x
 
 
 def enter(test, context):

@@ -5,7 +5,7 @@ from unittest import mock
 
 from gpumon.testing import FakeAllocator, GiB, MiB
 
-from .support import quiet_runtime
+from tests.support import quiet_runtime
 
 
 def deliver(runtime, *actions):

@@ -9,7 +9,7 @@ from gpumon._runtime import Runtime
 from gpumon._settings import Settings
 from gpumon.testing import FakeAllocator, GiB, MiB
 
-from .support import TORCHRUN_ENV, FakeAgent, capture_logs, enter, wait_until
+from tests.support import TORCHRUN_ENV, FakeAgent, capture_logs, enter, wait_until
 
 FAST = Settings(report_interval_s=0.02, retry_initial_s=0.02, retry_max_s=0.05, shutdown_timeout_s=2.0)
 ALLOC_KEYS = {
@@ -83,8 +83,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((alloc["allocated"], alloc["reserved"]), (1 * GiB, 1 * GiB))
         self.assertEqual((alloc["device_used"], alloc["device_total"]), (1 * GiB + 512 * MiB, 16 * GiB))
         (step,) = self.agent.records("step")
-        self.assertEqual(set(step), {"type", "t", "step", "duration_ms", "sections"})
-        self.assertEqual((step["step"], list(step["sections"])), (1, ["data"]))
+        self.assertEqual(set(step), {"type", "t", "step", "duration_ms", "sections", "clock"})
+        self.assertEqual((step["step"], list(step["sections"]), step["clock"]), (1, ["data"], "cpu"))
         (event,) = self.agent.records("event")
         self.assertEqual(event["name"], "eval start")
         self.assertEqual(event["detail"], "epoch 1")

@@ -7,7 +7,7 @@ from gpumon._address import AgentAddress, default_address, parse_address, resolv
 from gpumon._env import Identity, job_id, read_identity
 from gpumon._settings import Settings
 
-from .support import TORCHRUN_ENV, capture_logs
+from tests.support import TORCHRUN_ENV, capture_logs
 
 
 class IdentityTest(unittest.TestCase):

@@ -11,7 +11,7 @@ from gpumon._runtime import OWNER_VAR, Runtime
 from gpumon._settings import Settings
 from gpumon.testing import FakeAllocator
 
-from .support import TORCHRUN_ENV, capture_logs, enter, wait_until
+from tests.support import TORCHRUN_ENV, capture_logs, enter, wait_until
 
 
 def reporter_threads():

@@ -8,7 +8,7 @@ import tempfile
 import textwrap
 import unittest
 
-from .support import INJECT_DIR, PYTHON_ROOT, REPO_ROOT, TORCHRUN_ENV, FakeAgent
+from tests.support import INJECT_DIR, PYTHON_ROOT, REPO_ROOT, TORCHRUN_ENV, FakeAgent
 
 # Whether the hook was started (True/False) or not even imported, at start-up.
 PROBE = "import sys; m = sys.modules.get('gpumon'); print(m.stats()['active'] if m else 'absent')"

@@ -1,4 +1,5 @@
-"""With torch installed (skipped otherwise): the optimizer hook, watch() and, on a GPU, the memory source."""
+"""With torch installed (skipped otherwise): the optimizer hook, watch(), the CPU clock
+and, on a GPU, the memory source."""
 
 import importlib.util
 import json
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import unittest
 
-from .support import INJECT_DIR, PYTHON_ROOT, TORCHRUN_ENV, FakeAgent
+from tests.support import INJECT_DIR, PYTHON_ROOT, TORCHRUN_ENV, FakeAgent
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -46,6 +47,7 @@ class RealTorchTest(unittest.TestCase):
         agent = FakeAgent()
         self.addCleanup(agent.close)
         env = dict(os.environ, **TORCHRUN_ENV)
+        env.pop("GPUMON_SECTION_CLOCK", None)
         env.update(
             GPUMON_AGENT=agent.address,
             GPUMON_REPORT_INTERVAL="0.1",
@@ -60,12 +62,91 @@ class RealTorchTest(unittest.TestCase):
         steps = agent.records("step")
         self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5])
         self.assertEqual(set(steps[-1]["sections"]), {"data", "forward", "backward"})
+        clocks = {s["clock"] for s in steps}
         if out["cuda"]:
             self.assertGreaterEqual(out["snapshot"]["reserved"], 256 << 20)
             self.assertTrue(agent.records("alloc"))
+            self.assertIn("cuda", clocks)  # the events of so small a model complete at once
         else:
+            self.assertEqual(clocks, {"cpu"})
             self.assertIsNone(out["snapshot"])
             self.assertEqual(agent.records("alloc"), [])
+
+
+CPU_SCRIPT = r"""
+import json, time
+import torch, gpumon
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+gpumon.watch(model)
+for _ in range(5):
+    with gpumon.section("data"):
+        x = torch.randn(64, 256)
+        time.sleep(0.005)
+    loss = model(x).sum()
+    with gpumon.section("backward"):
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+stats = gpumon.stats()
+print(json.dumps({"steps": stats["step"], "clock": stats["clock"], "cuda": torch.cuda.is_initialized()}))
+"""
+
+
+def torch_import_error():
+    """Why ``import torch`` fails in this Python, or ``None`` when it works."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", "import torch"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if result.returncode == 0:
+        return None
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else "exit status %d" % result.returncode
+
+
+class RealTorchCpuClockTest(unittest.TestCase):
+    """A tiny model trained on the CPU: steps and sections on the CPU clock, as ever."""
+
+    @classmethod
+    def setUpClass(cls):
+        error = torch_import_error()
+        if error is not None:
+            raise unittest.SkipTest("torch cannot be imported by %s (%s)" % (sys.executable, error))
+
+    def test_steps_are_on_the_cpu_clock_with_plausible_sections(self):
+        agent = FakeAgent()
+        self.addCleanup(agent.close)
+        env = dict(os.environ, **TORCHRUN_ENV)
+        env.pop("GPUMON_SECTION_CLOCK", None)
+        env.update(
+            GPUMON_AGENT=agent.address,
+            GPUMON_REPORT_INTERVAL="0.1",
+            CUDA_VISIBLE_DEVICES="",
+            PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", CPU_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        out = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertEqual(out, {"steps": 5, "clock": "cpu", "cuda": False})
+        steps = agent.records("step")
+        self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5])
+        for step in steps:
+            with self.subTest(step=step["step"]):
+                self.assertEqual(step["clock"], "cpu")
+                sections = step["sections"]
+                self.assertEqual(set(sections), {"data", "forward", "backward"})
+                self.assertGreaterEqual(sections["data"], 5.0)
+                self.assertGreater(sections["forward"], 0.0)
+                self.assertGreater(sections["backward"], 0.0)
+                self.assertLessEqual(sum(sections.values()), step["duration_ms"] + 0.01)
+                self.assertLess(step["duration_ms"], 10_000.0)
 
 
 if __name__ == "__main__":

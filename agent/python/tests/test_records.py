@@ -20,7 +20,7 @@ from gpumon._records import (
 from gpumon._settings import MAX_REPORT_BYTES
 from gpumon.testing import FakeAllocator, GiB, MiB
 
-from .support import IDENTITY
+from tests.support import IDENTITY
 
 
 class AllocFieldsTest(unittest.TestCase):
@@ -55,7 +55,7 @@ class AllocFieldsTest(unittest.TestCase):
 
 class RecordsTest(unittest.TestCase):
     def test_step(self):
-        record = to_record(("step", 1.5, 7, 12.345678, {"data": 1.0, "forward": 2.5}))
+        record = to_record(("step", 1.5, 7, 12.345678, {"data": 1.0, "forward": 2.5}, "cuda"))
         self.assertEqual(
             record,
             {
@@ -64,16 +64,17 @@ class RecordsTest(unittest.TestCase):
                 "step": 7,
                 "duration_ms": 12.3457,
                 "sections": {"data": 1.0, "forward": 2.5},
+                "clock": "cuda",
             },
         )
 
     def test_clipping(self):
         sections = {("s%d" % i): 1.0 for i in range(40)}
-        record = to_record(("step", 1.0, 1, 1.0, sections))
+        record = to_record(("step", 1.0, 1, 1.0, sections, "cpu"))
         self.assertEqual(len(record["sections"]), 32)
         event = to_record(("event", 1.0, "n" * 200, "d" * 2000))
         self.assertEqual((len(event["name"]), len(event["detail"])), (128, 1024))
-        self.assertEqual(to_record(("step", 1.0, 1, float("nan"), {}))["duration_ms"], 0.0)
+        self.assertEqual(to_record(("step", 1.0, 1, float("nan"), {}, "cpu"))["duration_ms"], 0.0)
 
     def test_snapshot(self):
         self.assertEqual(

@@ -8,44 +8,7 @@ from gpumon._runtime import Runtime
 from gpumon._settings import QUEUE_MAXLEN
 from gpumon.testing import FakeAllocator, GiB, MiB
 
-from .support import FakeClock, enter, queued, quiet_runtime
-
-
-class FakeModule:
-    """Duck-typed torch.nn.Module: forward hooks and a call that runs them."""
-
-    def __init__(self, clock, cost_s):
-        self.clock = clock
-        self.cost_s = cost_s
-        self.pre = []
-        self.post = []
-        self.inner = None
-
-    def register_forward_pre_hook(self, hook):
-        return self._handle(self.pre, hook)
-
-    def register_forward_hook(self, hook):
-        return self._handle(self.post, hook)
-
-    @staticmethod
-    def _handle(hooks, hook):
-        hooks.append(hook)
-
-        class Handle:
-            def remove(self):
-                hooks.remove(hook)
-
-        return Handle()
-
-    def __call__(self, x):
-        for hook in list(self.pre):
-            hook(self, (x,))
-        self.clock.advance(self.cost_s)
-        if self.inner is not None:
-            self.inner(x)
-        for hook in list(self.post):
-            hook(self, (x,), x)
-        return x
+from tests.support import FakeClock, FakeModule, enter, queued, quiet_runtime
 
 
 class StepTest(unittest.TestCase):

@@ -23,6 +23,8 @@ pub const MAX_DETAIL_BYTES: usize = 1024;
 pub const MAX_SECTIONS: usize = 32;
 /// Skip reasons returned in one answer; the count covers the rest.
 pub const MAX_REASONS: usize = 5;
+/// The clocks a step record may name (`clock`; absent means `cpu`).
+pub const STEP_CLOCKS: [&str; 2] = ["cuda", "cpu"];
 
 /// What a report's records came to.
 #[derive(Debug, Default)]
@@ -153,6 +155,7 @@ fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Che
             let step = bytes(obj, "step")?;
             let duration_ms = millis(obj.get("duration_ms"), "duration_ms")?;
             let sections = sections(obj.get("sections"))?;
+            check_clock(obj.get("clock"))?;
             let record = StepRecord {
                 t_ms,
                 job,
@@ -319,6 +322,19 @@ fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// A step's `clock`: `cuda`, `cpu`, or absent/`null` (`cpu`). Checked but
+/// not forwarded: [`StepRecord`] has no field for it.
+fn check_clock(v: Option<&Value>) -> Result<(), String> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(c)) if STEP_CLOCKS.contains(&c.as_str()) => Ok(()),
+        Some(other) => Err(format!(
+            "clock must be \"cuda\" or \"cpu\", not {}",
+            shown(other)
+        )),
+    }
 }
 
 fn name(obj: &Map<String, Value>) -> Result<String, String> {
@@ -507,6 +523,57 @@ mod tests {
             more.reasons[4].contains("device_used"),
             "{:?}",
             more.reasons
+        );
+    }
+
+    #[test]
+    fn step_clocks() {
+        let step = |clock: Option<Value>| {
+            let mut s = json!({"type": "step", "t": T, "step": 1, "duration_ms": 2.5,
+                               "sections": {"forward": 1.5}});
+            if let Some(clock) = clock {
+                s["clock"] = clock;
+            }
+            s
+        };
+        let accepted = check(json!([
+            step(Some(json!("cuda"))),
+            step(Some(json!("cpu"))),
+            step(None),
+            step(Some(Value::Null)),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (accepted.records.len(), accepted.skipped),
+            (4, 0),
+            "{:?}",
+            accepted.reasons
+        );
+        let HookRecord::Step(s) = &accepted.records[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (s.step, s.duration_ms, &s.sections[..]),
+            (1, 2.5, &[("forward".to_owned(), 1.5)][..])
+        );
+        let refused = check(json!([
+            step(Some(json!("gpu"))),
+            step(Some(json!("CUDA"))),
+            step(Some(json!(""))),
+            step(Some(json!(1))),
+            step(Some(json!({"kind": "cuda"}))),
+        ]))
+        .unwrap();
+        assert_eq!((refused.records.len(), refused.skipped), (0, 5));
+        assert_eq!(
+            refused.reasons,
+            [
+                r#"record 0: clock must be "cuda" or "cpu", not "gpu""#,
+                r#"record 1: clock must be "cuda" or "cpu", not "CUDA""#,
+                r#"record 2: clock must be "cuda" or "cpu", not """#,
+                r#"record 3: clock must be "cuda" or "cpu", not 1"#,
+                r#"record 4: clock must be "cuda" or "cpu", not an object"#,
+            ]
         );
     }
 
