@@ -5,7 +5,8 @@ depend on the public corpus's exact shape (stdlib only, deterministic):
   NAME-a   2 s sampling, 15 % of GPU and allocator samples dropped, each node's
            clock skewed by up to +-0.5 s
   NAME-b   0.5 s sampling
-  NAME-c6  (straggler traces) the straggler only 6 % slower in compute
+  NAME-c6  (straggler traces) the straggler's forward only 6 % slower than a
+           peer's, and its wait in backward as much shorter (lockstep)
 
   scripts/trace_variants.py SRC_DIR OUT_DIR
   ../shared/eval/score.py --traces OUT_DIR --cmd 'gpumon replay {trace} --output {report}'
@@ -64,7 +65,14 @@ for p in sorted(glob.glob(src + '/*.jsonl.gz')):
                 peers = [x for k, x in steps[r['step']].items() if k != e['rank']]
                 if peers:
                     peer = rnd.choice(peers)
-                    r = dict(r); r['sections'] = {k: (v * 1.06 if k != 'data' else v) for k, v in peer['sections'].items()}
+                    # Lockstep: its forward takes 6 % longer and it waits
+                    # as much less in backward, where DDP's all-reduce waits.
+                    secs = dict(peer['sections'])
+                    extra = 0.06 * secs.get('forward', 0.0)
+                    secs['forward'] = secs.get('forward', 0.0) + extra
+                    if 'backward' in secs and not any('reduce' in k for k in secs):
+                        secs['backward'] = max(0.0, secs['backward'] - extra)
+                    r = dict(r); r['sections'] = secs
             c.append(r)
         save(base + '-c6', [hdr] + c, labels)
 print(f'wrote variants of {len(glob.glob(src + "/*.jsonl.gz"))} traces to {out}')

@@ -7,7 +7,8 @@
 //! stays flat. A leak is growth that goes on *after* the ramp ended, at a
 //! steady rate. So for the first `watch_s` seconds of a GPU's activity this
 //! watch keeps its used memory (per-second peaks) and, once per second,
-//! fits the last `fit_s` seconds. It warns when:
+//! fits the last `fit_s` seconds (at least `min_points` points). It warns
+//! when:
 //!
 //! - the fit is a real upward trend (Mann–Kendall p at most `p_max`, slope
 //!   interval above zero, at least `min_points` points);
@@ -145,7 +146,11 @@ impl EarlyWatch {
     ) -> Option<OomForecast> {
         let newest = self.points.back()?.0;
         let points = self.points.make_contiguous();
-        let split = points.partition_point(|&(t, _)| t < newest - p.fit_s);
+        // The last `fit_s` seconds, or the last `min_points` points when
+        // samples come sparser than one a second.
+        let split = points
+            .partition_point(|&(t, _)| t < newest - p.fit_s)
+            .min(points.len().saturating_sub(p.min_points));
         let (before, window) = points.split_at(split);
         if window.len() < p.min_points || before.is_empty() {
             return None;

@@ -73,7 +73,7 @@ pub struct StragglerParams {
 impl Default for StragglerParams {
     fn default() -> Self {
         Self {
-            min_slowdown: 0.03,
+            min_slowdown: 0.01,
             k_sigma: 0.75,
             h_sigma: 10.0,
             clip_sigma: 3.0,
