@@ -92,8 +92,9 @@ pub struct RankSummary {
     pub imbalance: bool,
     /// Flagged as a straggler.
     pub straggler: bool,
-    /// How many times longer than its peers' its step sections take (median
-    /// over recent steps), once the straggler detector scored it.
+    /// How many times longer than its peers' its own work takes (its step
+    /// sections less the wait for its peers; median over recent steps),
+    /// once the straggler detector scored it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub slowdown: Option<f64>,
     /// Its memory level above the job's median level, bytes (negative:

@@ -247,7 +247,7 @@ fn encode_ranks(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
         enc,
         s,
         "gpumon_rank_straggler_slowdown_ratio",
-        "How many times longer the rank's step sections take than its peers' (1: as fast)",
+        "How many times longer the rank's own work (its step sections less the wait for its peers) takes than its peers' (1: as fast)",
         None,
         |r| r.slowdown,
     )?;
