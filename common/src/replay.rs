@@ -55,6 +55,7 @@ pub fn feed_ref(engine: &mut Engine, record: &RecordRef<'_>) {
             rank: a.rank,
             allocated: a.allocated,
             reserved: a.reserved,
+            peak_allocated: a.peak_allocated,
             inactive_split: a.inactive_split,
             alloc_retries: a.alloc_retries,
             ooms: a.ooms,

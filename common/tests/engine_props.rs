@@ -157,6 +157,7 @@ fn feed(e: &mut Engine, o: &Obs) {
             rank,
             allocated,
             reserved,
+            peak_allocated: Some(allocated),
             inactive_split: Some(reserved),
             alloc_retries: Some(retries),
             ooms: None,

@@ -191,6 +191,7 @@ mod tests {
                     rank,
                     allocated,
                     reserved: allocated + cache,
+                    peak_allocated: None,
                     inactive_split: Some(0),
                     alloc_retries: Some(0),
                     ooms: Some(0),

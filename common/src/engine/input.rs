@@ -69,6 +69,8 @@ pub struct AllocObs<'a> {
     pub allocated: u64,
     /// Bytes held by the allocator.
     pub reserved: u64,
+    /// The most bytes in live tensors so far (`max_memory_allocated`).
+    pub peak_allocated: Option<u64>,
     /// Bytes in split blocks that cannot be released.
     pub inactive_split: Option<u64>,
     /// Allocation retries so far (cache flushes after a failed cudaMalloc).

@@ -171,6 +171,7 @@ impl Engine {
         if !self.tick(a.t) {
             return;
         }
+        let capacity = self.rank_capacity(a.job, a.rank);
         let window_s = self.cfg.window_s;
         let history = self.cfg.regime.max_points.max(2);
         let warmup_s = self.cfg.warmup_s;
@@ -194,6 +195,17 @@ impl Engine {
         let closed_alloc = track.allocated_env.add(a.t, al, al, al);
         let closed_res = track.reserved_env.add(a.t, re, re, re);
         if let (Some(pa), Some(pr)) = (closed_alloc, closed_res) {
+            if let Some(peak) = a.peak_allocated {
+                let reset = track.peak_history.back().is_some_and(|&(_, p)| peak < p);
+                if reset || track.peak_history.len() == history {
+                    if reset {
+                        track.peak_history.clear();
+                    } else {
+                        track.peak_history.pop_front();
+                    }
+                }
+                track.peak_history.push_back((pa.t, peak));
+            }
             let at_last_window = track.retry_history.back().copied().unwrap_or(0);
             track.retry_streak = if track.retries > at_last_window {
                 track.retry_streak + 1
@@ -208,6 +220,48 @@ impl Engine {
                 self.alloc_window(a.job, a.rank, pa, pr);
             }
         }
+        if let (Some(peak), Some(capacity)) = (a.peak_allocated, capacity) {
+            self.early_leak(a, peak, capacity);
+        }
+    }
+
+    /// The early watch on `peak_allocated`. `allocated` itself swings with
+    /// every step's activations, but its running maximum is smooth: flat once
+    /// a healthy job has warmed up (and when only the cache fragments), and
+    /// climbing steadily when live tensors leak. The GPU's own early watch
+    /// forecasts the OOM; this one names the leak.
+    fn early_leak(&mut self, a: &AllocObs<'_>, peak: u64, capacity: f64) {
+        let Some(r) = self
+            .jobs
+            .get_mut(a.job)
+            .and_then(|j| j.ranks.get_mut(&a.rank))
+        else {
+            return;
+        };
+        let Some(track) = r.alloc.as_mut() else {
+            return;
+        };
+        let Some(f) = track.early.add(
+            a.t,
+            track.first_t,
+            peak as f64,
+            capacity,
+            &self.cfg,
+            &mut self.scratch.trend,
+        ) else {
+            return;
+        };
+        let edge = r.leak.update(true, 1, self.cfg.leak.clear_after);
+        r.leak_rate = Some(f.slope_bytes_per_s);
+        let place = (r.node.clone(), r.gpu);
+        self.leak_edge(
+            &Subject::Rank(a.job.to_owned(), a.rank),
+            place,
+            a.t,
+            edge,
+            f.slope_bytes_per_s,
+            "its peak of live tensors keeps rising at a steady rate after its start-up ramp ended",
+        );
     }
 
     /// A closed allocator window: leak and fragmentation judgements.
@@ -249,7 +303,9 @@ impl Engine {
                 fit_series(&track.allocated, |p| p.trough, &cfg, scratch)
                     .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
                     .filter(|&rate| {
-                        r.leak.is_on() || still_rising(&track.allocated, rate, &cfg, scratch)
+                        r.leak.is_on()
+                            || (still_rising(&track.allocated, rate, &cfg, scratch)
+                                && makes_new_highs(&track.peak_history, rate, cfg.leak.min_points))
                     })
             }
             _ => None,
@@ -372,5 +428,55 @@ impl Engine {
         let r = self.jobs.get(job)?.ranks.get(&rank)?;
         let gpu = self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?)?;
         Some(gpu.total as f64)
+    }
+}
+
+/// Whether the allocator's running peak of live tensors rose over the last
+/// `span` windows by at least half of what a leak of `rate` bytes/s adds: a
+/// leak makes new highs, a workload returning to a level it held before
+/// does not. Unknown (no `peak_allocated`, or too little since its last
+/// reset) counts as yes.
+fn makes_new_highs(
+    history: &std::collections::VecDeque<(f64, u64)>,
+    rate: f64,
+    span: usize,
+) -> bool {
+    let n = history.len();
+    if n < span.max(3) {
+        return true;
+    }
+    let (t0, p0) = history[n - span.max(3)];
+    let (t1, p1) = history[n - 1];
+    p1 as f64 - p0 as f64 >= 0.5 * rate * (t1 - t0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::makes_new_highs;
+
+    const GIB: f64 = (1u64 << 30) as f64;
+
+    fn history(peak_at: impl Fn(f64) -> f64) -> std::collections::VecDeque<(f64, u64)> {
+        (0..12)
+            .map(|i| f64::from(i) * 10.0)
+            .map(|t| (t, peak_at(t) as u64))
+            .collect()
+    }
+
+    #[test]
+    fn a_leak_makes_new_highs_and_a_return_to_an_old_level_does_not() {
+        let rate = 0.03 * GIB;
+        assert!(makes_new_highs(
+            &history(|t| 20.0 * GIB + rate * t),
+            rate,
+            9
+        ));
+        assert!(!makes_new_highs(&history(|_| 22.7 * GIB), rate, 9));
+    }
+
+    #[test]
+    fn too_little_history_does_not_block_a_leak() {
+        let short: std::collections::VecDeque<(f64, u64)> = [(0.0, 1), (10.0, 1)].into();
+        assert!(makes_new_highs(&short, GIB, 9));
     }
 }

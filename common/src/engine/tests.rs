@@ -82,6 +82,7 @@ impl Scenario {
                         rank,
                         allocated: (used as f64 * 0.9) as u64,
                         reserved: (used as f64 * 0.97) as u64,
+                        peak_allocated: None,
                         inactive_split: Some(0),
                         alloc_retries: Some(0),
                         ooms: Some(0),

@@ -119,6 +119,12 @@ pub struct AllocTrack {
     pub(crate) retry_history: VecDeque<u64>,
     pub(crate) retry_streak: u32,
     pub(crate) ooms: u64,
+    /// The first minutes' watch on `peak_allocated`: live tensors that keep
+    /// reaching new highs at a steady rate once the start-up ramp is over.
+    /// `peak_allocated` at each closed window since its last reset, when
+    /// the hook reports it: a leak keeps making new highs.
+    pub(crate) peak_history: VecDeque<(f64, u64)>,
+    pub(crate) early: EarlyWatch,
 }
 
 impl GpuTrack {
@@ -214,6 +220,8 @@ impl AllocTrack {
             retry_history: VecDeque::new(),
             retry_streak: 0,
             ooms: 0,
+            peak_history: VecDeque::new(),
+            early: EarlyWatch::default(),
         }
     }
 }

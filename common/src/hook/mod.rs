@@ -60,6 +60,7 @@ impl HookState {
                     rank: a.rank,
                     allocated: a.stats.allocated,
                     reserved: a.stats.reserved,
+                    peak_allocated: a.stats.peak_allocated,
                     inactive_split: a.stats.inactive_split,
                     alloc_retries: a.stats.alloc_retries,
                     ooms: a.stats.ooms,
