@@ -52,6 +52,7 @@ use self::gauges::Activity;
 use self::rank::SimRank;
 use self::report::Tape;
 use self::rng::{fnv1a, hash};
+use self::timing::Pace;
 use self::workload::{Anomalies, JobParams, Workload};
 use super::{GpuSource, SourceError};
 
@@ -223,7 +224,7 @@ impl SimSource {
             let workload = Workload::new(seed, rank, &params, anomalies);
             ranks.push(
                 SimRank::new(info, PID_BASE + rank, context, workload, capacity)
-                    .throttled(roles.straggler == Some(rank)),
+                    .pace(Pace::of(rank, roles.straggler)),
             );
         }
         Ok(Self {

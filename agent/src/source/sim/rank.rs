@@ -16,7 +16,7 @@ use gpumon_proto::RankInfo;
 
 use super::allocator::{CachingAllocator, OutOfMemory};
 use super::report::{alloc_offsets, AllocReading, Tape, OOM_EVENT, WARMUP_MARKER, WARMUP_STEPS};
-use super::timing;
+use super::timing::{self, Pace};
 use super::workload::Workload;
 
 /// The most steps one sample plays through. A jump further ahead (a wall
@@ -46,8 +46,8 @@ pub(crate) struct SimRank {
     played_ms: Option<u64>,
     /// The step in which the process ran out of memory and died.
     died_at_step: Option<u64>,
-    /// Whether its GPU is throttled (the job's straggler).
-    throttled: bool,
+    /// Its pace: healthy, throttled (the job's straggler), or waiting for one.
+    pace: Pace,
     /// Highest allocated bytes so far.
     peak_allocated: u64,
     /// Highest reserved bytes so far.
@@ -76,14 +76,14 @@ impl SimRank {
             allocator,
             played_ms: None,
             died_at_step: None,
-            throttled: false,
+            pace: Pace::Healthy,
         }
     }
 
-    /// The same rank on a throttled GPU: its forward and backward passes
-    /// take longer (see [`timing`]).
-    pub(crate) fn throttled(mut self, throttled: bool) -> Self {
-        self.throttled = throttled;
+    /// The same rank at another pace: on a throttled GPU its forward and
+    /// backward passes take longer; beside one, it waits (see [`timing`]).
+    pub(crate) fn pace(mut self, pace: Pace) -> Self {
+        self.pace = pace;
         self
     }
 
@@ -181,7 +181,7 @@ impl SimRank {
                 self.info.rank,
                 step,
                 step_ms,
-                self.throttled,
+                self.pace,
             );
             tape.step(at_ms(end), &self.info, step, step_ms as f64, sections);
             if self.info.rank == 0 && step + 1 == WARMUP_STEPS {
