@@ -88,7 +88,22 @@ pub async fn get<T: DeserializeOwned>(url: &str) -> reqwest::Result<T> {
 
 /// Polls `probe` every 100 ms until it gives `Some`, panicking with `what`
 /// and the last value seen after `within`.
-pub async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+pub async fn wait_for<T, F, Fut>(within: Duration, what: &str, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    wait_for_every(Duration::from_millis(100), within, what, probe).await
+}
+
+/// [`wait_for`], polling every `every` (for probes that cost the machine
+/// under test something).
+pub async fn wait_for_every<T, F, Fut>(
+    every: Duration,
+    within: Duration,
+    what: &str,
+    mut probe: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
@@ -100,7 +115,7 @@ where
             Err(last) if Instant::now() >= deadline => {
                 panic!("timed out waiting for {what}; last: {last}")
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) => tokio::time::sleep(every).await,
         }
     }
 }

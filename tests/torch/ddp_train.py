@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""A real DistributedDataParallel job on CPU (gloo), for gpumon's torch end-to-end test.
+
+Run it under torchrun through ``gpumon run`` (which injects the hook)::
+
+    gpumon run -- python -m torch.distributed.run --nproc-per-node 4 \\
+        tests/torch/ddp_train.py --duration-s 60 --slow-rank 2 --slow-in forward --slow-after-s 20
+
+Every rank trains the same small MLP on synthetic batches, one thread each,
+pinned to one CPU (local rank modulo the CPUs it may use): with more ranks
+than CPUs, ranks left to the scheduler drift between CPUs, and one of them is
+often slower than its peers for seconds, as no GPU rank would be.
+
+The hook sees what it would see in a real job: ``gpumon.watch(model)`` times
+``forward``, ``data`` and ``backward`` are timed by hand, and
+``optimizer.step()`` marks the step boundary. DDP's gradient all-reduce runs
+inside ``backward``, so a rank that is slow elsewhere makes its peers wait
+there. Without CUDA the hook has no device to report, and an agent sampling
+no GPU would show no rank, so the script hands ``gpumon.init`` a memory
+source for a stand-in CPU device per rank.
+
+One rank can be made slow from a given step or after a given time:
+
+- ``--slow-in forward``: the model's forward repeats its own matrix products
+  (without autograd) ``--slow-repeats`` more times: real extra compute that
+  about doubles that rank's forward;
+- ``--slow-in data``: the batch fetch sleeps ``--slow-data-ms`` more, like a
+  stalled input pipeline.
+
+The wall-clock time (Unix seconds) at which the slowdown starts is written to
+``--slow-start-file``. With ``--stats-dir``, every rank writes ``rank-N.json``
+there every ``STATS_EVERY_S`` and at the end: the median time of each section
+(timed by the script itself, ms) before and after the slowdown, split at the
+time in the start file.
+
+The job runs ``--duration-s`` and exits 0; the ranks agree on the last step
+through a one-element all-reduce every ``STOP_CHECK_EVERY`` steps, so none is
+left waiting in a collective. A rank whose launcher went away (the test
+killed it) exits by itself.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import gpumon
+
+#: Steps between two checks that every rank is still within the duration.
+STOP_CHECK_EVERY = 10
+#: Seconds between two checks that the launcher is still there.
+ORPHAN_CHECK_S = 0.5
+#: Seconds between two writes of the stats file.
+STATS_EVERY_S = 5.0
+#: First steps left out of the stats (warm-up).
+STATS_SKIP_STEPS = 20
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration-s", type=float, default=60.0, help="run time, then exit 0")
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--width", type=int, default=384, help="hidden layer width")
+    p.add_argument("--depth", type=int, default=2, help="hidden layers")
+    p.add_argument("--no-pin", action="store_true", help="leave the rank's CPU to the scheduler")
+    p.add_argument("--slow-rank", type=int, default=None, help="the rank made slow (none by default)")
+    p.add_argument("--slow-in", choices=("forward", "data"), default="forward")
+    p.add_argument("--slow-from-step", type=int, default=None, help="slow from this step on")
+    p.add_argument("--slow-after-s", type=float, default=None, help="slow after this many seconds of training")
+    p.add_argument("--slow-repeats", type=int, default=1, help="extra passes of the forward's products")
+    p.add_argument("--slow-data-ms", type=float, default=25.0, help="extra time of each batch fetch")
+    p.add_argument("--slow-start-file", default=None, help="where to write the slowdown's start, Unix seconds")
+    p.add_argument("--stats-dir", default=None, help="where each rank writes its section medians")
+    return p.parse_args(argv)
+
+
+class Mlp(nn.Module):
+    """A plain MLP whose forward can repeat its products as extra work."""
+
+    def __init__(self, inputs, width, depth, outputs):
+        super().__init__()
+        sizes = [inputs] + [width] * depth
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.out = nn.Linear(width, outputs)
+        self.extra_passes = 0
+
+    def forward(self, x):
+        h = x
+        for layer in self.hidden:
+            h = torch.relu(layer(h))
+        if self.extra_passes:
+            with torch.no_grad():
+                for _ in range(self.extra_passes):
+                    g = x
+                    for layer in self.hidden:
+                        g = torch.relu(layer(g))
+        return self.out(h)
+
+
+class CpuMemory:
+    """A gpumon memory source for a CPU rank: the process's resident memory
+    on a stand-in device per local rank (see ``agent/src/hook/source.rs``)."""
+
+    def __init__(self, index):
+        self.index = index
+        self.total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def _rss(self):
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def memory_stats(self):
+        rss = self._rss()
+        return {"allocated_bytes.all.current": rss, "reserved_bytes.all.current": rss}
+
+    def mem_get_info(self):
+        return max(0, self.total - self._rss()), self.total
+
+    def empty_cache(self):
+        pass
+
+    def device_info(self):
+        return {"index": self.index, "uuid": None, "name": "cpu", "total_bytes": self.total}
+
+
+class Slowdown:
+    """Decides, on the slowed rank, when the slowdown starts, and records it."""
+
+    def __init__(self, args, rank):
+        self.active_rank = args.slow_rank == rank
+        self.from_step = args.slow_from_step
+        self.after_s = args.slow_after_s
+        self.start_file = args.slow_start_file
+        self.on = False
+
+    def check(self, step, elapsed_s):
+        """True from the step at which this rank is slow on."""
+        if self.on or not self.active_rank:
+            return self.on
+        due_step = self.from_step is not None and step >= self.from_step
+        due_time = self.after_s is not None and elapsed_s >= self.after_s
+        if due_step or due_time:
+            self.on = True
+            self._record(time.time())
+        return self.on
+
+    def _record(self, t):
+        if self.start_file:
+            tmp = self.start_file + ".tmp"
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write("%.6f\n" % t)
+            os.replace(tmp, self.start_file)
+        print("ddp_train: slowdown started at %.3f" % t, file=sys.stderr, flush=True)
+
+
+class Stats:
+    """Section times per step (ms), and their medians before and after the
+    slowdown (read from the start file, so every rank splits at the same
+    time) written to ``rank-N.json``."""
+
+    def __init__(self, stats_dir, rank, start_file):
+        self.path = os.path.join(stats_dir, "rank-%d.json" % rank) if stats_dir else None
+        self.rank = rank
+        self.start_file = start_file
+        self.rows = []
+        self.written = time.monotonic()
+
+    def add(self, t, times):
+        """A step that began at ``t`` (Unix seconds) and took ``times``."""
+        self.rows.append((t, times))
+        if self.path and time.monotonic() - self.written >= STATS_EVERY_S:
+            self.write()
+
+    def write(self):
+        if not self.path:
+            return
+        self.written = time.monotonic()
+        start = self._slow_start()
+        rows = self.rows[STATS_SKIP_STEPS:]
+        phases = {
+            "before": [times for t, times in rows if start is None or t < start],
+            "after": [times for t, times in rows if start is not None and t >= start],
+        }
+        summary = {"rank": self.rank, "steps": len(self.rows), "slow_start": start}
+        for phase, steps in phases.items():
+            summary[phase] = {"n": len(steps)}
+            for name in steps[0] if steps else ():
+                summary[phase][name] = round(statistics.median(s[name] for s in steps), 2)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(summary, f)
+        os.replace(tmp, self.path)
+
+    def _slow_start(self):
+        try:
+            with open(self.start_file, encoding="ascii") as f:
+                return float(f.read())
+        except (OSError, TypeError, ValueError):
+            return None
+
+
+def exit_when_orphaned():
+    """Exits the process once its parent (torchrun) is gone."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def pin_to_one_cpu(local_rank):
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+
+
+def agreed_to_stop(out_of_time):
+    """Whether any rank is out of time (all ranks must call it together)."""
+    flag = torch.tensor([1.0 if out_of_time else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
+
+
+def main(argv):
+    args = parse_args(argv)
+    exit_when_orphaned()
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not args.no_pin:
+        pin_to_one_cpu(local_rank)
+    dist.init_process_group("gloo")
+    gpumon.init(memory_source=CpuMemory(local_rank))
+
+    torch.manual_seed(0)
+    inputs, outputs = 256, 16
+    model = Mlp(inputs, args.width, args.depth, outputs)
+    ddp = DistributedDataParallel(model)
+    gpumon.watch(ddp)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    target_map = torch.randn(inputs, outputs)
+    data_gen = torch.Generator().manual_seed(1000 + rank)
+    slowdown = Slowdown(args, rank)
+    stats = Stats(args.stats_dir, rank, args.slow_start_file)
+
+    start = time.monotonic()
+    step = 0
+    while True:
+        step += 1
+        slow = slowdown.check(step, time.monotonic() - start)
+        model.extra_passes = args.slow_repeats if slow and args.slow_in == "forward" else 0
+        began = time.time()
+        t0 = time.perf_counter()
+        with gpumon.section("data"):
+            x = torch.randn(args.batch, inputs, generator=data_gen)
+            y = x @ target_map
+            if slow and args.slow_in == "data":
+                time.sleep(args.slow_data_ms / 1000.0)
+        t1 = time.perf_counter()
+        loss = F.mse_loss(ddp(x), y)
+        t2 = time.perf_counter()
+        with gpumon.section("backward"):
+            loss.backward()
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
+        ms = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "step": t4 - t0}
+        stats.add(began, {k: v * 1000.0 for k, v in ms.items()})
+        if step % STOP_CHECK_EVERY == 0 and agreed_to_stop(time.monotonic() - start >= args.duration_s):
+            break
+    stats.write()
+    dist.destroy_process_group()
+    print("ddp_train: rank %d done after %d steps" % (rank, step), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

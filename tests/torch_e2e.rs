@@ -1,0 +1,536 @@
+//! gpumon on a real torch job: `torchrun --nproc-per-node 4` training a
+//! DistributedDataParallel model on CPU (gloo) through `gpumon run`, with a
+//! single coordinator and an agent serving the hook on loopback that samples
+//! no GPU itself (`--source none`). The engine runs its default
+//! configuration: the point is that the defaults work on a real job.
+//!
+//! One rank is made slow, in its forward (real extra compute) or in its data
+//! loader, 20 s into training (`tests/torch/ddp_train.py`); a `straggler`
+//! alert must name that rank and section within 30 s. A job with no slow
+//! rank must train 120 s without one. Before waiting for an alert, the tests
+//! check the harness: every rank's sections reach the coordinator, and the
+//! slowdown shows in them (the slow rank's section longer than its peers',
+//! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
+//! Each test writes the ranks' own section medians to stderr.
+//!
+//! Without CUDA the hook has no device to report, and the job API lists a
+//! rank only with its device: the ranks report their resident memory on a
+//! stand-in `cpu` device (`CpuMemory` in the script) so the harness can read
+//! their sections there. Straggler detection does not need it: it works on
+//! the step records alone.
+//!
+//! The tests need a Python with torch in `GPUMON_TEST_PYTHON`;
+//! `scripts/test` installs one in a cached venv and sets it. Without it they
+//! fail and say so; `GPUMON_SKIP_TORCH_TESTS=1` skips them. They run one job
+//! at a time: four ranks on a 2-CPU machine already compete for the CPUs,
+//! and two jobs at once would make every rank's times noisy.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use support::{get, gpumon, leading_coordinator, wait_for, wait_for_every, Proc};
+use tokio::process::Child;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+const RANKS: u32 = 4;
+const SLOW_RANK: u32 = 2;
+/// Training time before the slow rank slows down, seconds.
+const SLOW_AFTER_S: u64 = 20;
+/// Longest time from the slowdown to its alert.
+const ALERT_WITHIN: Duration = Duration::from_secs(30);
+/// Training time of the job with no slow rank, seconds.
+const CLEAN_RUN_S: u64 = 120;
+/// Longest time from `gpumon run` to the first training step (five Pythons
+/// importing torch on two CPUs).
+const START_WITHIN: Duration = Duration::from_secs(120);
+/// Time between two reads of the API: every read takes CPU from the ranks.
+const POLL: Duration = Duration::from_secs(1);
+/// Where the script writes when the slowdown started, in the job's directory.
+const SLOW_START_FILE: &str = "slow-start";
+/// Where the output of `gpumon run`, torchrun and the ranks goes, in the
+/// job's directory; its end is shown when a test fails.
+const RUN_LOG: &str = "run.log";
+/// Steps after the slowdown in every rank's statistics before the job stops.
+const STEPS_AFTER: u64 = 100;
+/// The sections the script times.
+const SECTIONS: [&str; 3] = ["data", "forward", "backward"];
+/// How much longer than its peers' the slow rank's section must be.
+const SLOW_RATIO: f64 = 1.5;
+
+const HOW_TO_GET_TORCH: &str = "run ./scripts/test, which installs torch in a cached venv and \
+     sets GPUMON_TEST_PYTHON, or set GPUMON_TEST_PYTHON to a python that can import torch \
+     (GPUMON_SKIP_TORCH_TESTS=1 skips these tests)";
+
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs_f64()
+}
+
+/// Time left until `t`, Unix seconds (zero when past).
+fn until(t: f64) -> Duration {
+    Duration::from_secs_f64((t - unix_now()).max(0.0))
+}
+
+/// Written past libtest's capture, so that a passing run's log shows it too.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The Python to run the job with, or `None` (said on stderr) when the
+/// tests are skipped. Panics, saying what to do, when there is none.
+fn torch_python(test: &str) -> Option<PathBuf> {
+    if std::env::var("GPUMON_SKIP_TORCH_TESTS").as_deref() == Ok("1") {
+        report(&format!("{test}: SKIPPED: GPUMON_SKIP_TORCH_TESTS=1"));
+        return None;
+    }
+    static CHECKED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match CHECKED.get_or_init(find_torch_python) {
+        Ok(python) => Some(python.clone()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn find_torch_python() -> Result<PathBuf, String> {
+    let python = std::env::var_os("GPUMON_TEST_PYTHON")
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("GPUMON_TEST_PYTHON is not set: {HOW_TO_GET_TORCH}"))?;
+    let out = std::process::Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}: {HOW_TO_GET_TORCH}", python.display()))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        let why = why.lines().last().unwrap_or("no error message");
+        return Err(format!(
+            "{} cannot import torch ({why}): {HOW_TO_GET_TORCH}",
+            python.display()
+        ));
+    }
+    Ok(python)
+}
+
+/// One rank's latest smoothed times, as the coordinator shows them.
+#[derive(Debug)]
+struct RankTimes {
+    step: u64,
+    /// Smoothed ms per section.
+    sections: BTreeMap<String, f64>,
+}
+
+impl RankTimes {
+    fn ms(&self, section: &str) -> f64 {
+        self.sections.get(section).copied().unwrap_or(f64::NAN)
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
+}
+
+fn show(times: &BTreeMap<u32, RankTimes>) -> String {
+    times
+        .iter()
+        .map(|(rank, t)| {
+            let sections: Vec<String> = SECTIONS
+                .iter()
+                .map(|s| format!("{s} {:.1}", t.ms(s)))
+                .collect();
+            format!("rank {rank} step {}: {}", t.step, sections.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every rank has reported steps with every section.
+fn all_ranks_report_sections(times: &BTreeMap<u32, RankTimes>) -> Result<(), String> {
+    let complete = (0..RANKS).all(|rank| {
+        times
+            .get(&rank)
+            .is_some_and(|t| SECTIONS.iter().all(|s| t.ms(s) > 0.0))
+    });
+    if complete {
+        Ok(())
+    } else {
+        Err(format!(
+            "not every rank reports {SECTIONS:?}: {}",
+            show(times)
+        ))
+    }
+}
+
+/// `rank`'s `section` takes [`SLOW_RATIO`] times its peers' median, and its
+/// `backward` less than theirs (they wait for it in the all-reduce).
+fn slowdown_shows(
+    times: &BTreeMap<u32, RankTimes>,
+    rank: u32,
+    section: &str,
+) -> Result<(), String> {
+    all_ranks_report_sections(times)?;
+    let peers = |s: &str| {
+        median(
+            times
+                .iter()
+                .filter(|(r, _)| **r != rank)
+                .map(|(_, t)| t.ms(s))
+                .collect(),
+        )
+    };
+    let slow = &times[&rank];
+    if slow.ms(section) >= SLOW_RATIO * peers(section) && slow.ms("backward") < peers("backward") {
+        Ok(())
+    } else {
+        Err(format!(
+            "rank {rank}'s {section} is not {SLOW_RATIO}x its peers' with a shorter backward: {}",
+            show(times)
+        ))
+    }
+}
+
+/// A straggler alert for `rank` in `section`, alive after `since` (Unix s).
+fn names(alert: &Value, rank: u32, section: &str, since: f64) -> bool {
+    alert["rank"] == rank
+        && alert["section"] == section
+        && alert["updated_t"].as_f64().is_some_and(|t| t >= since)
+        && alert["resolved_t"].as_f64().is_none_or(|t| t >= since)
+}
+
+fn alert_lines(alerts: &[Value]) -> String {
+    let lines: Vec<String> = alerts
+        .iter()
+        .map(|a| format!("t={} {}", a["t"], a["message"].as_str().unwrap_or("?")))
+        .collect();
+    format!("[{}]", lines.join(" | "))
+}
+
+/// A coordinator, an agent serving the hook, and `gpumon run -- torchrun
+/// ... ddp_train.py` in its own process group; everything is killed on drop.
+struct Job {
+    name: String,
+    url: String,
+    dir: PathBuf,
+    run: Child,
+    _coordinator: Proc,
+    _agent: Proc,
+    _tmp: tempfile::TempDir,
+}
+
+impl Job {
+    /// Starts the job `name` with the training script's `args`.
+    async fn start(name: &str, python: &Path, args: &[String]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
+        let (coordinator, url) = leading_coordinator(&dir.join("data")).await;
+        let socket = dir.join("hook.sock");
+        let hook = format!("unix:{}", socket.display());
+        let mut cmd = gpumon();
+        cmd.args(["agent", "--source", "none", "--node-name", "node-torch"])
+            .args(["--coordinators", &url, "--hook-listen", &hook])
+            .args(["--sample-interval-ms", "100", "--window-ms", "500"])
+            .args(["--metrics-listen", "none"]);
+        let agent = Proc::spawn(cmd);
+        wait_for(Duration::from_secs(20), "the hook socket", || async {
+            std::os::unix::net::UnixStream::connect(&socket)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        let log = std::fs::File::create(dir.join(RUN_LOG)).unwrap();
+        let mut cmd = gpumon();
+        cmd.args(["run", "--agent", &hook, "--"])
+            .arg(python)
+            .args(["-m", "torch.distributed.run", "--nnodes", "1"])
+            .args(["--nproc-per-node", &RANKS.to_string()])
+            .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"])
+            .args(["--rdzv-id", name])
+            .arg(repo().join("tests/torch/ddp_train.py"))
+            .arg("--stats-dir")
+            .arg(&dir)
+            .arg("--slow-start-file")
+            .arg(dir.join(SLOW_START_FILE))
+            .args(args)
+            .env("GLOO_SOCKET_IFNAME", "lo")
+            .env("XDG_CACHE_HOME", dir.join("cache"))
+            .env_remove("PYTHONPATH")
+            // Its own group, so that drop reaches torchrun too; the workers
+            // (in sessions of their own) exit when torchrun is gone.
+            .process_group(0)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let run = cmd.spawn().expect("gpumon run starts");
+        Self {
+            name: name.to_owned(),
+            url,
+            dir,
+            run,
+            _coordinator: coordinator,
+            _agent: agent,
+            _tmp: tmp,
+        }
+    }
+
+    /// Every rank's latest times from `GET /api/v1/jobs/JOB`.
+    async fn times(&self) -> Result<BTreeMap<u32, RankTimes>, String> {
+        let job: Value = get(&format!("{}/api/v1/jobs/{}", self.url, self.name))
+            .await
+            .map_err(|e| e.to_string())?;
+        let steps = job["steps"].as_object().ok_or("no steps yet")?;
+        let mut times = BTreeMap::new();
+        for (rank, s) in steps {
+            let sections = s["sections"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(name, t)| Some((name.clone(), t["mean_ms"].as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let rank = rank.parse().map_err(|e| format!("rank {rank:?}: {e}"))?;
+            let step = s["step"].as_u64().unwrap_or(0);
+            times.insert(rank, RankTimes { step, sections });
+        }
+        Ok(times)
+    }
+
+    /// The job's straggler alerts, resolved or not.
+    async fn straggler_alerts(&self) -> Result<Vec<Value>, String> {
+        let body: Value = get(&format!("{}/api/v1/alerts?job={}", self.url, self.name))
+            .await
+            .map_err(|e| e.to_string())?;
+        let alerts = body["alerts"].as_array().ok_or("no alerts list")?;
+        Ok(alerts
+            .iter()
+            .filter(|a| a["kind"] == "straggler")
+            .cloned()
+            .collect())
+    }
+
+    /// When the slow rank slowed down, Unix seconds.
+    async fn slowdown_start(&self) -> f64 {
+        let within = START_WITHIN + Duration::from_secs(SLOW_AFTER_S);
+        wait_for_every(POLL, within, "the slowdown to start", || async {
+            let text = std::fs::read_to_string(self.dir.join(SLOW_START_FILE))
+                .map_err(|e| e.to_string())?;
+            text.trim()
+                .parse::<f64>()
+                .map_err(|e| format!("{text:?}: {e}"))
+        })
+        .await
+    }
+
+    /// The job's end by itself, within `within`.
+    async fn wait_end(&mut self, within: Duration) -> ExitStatus {
+        tokio::time::timeout(within, self.run.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} still running after {within:?}", self.name))
+            .expect("gpumon run can be waited for")
+    }
+
+    /// SIGTERM to `gpumon run` and torchrun (which stops its workers), then
+    /// SIGKILL after 30 s.
+    async fn stop(&mut self) {
+        self.signal("TERM");
+        if tokio::time::timeout(Duration::from_secs(30), self.run.wait())
+            .await
+            .is_err()
+        {
+            self.signal("KILL");
+            let _ = self.run.wait().await;
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        if let Some(pid) = self.run.id() {
+            let _ = std::process::Command::new("kill")
+                .args([&format!("-{name}"), "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// What rank `rank`'s script last wrote about its section times.
+    fn rank_stats(&self, rank: u32) -> Result<Value, String> {
+        let path = self.dir.join(format!("rank-{rank}.json"));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Every rank's script has timed [`STEPS_AFTER`] steps after the slowdown.
+    async fn steps_after_slowdown(&self) {
+        let what = format!("{STEPS_AFTER} steps after the slowdown on every rank");
+        wait_for_every(POLL, ALERT_WITHIN, &what, || async {
+            for rank in 0..RANKS {
+                let stats = self.rank_stats(rank)?;
+                if stats["after"]["n"].as_u64().unwrap_or(0) < STEPS_AFTER {
+                    return Err(format!("rank {rank}: {stats}"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    }
+
+    /// The ranks' own section medians before and after the slowdown.
+    fn rank_medians(&self) -> String {
+        let mut lines = Vec::new();
+        for rank in 0..RANKS {
+            let stats = match self.rank_stats(rank) {
+                Ok(stats) => stats,
+                Err(e) => {
+                    lines.push(format!("  rank {rank}: {e}"));
+                    continue;
+                }
+            };
+            let cells: Vec<String> = SECTIONS
+                .iter()
+                .chain(&["step"])
+                .map(
+                    |s| match (stats["before"][s].as_f64(), stats["after"][s].as_f64()) {
+                        (Some(b), Some(a)) => format!("{s} {b:.1} -> {a:.1}"),
+                        (Some(b), None) => format!("{s} {b:.1}"),
+                        _ => format!("{s} -"),
+                    },
+                )
+                .collect();
+            lines.push(format!("  rank {rank}: {}", cells.join(", ")));
+        }
+        lines.join("\n")
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.signal("KILL");
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join(RUN_LOG)).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            report(&format!("{}: the end of {RUN_LOG}:\n{tail}", self.name));
+        }
+    }
+}
+
+/// The slow rank, slow in `section` from 20 s in, is named within 30 s.
+async fn slow_rank_is_named(test: &str, section: &str) {
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let name = format!("torch-slow-{section}");
+    let args: Vec<String> = [
+        "--duration-s",
+        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+        "--slow-rank",
+        &SLOW_RANK.to_string(),
+        "--slow-in",
+        section,
+        "--slow-after-s",
+        &SLOW_AFTER_S.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut job = Job::start(&name, &python, &args).await;
+    let start = job.slowdown_start().await;
+    let deadline = start + ALERT_WITHIN.as_secs_f64();
+
+    wait_for_every(
+        POLL,
+        until(deadline),
+        "the slowdown in the coordinator's section times",
+        || async { slowdown_shows(&job.times().await?, SLOW_RANK, section) },
+    )
+    .await;
+    let what = format!("a straggler alert naming rank {SLOW_RANK} and {section}");
+    let alert = wait_for_every(POLL, until(deadline), &what, || async {
+        let alerts = job.straggler_alerts().await?;
+        match alerts.iter().find(|a| names(a, SLOW_RANK, section, start)) {
+            Some(a) => Ok(a.clone()),
+            None => Err(format!(
+                "alerts {}; section times {}",
+                alert_lines(&alerts),
+                job.times().await.map(|t| show(&t)).unwrap_or_else(|e| e)
+            )),
+        }
+    })
+    .await;
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    job.steps_after_slowdown().await;
+    job.stop().await;
+    report(&format!(
+        "{test}: alert {after:.1} s after the slowdown: {}\n{name}: section medians (ms) before -> after the slowdown of rank {SLOW_RANK}:\n{}\n{test}: {:.0} s",
+        alert["message"].as_str().unwrap_or("?"),
+        job.rank_medians(),
+        began.elapsed().as_secs_f64()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rank_slow_in_forward_is_named_within_30_s() {
+    slow_rank_is_named("a_rank_slow_in_forward_is_named_within_30_s", "forward").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rank_slow_in_its_data_loader_is_named_within_30_s() {
+    slow_rank_is_named(
+        "a_rank_slow_in_its_data_loader_is_named_within_30_s",
+        "data",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
+    let test = "a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert";
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args = vec!["--duration-s".to_string(), CLEAN_RUN_S.to_string()];
+    let mut job = Job::start("torch-clean", &python, &args).await;
+    let status = job
+        .wait_end(START_WITHIN + Duration::from_secs(CLEAN_RUN_S + 60))
+        .await;
+    assert!(status.success(), "the job ends by itself: {status}");
+
+    let times = job.times().await.unwrap();
+    all_ranks_report_sections(&times).unwrap();
+    for (rank, t) in &times {
+        assert!(t.step >= 100, "rank {rank} reported only {} steps", t.step);
+    }
+    let alerts = job.straggler_alerts().await.unwrap();
+    report(&format!(
+        "{test}: section medians (ms), whole run:\n{}\n{test}: {:.0} s",
+        job.rank_medians(),
+        began.elapsed().as_secs_f64()
+    ));
+    assert!(
+        alerts.is_empty(),
+        "no rank is slow, yet: {}; section times {}",
+        alert_lines(&alerts),
+        show(&times)
+    );
+}
