@@ -31,8 +31,8 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::config::EngineConfig;
-use super::forecast::{ForecastParams, OomForecast, Risk};
-use super::trend::{fit, Trend, TrendScratch};
+use super::forecast::{project, ForecastParams, OomForecast};
+use super::trend::{fit, TrendScratch};
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -169,7 +169,7 @@ impl EarlyWatch {
         if !steady || fastest_rise(before, p.ramp_s) < p.ramp_ratio * trend.slope {
             return None;
         }
-        let oom = project(&trend, capacity, fp);
+        let oom = project(&trend, trend.max_residual.max(0.0), capacity, fp);
         (oom.predicted_oom_t - trend.t_ref <= p.horizon_s).then_some(oom)
     }
 }
@@ -188,36 +188,6 @@ fn fastest_rise(points: &[(f64, f64)], span_s: f64) -> f64 {
         }
     }
     best
-}
-
-/// The OOM forecast of an early trend, shaped like the regular one's.
-fn project(trend: &Trend, capacity: f64, fp: &ForecastParams) -> OomForecast {
-    let usable = capacity * fp.usable_frac;
-    let margin = trend.max_residual.max(0.0);
-    let room = (usable - margin - trend.level).max(0.0);
-    let at = |slope: f64| trend.t_ref + room / slope.max(f64::MIN_POSITIVE);
-    let predicted = at(trend.slope);
-    let left = predicted - trend.t_ref;
-    let risk = if left <= fp.critical_s {
-        Risk::Critical
-    } else if left <= fp.high_s {
-        Risk::High
-    } else {
-        Risk::Warning
-    };
-    let tightness = (trend.slope_low / trend.slope_high.max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
-    OomForecast {
-        t: trend.t_ref,
-        predicted_oom_t: predicted,
-        earliest_oom_t: at(trend.slope_high.max(trend.slope)),
-        latest_oom_t: at(trend.slope_low),
-        confidence: (1.0 - trend.p_up) * (0.5 + 0.5 * tightness),
-        slope_bytes_per_s: trend.slope,
-        level_bytes: trend.level,
-        margin_bytes: margin,
-        usable_bytes: usable,
-        risk,
-    }
 }
 
 #[cfg(test)]

@@ -112,13 +112,22 @@ pub fn forecast(
         && trend.slope > 0.0
         && trend.slope_low > 0.0
         && trend.slope * trend.span_s >= params.min_rise_frac * capacity;
-    if !real {
-        return None;
-    }
+    real.then(|| {
+        project(
+            trend,
+            trend.max_residual.max(spike_margin),
+            capacity,
+            params,
+        )
+    })
+}
+
+/// Where a growing trend, kept `margin` bytes below the usable capacity,
+/// runs out of memory, and how close that is.
+pub fn project(trend: &Trend, margin: f64, capacity: f64, params: &ForecastParams) -> OomForecast {
     let usable = capacity * params.usable_frac;
-    let margin = trend.max_residual.max(spike_margin);
     let room = (usable - margin - trend.level).max(0.0);
-    let at = |slope: f64| trend.t_ref + room / slope;
+    let at = |slope: f64| trend.t_ref + room / slope.max(f64::MIN_POSITIVE);
     let predicted = at(trend.slope);
     let left = predicted - trend.t_ref;
     let risk = if left <= params.critical_s {
@@ -133,7 +142,7 @@ pub fn forecast(
         Risk::None
     };
     let tightness = (trend.slope_low / trend.slope_high.max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
-    Some(OomForecast {
+    OomForecast {
         t: trend.t_ref,
         predicted_oom_t: predicted,
         earliest_oom_t: at(trend.slope_high.max(trend.slope)),
@@ -144,7 +153,7 @@ pub fn forecast(
         margin_bytes: margin,
         usable_bytes: usable,
         risk,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -155,8 +155,10 @@ impl Engine {
         });
         let fc =
             peaks.and_then(|t| forecast(&t, track.regime.spike_margin(), capacity, &cfg.forecast));
-        track.forecast = fc;
         // Until the regular forecast has its windows, the early watch speaks.
+        if fc.is_some() || !track.early.holds() {
+            track.forecast = fc;
+        }
         let at_risk = match fc {
             Some(f) => f.risk >= Risk::Warning,
             None => track.early.holds(),
@@ -170,10 +172,7 @@ impl Engine {
             track.risk = fc.map_or(Risk::None, |f| f.risk.min(Risk::Low));
         }
         // NVML-only leak evidence, for a GPU holding one rank without allocator stats.
-        let sole_rank = match track.ranks.as_slice() {
-            [(job, rank, _)] => Some((job.clone(), *rank)),
-            _ => None,
-        };
+        let sole_rank = sole_rank(track);
         let nvml_leak = match (&sole_rank, peaks) {
             (Some(_), Some(p)) if p.slope > 0.0 => {
                 fit_series(&track.regime, |p| p.trough, &cfg, scratch)
@@ -181,34 +180,33 @@ impl Engine {
             }
             _ => None,
         };
+        let judged = nvml_leak.is_some() || track.regime.len() >= cfg.leak.min_points;
+        self.oom_edge(node, gpu, point.t, edge, fc);
+        if let Some((job, rank)) = sole_rank {
+            self.nvml_leak(&job, rank, node, gpu, point.t, nvml_leak, judged);
+        }
+    }
+
+    /// Applies an OOM latch edge (or a steady forecast) to every subject of
+    /// the GPU: its ranks, or the GPU itself.
+    fn oom_edge(&mut self, node: &str, gpu: u32, t: f64, edge: Edge, fc: Option<OomForecast>) {
+        let Some(track) = self.nodes.get(node).and_then(|n| n.get(&gpu)) else {
+            return;
+        };
         let subjects = oom_subjects(track, node, gpu);
-        let risk = track.risk;
-        let total = track.total;
-        let regime_len = track.regime.len();
+        let (risk, total) = (track.risk, track.total);
         let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
         for subject in &subjects {
             self.apply_oom(
                 subject,
                 node,
                 gpu,
-                point.t,
+                t,
                 edge,
                 risk,
                 fc,
                 total,
                 recommendation.clone(),
-            );
-        }
-        if let Some((job, rank)) = sole_rank {
-            let judged = nvml_leak.is_some() || regime_len >= cfg.leak.min_points;
-            self.nvml_leak(
-                &job,
-                rank,
-                node,
-                gpu,
-                point.t,
-                nvml_leak.filter(|_| judged),
-                judged,
             );
         }
     }
@@ -224,28 +222,10 @@ impl Engine {
         track.forecast = Some(f);
         track.risk = track.risk.max(f.risk);
         let edge = track.oom_latch.update(true, 1, clear_after);
-        let subjects = oom_subjects(track, node, gpu);
-        let (risk, total) = (track.risk, track.total);
-        let sole_rank = match track.ranks.as_slice() {
-            [(job, rank, _)] => Some((job.clone(), *rank)),
-            _ => None,
-        };
-        let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
+        let sole_rank = sole_rank(track);
+        self.oom_edge(node, gpu, f.t, edge, Some(f));
         // The GPU's memory also grows when the cache fragments: a rank with
-        // allocator stats is called leaking by its allocator windows only.
-        for subject in &subjects {
-            self.apply_oom(
-                subject,
-                node,
-                gpu,
-                f.t,
-                edge,
-                risk,
-                Some(f),
-                total,
-                recommendation.clone(),
-            );
-        }
+        // allocator stats is called leaking by its allocator only.
         let Some((job, rank)) = sole_rank else {
             return;
         };
@@ -396,6 +376,14 @@ impl Engine {
     /// The device tracks by node, for views.
     pub(crate) fn gpu_tracks(&self) -> &BTreeMap<String, BTreeMap<u32, GpuTrack>> {
         &self.nodes
+    }
+}
+
+/// The GPU's rank when it holds exactly one.
+fn sole_rank(track: &GpuTrack) -> Option<(String, u32)> {
+    match track.ranks.as_slice() {
+        [(job, rank, _)] => Some((job.clone(), *rank)),
+        _ => None,
     }
 }
 
