@@ -180,7 +180,11 @@ impl Engine {
             }
             _ => None,
         };
-        let judged = nvml_leak.is_some() || track.regime.len() >= cfg.leak.min_points;
+        // In the early watch's time a short series leaves its verdict standing.
+        let early = track
+            .active_since
+            .is_some_and(|since| point.t - since <= cfg.early.watch_s);
+        let judged = nvml_leak.is_some() || track.regime.len() >= cfg.leak.min_points || !early;
         self.oom_edge(node, gpu, point.t, edge, fc);
         if let Some((job, rank)) = sole_rank {
             self.nvml_leak(&job, rank, node, gpu, point.t, nvml_leak, judged);
@@ -316,7 +320,8 @@ impl Engine {
     }
 
     /// Applies NVML-only leak evidence to a rank that has no allocator stats;
-    /// a series too short to be `judged` leaves the verdict as it stands.
+    /// a verdict not `judged` (a short series in the early watch's time)
+    /// leaves it as it stands.
     #[allow(clippy::too_many_arguments)]
     fn nvml_leak(
         &mut self,

@@ -337,8 +337,10 @@ impl Engine {
         let reclaimable = view.reclaimable_bytes();
         let cached = track.reserved_last.saturating_sub(track.allocated_last);
 
-        // Too few windows to judge: an early warning's leak verdict stands.
-        let judged = leak.is_some() || track.allocated.len() >= cfg.leak.min_points;
+        // Too few windows to judge in the early watch's time: an early
+        // warning's leak verdict stands.
+        let early = allocated.t - track.first_t <= cfg.early.watch_s;
+        let judged = leak.is_some() || track.allocated.len() >= cfg.leak.min_points || !early;
         let leak_edge = if judged {
             r.leak
                 .update(leak.is_some(), cfg.leak.raise_after, cfg.leak.clear_after)
