@@ -5,14 +5,13 @@ use std::collections::BTreeMap;
 
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::envelope::EnvelopePoint;
+use super::fits::fit_series;
 use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
-use super::leak::leak_rate;
-use super::rank::LEAK_ADVICE;
+use super::leak::{leak_rate, LEAK_ADVICE};
 use super::regime::Placed;
 use super::tracks::GpuTrack;
-use super::trend::{fit, Trend};
 use super::Engine;
 use crate::units::fmt_bytes;
 
@@ -402,46 +401,6 @@ fn oom_subjects(track: &GpuTrack, node: &str, gpu: u32) -> Vec<Subject> {
         .iter()
         .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
         .collect()
-}
-
-/// Fits one coordinate of a regime's points; `None` when it is flat or short.
-pub(super) fn fit_series(
-    regime: &super::regime::RegimeSeries,
-    value: impl Fn(&EnvelopePoint) -> f64,
-    cfg: &super::EngineConfig,
-    scratch: &mut super::Scratch,
-) -> Option<Trend> {
-    if regime.len() < 3 {
-        return None;
-    }
-    scratch.points.clear();
-    scratch
-        .points
-        .extend(regime.points().map(|p| (p.t, value(p))));
-    let first = scratch.points[0].1;
-    if scratch.points.iter().all(|p| p.1 == first) {
-        return None;
-    }
-    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
-}
-
-/// Whether the newest third of a regime's troughs still rise at a good part
-/// of `rate` (bytes/s): a leak goes on, a workload that moved up to a new
-/// level (a phase with longer sequences) levels off.
-pub(super) fn still_rising(
-    regime: &super::regime::RegimeSeries,
-    rate: f64,
-    cfg: &super::EngineConfig,
-    scratch: &mut super::Scratch,
-) -> bool {
-    let n = regime.len();
-    let recent = (n / 3).max(4).min(n);
-    scratch.points.clear();
-    scratch
-        .points
-        .extend(regime.points().skip(n - recent).map(|p| (p.t, p.trough)));
-    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
-        .is_some_and(|t| t.slope >= cfg.leak.sustained_share * rate)
 }
 
 pub(super) fn severity_of(risk: Risk) -> Severity {

@@ -11,11 +11,19 @@
 //! troughs' Mann–Kendall p-value at most `p_max` with a slope interval above
 //! zero; the troughs rising at least `trough_share` as fast as the peaks; and
 //! a rise over the window of at least `min_rise_frac` of capacity. The rate
-//! reported is the troughs' Theil–Sen slope.
+//! reported is the troughs' Theil–Sen slope. To raise, the newest third of
+//! the troughs must still rise ([`still_rising`]) and, where the hook reports
+//! `peak_allocated`, the running peak must make new highs
+//! ([`makes_new_highs`]): a workload that steps up to a level it held before
+//! levels off and makes none.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::trend::Trend;
+use super::regime::RegimeSeries;
+use super::trend::{fit, Trend};
+use super::{EngineConfig, Scratch};
 
 /// Tuning of the leak detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -64,6 +72,44 @@ pub fn leak_rate(peaks: &Trend, troughs: &Trend, capacity: f64, p: &LeakParams) 
     leaking.then_some(troughs.slope)
 }
 
+/// What to look for when memory leaks.
+pub(super) const LEAK_ADVICE: &str =
+    "look for tensors kept across steps (losses, activations, caches held in Python lists)";
+
+/// Whether the newest third of a regime's troughs still rise at a good part
+/// of `rate` (bytes/s): a leak goes on, a workload that moved up to a new
+/// level (a phase with longer sequences) levels off.
+pub(super) fn still_rising(
+    regime: &RegimeSeries,
+    rate: f64,
+    cfg: &EngineConfig,
+    scratch: &mut Scratch,
+) -> bool {
+    let n = regime.len();
+    let recent = (n / 3).max(4).min(n);
+    scratch.points.clear();
+    scratch
+        .points
+        .extend(regime.points().skip(n - recent).map(|p| (p.t, p.trough)));
+    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+        .is_some_and(|t| t.slope >= cfg.leak.sustained_share * rate)
+}
+
+/// Whether the allocator's running peak of live tensors rose over the last
+/// `span` windows by at least half of what a leak of `rate` bytes/s adds: a
+/// leak makes new highs, a workload returning to a level it held before
+/// does not. Unknown (no `peak_allocated`, or too little since its last
+/// reset) counts as yes.
+pub(super) fn makes_new_highs(history: &VecDeque<(f64, u64)>, rate: f64, span: usize) -> bool {
+    let n = history.len();
+    if n < span.max(3) {
+        return true;
+    }
+    let (t0, p0) = history[n - span.max(3)];
+    let (t1, p1) = history[n - 1];
+    p1 as f64 - p0 as f64 >= 0.5 * rate * (t1 - t0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +149,29 @@ mod tests {
         assert!(leak_rate(&p, &t, 80.0 * GIB, &params).is_none());
         let (p, t) = trends(|t| 30.0 * GIB + 1e5 * t, |t| 25.0 * GIB + 1e5 * t, 20);
         assert!(leak_rate(&p, &t, 80.0 * GIB, &params).is_none());
+    }
+
+    fn history(peak_at: impl Fn(f64) -> f64) -> std::collections::VecDeque<(f64, u64)> {
+        (0..12)
+            .map(|i| f64::from(i) * 10.0)
+            .map(|t| (t, peak_at(t) as u64))
+            .collect()
+    }
+
+    #[test]
+    fn a_leak_makes_new_highs_and_a_return_to_an_old_level_does_not() {
+        let rate = 0.03 * GIB;
+        assert!(makes_new_highs(
+            &history(|t| 20.0 * GIB + rate * t),
+            rate,
+            9
+        ));
+        assert!(!makes_new_highs(&history(|_| 22.7 * GIB), rate, 9));
+    }
+
+    #[test]
+    fn too_little_history_does_not_block_a_leak() {
+        let short: std::collections::VecDeque<(f64, u64)> = [(0.0, 1), (10.0, 1)].into();
+        assert!(makes_new_highs(&short, GIB, 9));
     }
 }

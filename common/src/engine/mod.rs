@@ -28,6 +28,7 @@ mod alerts;
 mod config;
 pub mod early;
 pub mod envelope;
+mod fits;
 pub mod forecast;
 pub mod fragmentation;
 mod gpu;

@@ -3,20 +3,16 @@
 //! detectors.
 
 use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::fits::fit_series;
 use super::fragmentation::{is_fragmenting, AllocatorView};
-use super::gpu::{fit_series, still_rising};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
-use super::leak::leak_rate;
+use super::leak::{leak_rate, makes_new_highs, still_rising, LEAK_ADVICE};
 use super::regime::Placed;
 use super::tracks::{AllocTrack, JobTrack, RankTrack, MAX_RANKS_PER_GPU};
 use super::trend::fit;
 use super::Engine;
 use crate::units::fmt_bytes;
-
-/// What to look for when memory leaks.
-pub(super) const LEAK_ADVICE: &str =
-    "look for tensors kept across steps (losses, activations, caches held in Python lists)";
 
 impl Engine {
     /// A training process found on a GPU.
@@ -430,55 +426,5 @@ impl Engine {
         let r = self.jobs.get(job)?.ranks.get(&rank)?;
         let gpu = self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?)?;
         Some(gpu.total as f64)
-    }
-}
-
-/// Whether the allocator's running peak of live tensors rose over the last
-/// `span` windows by at least half of what a leak of `rate` bytes/s adds: a
-/// leak makes new highs, a workload returning to a level it held before
-/// does not. Unknown (no `peak_allocated`, or too little since its last
-/// reset) counts as yes.
-fn makes_new_highs(
-    history: &std::collections::VecDeque<(f64, u64)>,
-    rate: f64,
-    span: usize,
-) -> bool {
-    let n = history.len();
-    if n < span.max(3) {
-        return true;
-    }
-    let (t0, p0) = history[n - span.max(3)];
-    let (t1, p1) = history[n - 1];
-    p1 as f64 - p0 as f64 >= 0.5 * rate * (t1 - t0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::makes_new_highs;
-
-    const GIB: f64 = (1u64 << 30) as f64;
-
-    fn history(peak_at: impl Fn(f64) -> f64) -> std::collections::VecDeque<(f64, u64)> {
-        (0..12)
-            .map(|i| f64::from(i) * 10.0)
-            .map(|t| (t, peak_at(t) as u64))
-            .collect()
-    }
-
-    #[test]
-    fn a_leak_makes_new_highs_and_a_return_to_an_old_level_does_not() {
-        let rate = 0.03 * GIB;
-        assert!(makes_new_highs(
-            &history(|t| 20.0 * GIB + rate * t),
-            rate,
-            9
-        ));
-        assert!(!makes_new_highs(&history(|_| 22.7 * GIB), rate, 9));
-    }
-
-    #[test]
-    fn too_little_history_does_not_block_a_leak() {
-        let short: std::collections::VecDeque<(f64, u64)> = [(0.0, 1), (10.0, 1)].into();
-        assert!(makes_new_highs(&short, GIB, 9));
     }
 }

@@ -1,0 +1,28 @@
+//! Robust fits of a regime's envelope points, shared by the GPU, allocator
+//! and leak judgements.
+
+use super::envelope::EnvelopePoint;
+use super::regime::RegimeSeries;
+use super::trend::{fit, Trend};
+use super::{EngineConfig, Scratch};
+
+/// Fits one coordinate of a regime's points; `None` when it is flat or short.
+pub(super) fn fit_series(
+    regime: &RegimeSeries,
+    value: impl Fn(&EnvelopePoint) -> f64,
+    cfg: &EngineConfig,
+    scratch: &mut Scratch,
+) -> Option<Trend> {
+    if regime.len() < 3 {
+        return None;
+    }
+    scratch.points.clear();
+    scratch
+        .points
+        .extend(regime.points().map(|p| (p.t, value(p))));
+    let first = scratch.points[0].1;
+    if scratch.points.iter().all(|p| p.1 == first) {
+        return None;
+    }
+    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+}
