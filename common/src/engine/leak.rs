@@ -12,9 +12,9 @@
 //! zero; the troughs rising at least `trough_share` as fast as the peaks; and
 //! a rise over the window of at least `min_rise_frac` of capacity. The rate
 //! reported is the troughs' Theil–Sen slope. To raise, the newest third of
-//! the troughs must still rise ([`still_rising`]) and, where the hook reports
+//! the troughs must still rise (`still_rising`) and, where the hook reports
 //! `peak_allocated`, the running peak must make new highs
-//! ([`makes_new_highs`]): a workload that steps up to a level it held before
+//! (`makes_new_highs`): a workload that steps up to a level it held before
 //! levels off and makes none.
 
 use std::collections::VecDeque;
