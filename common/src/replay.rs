@@ -1,5 +1,5 @@
 //! Replay: the engine driven by a trace instead of live pushes, and the
-//! report it leaves (see TRACE_FORMAT.md, "Replay report").
+//! report it leaves (see docs/trace-format.md, "Replaying: gpumon replay").
 //!
 //! The same [`Engine`] runs here and in the coordinator's state machine, so
 //! a replay shows what production would have decided on the same data.

@@ -2,7 +2,7 @@
 //!
 //! The hook endpoint trusts what a connected process tells it about itself
 //! (checked against the kernel and `/proc` where possible), so it must never
-//! be reachable from another machine (DESIGN.md, "Security"). A [`HookAddr`]
+//! be reachable from another machine (docs/operations.md, "Security"). A [`HookAddr`]
 //! is therefore valid by construction: parsing refuses any TCP host that is
 //! not loopback, and the socket path's length is checked against the
 //! kernel's `sun_path` limit so the error comes here, with a clear message,

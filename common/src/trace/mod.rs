@@ -1,5 +1,5 @@
 //! gpumon trace v1: JSON Lines, optionally gzip-compressed, as defined in
-//! `shared/TRACE_FORMAT.md`.
+//! `docs/trace-format.md`.
 //!
 //! A trace is everything the coordinator learns about a cluster: NVML samples
 //! (`gpu`), ranks found on GPUs (`rank`), allocator statistics (`alloc`),
