@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clock;
 pub mod config;
 pub mod discovery;
 pub mod hook;

@@ -17,7 +17,6 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpumon_common::window::WindowFolder;
 use gpumon_proto::Hello;
@@ -25,6 +24,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
+use crate::clock::now_ms;
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
 use crate::hook::{HookError, HookHub, HookServer, HookSource};
@@ -50,13 +50,6 @@ pub enum AgentError {
     /// the operating system's reason).
     #[error(transparent)]
     Hook(#[from] HookError),
-}
-
-/// Milliseconds since the Unix epoch, from the wall clock.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A random incarnation id: it only has to differ between agent starts.

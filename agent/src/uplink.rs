@@ -31,8 +31,8 @@ use gpumon_proto::{
 use thiserror::Error;
 use tokio::sync::mpsc;
 
+use crate::clock::now_ms;
 use crate::hook::HookHub;
-use crate::run::now_ms;
 
 /// Hops followed on leader hints before backing off.
 const MAX_LEADER_HOPS: usize = 3;

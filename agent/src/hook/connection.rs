@@ -25,7 +25,7 @@ use super::hub::HookHub;
 use super::identity;
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
 use super::records::check_report;
-use crate::run::now_ms;
+use crate::clock::now_ms;
 
 /// Least time between two `warn` lines about misbehaving hooks, ms.
 pub const WARN_INTERVAL_MS: u64 = 10_000;

@@ -12,9 +12,13 @@
 
 use std::borrow::Cow;
 
-use super::reader::{MAX_BYTES, MIN_T};
 use super::record::{ProcRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
+
+/// Most negative `t` believed (clock skew before the first record), seconds.
+pub(super) const MIN_T: f64 = -60.0;
+/// Largest capacity believed, bytes (1 PiB).
+pub(super) const MAX_BYTES: u64 = 1 << 50;
 
 /// Most `sections` the fast parsers take; a longer map takes the careful
 /// path, which keeps their duplicate check linear.

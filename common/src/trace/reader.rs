@@ -22,10 +22,6 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 const MAX_UNKNOWN_NAMES: usize = 32;
 /// Reasons kept for skipped records.
 const MAX_EXAMPLES: usize = 8;
-/// Most negative `t` believed (clock skew before the first record), seconds.
-pub(super) const MIN_T: f64 = -60.0;
-/// Largest capacity believed, bytes (1 PiB).
-pub(super) const MAX_BYTES: u64 = 1 << 50;
 /// Buffer size of the file and of the decompressed stream, bytes.
 const INPUT_BUF_BYTES: usize = 256 << 10;
 /// Why a record without `type` is skipped.
