@@ -30,7 +30,6 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::EngineConfig;
 use super::forecast::{project, ForecastParams, OomForecast};
 use super::trend::{fit, TrendScratch};
 
@@ -92,16 +91,17 @@ impl EarlyWatch {
     /// Adds a sample's peak; returns a forecast once the warning is
     /// confirmed, at the first second that confirms it and every second
     /// after while it holds.
+    /// `(t, active_since)`: the sample's time and when the series became
+    /// active, seconds.
     pub fn add(
         &mut self,
-        t: f64,
-        active_since: f64,
+        (t, active_since): (f64, f64),
         used_high: f64,
         capacity: f64,
-        cfg: &EngineConfig,
+        p: &EarlyParams,
+        forecast: &ForecastParams,
         scratch: &mut TrendScratch,
     ) -> Option<OomForecast> {
-        let (p, forecast) = (&cfg.early, &cfg.forecast);
         if p.watch_s <= 0.0 || t - active_since > p.watch_s {
             self.points = VecDeque::new();
             self.holds = false;

@@ -75,11 +75,11 @@ impl Engine {
             .envelope
             .add(g.t, g.used_low as f64, g.used_high as f64, g.used as f64);
         let early = track.early.add(
-            g.t,
-            active_since,
+            (g.t, active_since),
             g.used_high as f64,
             g.total as f64,
-            &self.cfg,
+            &self.cfg.early,
+            &self.cfg.forecast,
             &mut self.scratch.trend,
         );
         self.rank_memory(g);

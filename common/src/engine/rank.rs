@@ -238,11 +238,11 @@ impl Engine {
             return;
         };
         let Some(f) = track.early.add(
-            a.t,
-            track.first_t,
+            (a.t, track.first_t),
             peak as f64,
             capacity,
-            &self.cfg,
+            &self.cfg.early,
+            &self.cfg.forecast,
             &mut self.scratch.trend,
         ) else {
             return;

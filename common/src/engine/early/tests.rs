@@ -8,9 +8,9 @@ const CAPACITY: f64 = 40.0 * GIB;
 fn first_warning(used: impl Fn(f64) -> f64, until: f64) -> Option<(f64, OomForecast)> {
     let mut w = EarlyWatch::default();
     let mut scratch = TrendScratch::default();
-    let cfg = EngineConfig::default();
+    let (p, fp) = (EarlyParams::default(), ForecastParams::default());
     (5..until as u32).map(f64::from).find_map(|t| {
-        w.add(t, 5.0, used(t), CAPACITY, &cfg, &mut scratch)
+        w.add((t, 5.0), used(t), CAPACITY, &p, &fp, &mut scratch)
             .map(|f| (t, f))
     })
 }
@@ -66,9 +66,9 @@ fn slow_growth_with_an_oom_far_ahead_is_left_to_the_regular_forecast() {
 fn the_watch_ends_and_forgets_its_points() {
     let mut w = EarlyWatch::default();
     let mut scratch = TrendScratch::default();
-    let cfg = EngineConfig::default();
+    let (p, fp) = (EarlyParams::default(), ForecastParams::default());
     for t in 5..300 {
-        w.add(f64::from(t), 5.0, GIB, CAPACITY, &cfg, &mut scratch);
+        w.add((f64::from(t), 5.0), GIB, CAPACITY, &p, &fp, &mut scratch);
         assert!(w.points.len() <= MAX_POINTS);
     }
     assert!(w.points.is_empty());
