@@ -41,23 +41,30 @@ print(json.dumps({"steps": gpumon.stats()["step"], "cuda": cuda, "snapshot": sna
 """
 
 
+def run_hooked(test, script, **env_extra):
+    """Runs ``script`` with the hook injected as under torchrun, reporting to a
+    fake agent; returns the agent and the script's last line of JSON."""
+    agent = FakeAgent()
+    test.addCleanup(agent.close)
+    env = dict(os.environ, **TORCHRUN_ENV)
+    env.pop("GPUMON_SECTION_CLOCK", None)
+    env.update(
+        GPUMON_AGENT=agent.address,
+        GPUMON_REPORT_INTERVAL="0.1",
+        PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
+        **env_extra,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    test.assertEqual(result.returncode, 0, result.stderr)
+    return agent, json.loads(result.stdout.strip().splitlines()[-1])
+
+
 @unittest.skipUnless(HAS_TORCH, "torch is not installed")
 class RealTorchTest(unittest.TestCase):
     def test_injected_hook_counts_optimizer_steps(self):
-        agent = FakeAgent()
-        self.addCleanup(agent.close)
-        env = dict(os.environ, **TORCHRUN_ENV)
-        env.pop("GPUMON_SECTION_CLOCK", None)
-        env.update(
-            GPUMON_AGENT=agent.address,
-            GPUMON_REPORT_INTERVAL="0.1",
-            PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
-        )
-        result = subprocess.run(
-            [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
-        )
-        self.assertEqual(result.returncode, 0, result.stderr)
-        out = json.loads(result.stdout.strip().splitlines()[-1])
+        agent, out = run_hooked(self, SCRIPT)
         self.assertEqual(out["steps"], 5)
         steps = agent.records("step")
         self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5])
@@ -119,21 +126,7 @@ class RealTorchCpuClockTest(unittest.TestCase):
             raise unittest.SkipTest("torch cannot be imported by %s (%s)" % (sys.executable, error))
 
     def test_steps_are_on_the_cpu_clock_with_plausible_sections(self):
-        agent = FakeAgent()
-        self.addCleanup(agent.close)
-        env = dict(os.environ, **TORCHRUN_ENV)
-        env.pop("GPUMON_SECTION_CLOCK", None)
-        env.update(
-            GPUMON_AGENT=agent.address,
-            GPUMON_REPORT_INTERVAL="0.1",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
-        )
-        result = subprocess.run(
-            [sys.executable, "-c", CPU_SCRIPT], env=env, capture_output=True, text=True, timeout=120
-        )
-        self.assertEqual(result.returncode, 0, result.stderr)
-        out = json.loads(result.stdout.strip().splitlines()[-1])
+        agent, out = run_hooked(self, CPU_SCRIPT, CUDA_VISIBLE_DEVICES="")
         self.assertEqual(out, {"steps": 5, "clock": "cpu", "cuda": False})
         steps = agent.records("step")
         self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5])
