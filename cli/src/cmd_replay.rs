@@ -1,5 +1,5 @@
-//! `gpumon replay`: the detection engine over a trace file, offline and
-//! deterministic; the report goes to a file or standard output, progress to
+//! `gpumon replay`: a trace file through the replicas' own transition,
+//! offline and deterministic; the report goes to a file or standard output, progress to
 //! standard error.
 
 use std::fs::File;
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::engine::EngineConfig;
 use gpumon_common::replay;
 use gpumon_common::units::fmt_duration_ms;
 
@@ -25,28 +25,28 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let mut reader = gpumon_common::trace::open(&args.trace)
         .with_context(|| format!("cannot replay {}", args.trace.display()))
         .map_err(Failure::Runtime)?;
-    let mut engine = Engine::new(EngineConfig::default());
+    let mut replay = replay::Replay::new(&EngineConfig::default());
     let mut last_line = Instant::now();
     let quiet = args.quiet;
-    replay::run(&mut reader, &mut engine, PROGRESS_CHECK_RECORDS, |p| {
-        if !quiet && last_line.elapsed() >= PROGRESS_INTERVAL {
-            last_line = Instant::now();
-            eprintln!(
-                "replay: {} records, trace time {}, {} alerts",
-                p.records,
-                fmt_duration_ms((p.t.max(0.0) * 1000.0) as u64),
-                p.alerts
-            );
-        }
-    })
-    .with_context(|| format!("cannot replay {}", args.trace.display()))
-    .map_err(Failure::Runtime)?;
-    let report = replay::report(&engine, reader.stats(), reader.source());
+    replay
+        .run(&mut reader, PROGRESS_CHECK_RECORDS, |p| {
+            if !quiet && last_line.elapsed() >= PROGRESS_INTERVAL {
+                last_line = Instant::now();
+                eprintln!(
+                    "replay: {} records, trace time {}, {} alerts",
+                    p.records,
+                    fmt_duration_ms((p.t.max(0.0) * 1000.0) as u64),
+                    p.alerts
+                );
+            }
+        })
+        .with_context(|| format!("cannot replay {}", args.trace.display()))
+        .map_err(Failure::Runtime)?;
+    let report = replay.report(reader.stats(), reader.source());
     write_report(&report, args.output.as_deref()).map_err(Failure::Runtime)?;
     if !quiet {
         let s = &report.summary;
-        let records =
-            s.records.gpu + s.records.rank + s.records.alloc + s.records.step + s.records.event;
+        let records = s.records_read;
         eprintln!(
             "replay: {records} records ({} of trace) in {:.2} s: {} alerts; {} skipped as invalid, {} of unknown types",
             fmt_duration_ms((s.end_t.max(0.0) * 1000.0) as u64),

@@ -1,6 +1,7 @@
 //! Replay throughput, records per second on one core, gzip decoding
-//! included: the whole `gpumon replay` pipeline (reader, engine, every
-//! detector) over public-corpus traces held in memory.
+//! included: the whole `gpumon replay` pipeline (reader, records turned into
+//! pushes, the replicas' transition with the cluster view, every detector)
+//! over public-corpus traces held in memory.
 //!
 //! `cargo bench -p gpumon-common --bench replay`
 //!
@@ -11,16 +12,18 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::engine::EngineConfig;
 use gpumon_common::replay;
 
 mod support;
 
 fn replay_once(gz: &[u8]) -> usize {
     let mut reader = support::reader(gz);
-    let mut engine = Engine::new(EngineConfig::default());
-    replay::run(&mut reader, &mut engine, u64::MAX, |_| {}).expect("the fixture is valid");
-    let alerts = engine.alerts().len();
+    let mut replay = replay::Replay::new(&EngineConfig::default());
+    replay
+        .run(&mut reader, u64::MAX, |_| {})
+        .expect("the fixture is valid");
+    let alerts = replay.state().engine.alerts().len();
     alerts
 }
 

@@ -11,7 +11,9 @@
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
-//! - [`replay`]: the engine over a trace file, and its report;
+//! - [`transition`]: the one state transition, `apply(state, command)`,
+//!   that replicas and replay both run;
+//! - [`replay`]: a trace through that transition, and its report;
 //! - [`trace`]: reading and writing gpumon trace v1 files;
 //! - [`exposition`]: `/metrics` content negotiation and the classic text format.
 //!
@@ -31,6 +33,7 @@ pub mod logging;
 pub mod notify;
 pub mod replay;
 pub mod trace;
+pub mod transition;
 pub mod units;
 pub mod view;
 pub mod window;

@@ -1,8 +1,11 @@
-//! Replay: the engine driven by a trace instead of live pushes, and the
-//! report it leaves (see docs/trace-format.md, "Replaying: gpumon replay").
+//! Replay: a trace through the replica's own transition, and the report it
+//! leaves (see docs/trace-format.md, "Replaying: gpumon replay").
 //!
-//! The same [`Engine`] runs here and in the coordinator's state machine, so
-//! a replay shows what production would have decided on the same data.
+//! [`Replay`] turns each record into the command a live cluster would have
+//! committed ([`TraceCommands`]) and applies it with [`Replicated::apply`],
+//! the function every coordinator replica runs: the same view, validation,
+//! bounds and engine, so a replay shows what production would have decided
+//! on the same data.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -10,66 +13,20 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::view::{DeviceSummary, JobSummary};
-use crate::engine::{Alert, AlertKind, AllocObs, Engine, EngineCounters, GpuObs, RankObs};
-use crate::trace::{ReadStats, RecordRef, TraceError, TraceReader, TraceRecord};
+use crate::engine::{Alert, AlertKind, EngineConfig, EngineCounters};
+use crate::trace::{ReadStats, RecordRef, TraceError, TraceReader};
+use crate::transition::{Replicated, TraceCommands};
+use crate::view::Limits;
 
 /// Report format version, in the report's `gpumon_report` field.
 pub const REPORT_VERSION: u32 = 1;
 
-/// Feeds one trace record to the engine.
-pub fn feed(engine: &mut Engine, record: &TraceRecord) {
-    feed_ref(engine, &RecordRef::from(record));
-}
-
-/// Feeds one borrowed trace record to the engine (the replay's hot path).
-pub fn feed_ref(engine: &mut Engine, record: &RecordRef<'_>) {
-    match record {
-        RecordRef::Gpu(g) => engine.observe_gpu(&GpuObs {
-            t: g.t,
-            node: &g.node,
-            gpu: g.gpu,
-            uuid: &g.uuid,
-            name: &g.name,
-            total: g.total,
-            used_low: g.used,
-            used_high: g.used,
-            used: g.used,
-            util: g.util,
-            sm_clock_mhz: g.sm_clock_mhz,
-            power_w: g.power_w,
-            procs: &g.procs,
-        }),
-        RecordRef::Rank(r) => engine.observe_rank(&RankObs {
-            t: r.t,
-            job: &r.job,
-            rank: r.rank,
-            local_rank: r.local_rank,
-            world_size: r.world_size,
-            node: &r.node,
-            gpu: r.gpu,
-            pid: r.pid,
-        }),
-        RecordRef::Alloc(a) => engine.observe_alloc(&AllocObs {
-            t: a.t,
-            job: &a.job,
-            rank: a.rank,
-            allocated: a.allocated,
-            reserved: a.reserved,
-            peak_allocated: a.peak_allocated,
-            inactive_split: a.inactive_split,
-            alloc_retries: a.alloc_retries,
-            ooms: a.ooms,
-        }),
-        RecordRef::Step(s) => engine.observe_step(
-            s.t,
-            &s.job,
-            s.rank,
-            s.step,
-            s.duration_ms,
-            s.sections.iter().map(|(k, v)| (k.as_ref(), *v)),
-        ),
-        RecordRef::Event(e) => engine.observe_event(e.t, &e.job, e.rank, &e.name),
-    }
+/// A replay in progress: the replicated state and the trace-to-command
+/// translation.
+#[derive(Debug)]
+pub struct Replay {
+    state: Replicated,
+    commands: TraceCommands,
 }
 
 /// Where a replay is, for progress lines.
@@ -83,28 +40,64 @@ pub struct Progress {
     pub alerts: usize,
 }
 
-/// Feeds every record of `reader` to `engine`, calling `progress` every
-/// `every` records. Stops at the first unreadable line.
-pub fn run<R: BufRead>(
-    reader: &mut TraceReader<R>,
-    engine: &mut Engine,
-    every: u64,
-    mut progress: impl FnMut(&Progress),
-) -> Result<(), TraceError> {
-    let every = every.max(1);
-    let mut n = 0u64;
-    while let Some(record) = reader.next_ref()? {
-        feed_ref(engine, &record);
-        n += 1;
-        if n % every == 0 {
-            progress(&Progress {
-                records: n,
-                t: engine.now(),
-                alerts: engine.alerts().len(),
-            });
+impl Replay {
+    /// A replay with the cluster's default bounds and this engine configuration.
+    pub fn new(engine_config: &EngineConfig) -> Self {
+        Self {
+            state: Replicated::new(Limits::default(), engine_config),
+            commands: TraceCommands::default(),
         }
     }
-    Ok(())
+
+    /// The state so far.
+    pub fn state(&self) -> &Replicated {
+        &self.state
+    }
+
+    /// Feeds one record. Records are applied in pushes of several, so
+    /// the last ones wait for [`Replay::finish`].
+    pub fn feed(&mut self, record: &RecordRef<'_>) {
+        if let Some(command) = self.commands.add(record) {
+            self.state.apply(command, false);
+        }
+    }
+
+    /// Applies what the last records left waiting.
+    pub fn finish(&mut self) {
+        if let Some(command) = self.commands.finish() {
+            self.state.apply(command, false);
+        }
+    }
+
+    /// Feeds every record of `reader`, calling `progress` every `every`
+    /// records, then finishes. Stops at the first unreadable line.
+    pub fn run<R: BufRead>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+        every: u64,
+        mut progress: impl FnMut(&Progress),
+    ) -> Result<(), TraceError> {
+        let every = every.max(1);
+        let mut n = 0u64;
+        while let Some(record) = reader.next_ref()? {
+            self.feed(&record);
+            n += 1;
+            if n % every == 0 {
+                progress(&Progress {
+                    records: n,
+                    t: self.state.engine.now(),
+                    alerts: self.state.engine.alerts().len(),
+                });
+            }
+        }
+        self.finish();
+        Ok(())
+    }
+
+    /// The report of the replay so far.
+    pub fn report(&self, stats: &ReadStats, source: &str) -> Report {
+        report(&self.state, stats, source)
+    }
 }
 
 /// The replay report.
@@ -129,7 +122,9 @@ pub struct Summary {
     pub source: String,
     /// Trace time of the newest record, seconds.
     pub end_t: f64,
-    /// Records fed, by type.
+    /// Records the trace held (invalid and unknown ones left out).
+    pub records_read: u64,
+    /// Observations the engine received, by type.
     pub records: EngineCounters,
     /// Lines skipped by the reader: impossible values.
     pub invalid_records: u64,
@@ -141,10 +136,15 @@ pub struct Summary {
     pub alerts_by_kind: BTreeMap<String, u64>,
     /// Episodes beyond the alert bound, forgotten.
     pub alerts_forgotten: u64,
+    /// Samples the cluster's own checks refused, as a replica would have.
+    pub windows_skipped: u64,
+    /// Allocator, step and event records the hook checks refused.
+    pub hook_records_skipped: u64,
 }
 
 /// Builds the report of a finished replay.
-pub fn report(engine: &Engine, stats: &ReadStats, source: &str) -> Report {
+fn report(state: &Replicated, stats: &ReadStats, source: &str) -> Report {
+    let engine = &state.engine;
     let mut by_kind: BTreeMap<String, u64> = AlertKind::ALL
         .iter()
         .map(|k| (k.as_str().to_owned(), 0))
@@ -163,6 +163,7 @@ pub fn report(engine: &Engine, stats: &ReadStats, source: &str) -> Report {
         jobs: engine.jobs(),
         summary: Summary {
             source: source.to_owned(),
+            records_read: stats.records,
             end_t: if engine.now().is_finite() {
                 engine.now()
             } else {
@@ -174,6 +175,8 @@ pub fn report(engine: &Engine, stats: &ReadStats, source: &str) -> Report {
             skipped_examples: stats.examples.clone(),
             alerts_by_kind: by_kind,
             alerts_forgotten: engine.alert_book().forgotten(),
+            windows_skipped: state.state.counters().windows_skipped,
+            hook_records_skipped: state.hook.counters().records_skipped,
         },
     }
 }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::engine::{Alert, AlertKind, Engine, EngineConfig};
+use gpumon_common::engine::{Alert, AlertKind, EngineConfig};
 use gpumon_common::replay;
 use serde::Deserialize;
 
@@ -33,9 +33,9 @@ fn fixture(name: &str) -> PathBuf {
 
 fn replay_alerts(name: &str) -> Vec<Alert> {
     let mut reader = gpumon_common::trace::open(&fixture(&format!("{name}.jsonl.gz"))).unwrap();
-    let mut engine = Engine::new(EngineConfig::default());
-    replay::run(&mut reader, &mut engine, u64::MAX, |_| {}).unwrap();
-    let report = replay::report(&engine, reader.stats(), reader.source());
+    let mut replay = replay::Replay::new(&EngineConfig::default());
+    replay.run(&mut reader, u64::MAX, |_| {}).unwrap();
+    let report = replay.report(reader.stats(), reader.source());
     // The one skip allowed: a device's reading past its capacity as a
     // process runs out of memory (counted, named, and left out).
     let skips = &report.summary.skipped_examples;

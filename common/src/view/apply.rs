@@ -212,26 +212,31 @@ impl ClusterState {
                 node: node.to_owned(),
                 gpu: info.clone(),
             });
+            let history = self.limits.history_windows;
+            self.gpus.insert(
+                info.uuid.clone(),
+                GpuEntry {
+                    node: node.to_owned(),
+                    info: info.clone(),
+                    last_end_ms: 0,
+                    used_bytes: 0,
+                    peak_used_bytes: 0,
+                    util_pct: None,
+                    sm_clock_mhz: None,
+                    power_w: None,
+                    processes: Vec::new(),
+                    live_ranks: Vec::new(),
+                    history: Ring::new(history),
+                },
+            );
         }
-        let history = self.limits.history_windows;
-        let gpu = self
-            .gpus
-            .entry(info.uuid.clone())
-            .or_insert_with(|| GpuEntry {
-                node: node.to_owned(),
-                info: info.clone(),
-                last_end_ms: 0,
-                used_bytes: 0,
-                peak_used_bytes: 0,
-                util_pct: None,
-                sm_clock_mhz: None,
-                power_w: None,
-                processes: Vec::new(),
-                live_ranks: Vec::new(),
-                history: Ring::new(history),
-            });
-        node.clone_into(&mut gpu.node);
-        gpu.info.clone_from(info);
+        let gpu = self.gpus.get_mut(&info.uuid)?;
+        if gpu.node != node {
+            node.clone_into(&mut gpu.node);
+        }
+        if gpu.info != *info {
+            gpu.info.clone_from(info);
+        }
         Some(gpu)
     }
 
@@ -251,16 +256,13 @@ impl ClusterState {
             gpu.util_pct = w.util_pct.filter(|g| g.is_finite()).map(|g| g.mean);
             gpu.sm_clock_mhz = w.sm_clock_mhz.filter(|g| g.is_finite()).map(|g| g.mean);
             gpu.power_w = w.power_w.filter(|g| g.is_finite()).map(|g| g.mean);
-            gpu.processes = w
-                .procs
-                .iter()
-                .map(|p| ProcessView {
-                    pid: p.pid,
-                    used_bytes: p.used_bytes.last,
-                    job: p.rank.as_ref().map(|r| r.job.clone()),
-                    rank: p.rank.as_ref().map(|r| r.rank),
-                })
-                .collect();
+            gpu.processes.clear();
+            gpu.processes.extend(w.procs.iter().map(|p| ProcessView {
+                pid: p.pid,
+                used_bytes: p.used_bytes.last,
+                job: p.rank.as_ref().map(|r| r.job.clone()),
+                rank: p.rank.as_ref().map(|r| r.rank),
+            }));
             gpu.history.push(point(w.end_ms, w.used_bytes));
         }
         let previous_live = if newest {
@@ -274,24 +276,33 @@ impl ClusterState {
         for p in &w.procs {
             let Some(info) = &p.rank else { continue };
             let key = (info.job.clone(), info.rank);
-            if !self.ranks.contains_key(&key) && !self.make_room_for_rank() {
+            let known = self.ranks.contains_key(&key);
+            if !known && !self.make_room_for_rank() {
                 continue;
             }
-            let entry = self.ranks.entry(key.clone()).or_insert_with(|| RankEntry {
-                info: info.clone(),
-                node: node.to_owned(),
-                gpu_uuid: String::new(),
-                gpu_index: w.gpu.index,
-                pid: 0,
-                used_bytes: 0,
-                peak_used_bytes: 0,
-                total_bytes: w.gpu.total_bytes,
-                gpu_used_bytes: 0,
-                first_seen_ms: w.start_ms,
-                last_seen_ms: 0,
-                ended_ms: None,
-                history: Ring::new(history),
-            });
+            if !known {
+                self.ranks.insert(
+                    key.clone(),
+                    RankEntry {
+                        info: info.clone(),
+                        node: node.to_owned(),
+                        gpu_uuid: String::new(),
+                        gpu_index: w.gpu.index,
+                        pid: 0,
+                        used_bytes: 0,
+                        peak_used_bytes: 0,
+                        total_bytes: w.gpu.total_bytes,
+                        gpu_used_bytes: 0,
+                        first_seen_ms: w.start_ms,
+                        last_seen_ms: 0,
+                        ended_ms: None,
+                        history: Ring::new(history),
+                    },
+                );
+            }
+            let Some(entry) = self.ranks.get_mut(&key) else {
+                continue;
+            };
             let moved = entry.pid != p.pid || entry.gpu_uuid != w.gpu.uuid;
             if newest && (moved || entry.ended_ms.is_some()) {
                 events.push(ViewEvent::RankStarted {

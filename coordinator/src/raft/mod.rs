@@ -1,25 +1,27 @@
 //! The Raft node: type config, log entries, storage and network.
 //!
 //! Every agent message the coordinator accepts becomes a [`Command`] in the
-//! Raft log; the [`state_machine`] applies committed commands to the cluster
-//! view in `gpumon-common`, so every replica holds the same state.
+//! Raft log. The [`state_machine`] adapts openraft's storage traits to
+//! `gpumon_common::transition`: each committed command goes through
+//! [`Replicated::apply`](gpumon_common::transition::Replicated::apply), the
+//! one transition replay runs too, so every replica holds the same state.
+//! [`snapshot_file`] reads and writes the versioned snapshot file.
 
 // openraft's storage traits fix `StorageError` (over 200 bytes) as the error
 // type; our helpers return it too so `?` works without conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod applied;
 pub mod digest;
 pub mod log_store;
 pub mod network;
+pub mod snapshot_file;
 pub mod snapshot_schedule;
 pub mod state_machine;
 
 use std::io::Cursor;
 
-use gpumon_common::actions::{ActionRequest, IssueOutcome, IssueRules};
-use gpumon_common::notify::NotifiedEntry;
-use gpumon_proto::{Hello, PushBatch};
-use serde::{Deserialize, Serialize};
+pub use gpumon_common::transition::{Command, CommandResult, CommandV1};
 
 openraft::declare_raft_types!(
     /// gpumon's Raft types: commands in, results out, u64 node ids,
@@ -34,57 +36,3 @@ openraft::declare_raft_types!(
 
 /// The Raft handle of a gpumon coordinator.
 pub type Raft = openraft::Raft<TypeConfig>;
-
-/// One entry of the replicated log. Versioned: the log outlives binaries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Command {
-    /// Log format version 1.
-    V1(CommandV1),
-}
-
-/// The commands of log format version 1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum CommandV1 {
-    /// An agent said hello.
-    Hello(Hello),
-    /// An agent pushed windows, hook records and action acknowledgements.
-    Push(PushBatch),
-    /// Issue actions (the leader's planner or an admin), with the
-    /// proposer's timing rules.
-    IssueActions {
-        /// One request per rank.
-        requests: Vec<ActionRequest>,
-        /// Expiry and rate limit.
-        rules: IssueRules,
-    },
-    /// The agent on `node` pulled these actions (the leader hands them out
-    /// in its reply to that agent's push).
-    DeliverActions {
-        /// The agent's node.
-        node: String,
-        /// The actions handed out.
-        ids: Vec<u64>,
-    },
-    /// The leader's notifier sent these notifications (receivers accepted
-    /// them) at `at_ms` of the leader's wall clock, carried here so every
-    /// replica records the same instant.
-    Notified {
-        /// What was sent, per receiver and alert key.
-        entries: Vec<NotifiedEntry>,
-        /// The leader's clock, ms since the Unix epoch.
-        at_ms: u64,
-    },
-}
-
-/// What applying a command did, returned to the proposer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CommandResult {
-    /// The batch had been applied before.
-    pub duplicate: bool,
-    /// Windows applied.
-    pub windows_applied: u32,
-    /// Windows skipped as invalid.
-    pub windows_skipped: u32,
-    /// What became of each request of an `IssueActions`, in order.
-    pub issued: Vec<IssueOutcome>,
-}

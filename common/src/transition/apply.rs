@@ -1,0 +1,141 @@
+//! [`Replicated::apply`]: one command in, its effects out.
+
+use gpumon_proto::{GpuWindow, HookRecord, PushBatch};
+
+use super::{Command, CommandResult, CommandV1, Replicated};
+use crate::hook::check_record;
+use crate::view::ViewEvent;
+
+/// The windows and hook records of one pushed batch that were applied:
+/// duplicates and invalid ones left out, in the batch's order. Live readers
+/// (the coordinator's `GET /api/v1/stream`) get these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedBatch {
+    /// Node the windows were sampled on.
+    pub node: String,
+    /// The applied windows.
+    pub windows: Vec<GpuWindow>,
+    /// The applied hook records (windows and records are not both empty).
+    pub hook: Vec<HookRecord>,
+}
+
+/// What applying one command did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Effects {
+    /// The answer for the proposer.
+    pub result: CommandResult,
+    /// What happened to the view, in order, for logs and live displays.
+    pub events: Vec<ViewEvent>,
+    /// The push's applied windows and records, when they were asked for and
+    /// anything was applied.
+    pub applied: Option<AppliedBatch>,
+}
+
+impl Replicated {
+    /// Applies one committed command. `keep_applied` asks for the push's
+    /// applied windows and records in [`Effects::applied`]; they are moved
+    /// out of the command, so asking costs nothing but a filter, and not
+    /// asking (nobody streams) costs nothing at all.
+    pub fn apply(&mut self, command: Command, keep_applied: bool) -> Effects {
+        let Command::V1(command) = command;
+        match command {
+            CommandV1::Hello(hello) => Effects {
+                events: self.state.apply_hello(&hello),
+                ..Effects::default()
+            },
+            CommandV1::Push(batch) => self.apply_push(batch, keep_applied),
+            CommandV1::IssueActions { requests, rules } => {
+                let t = self.now_t();
+                let issued = requests
+                    .iter()
+                    .map(|req| {
+                        let place = self.state.rank_place(&req.job, req.rank);
+                        self.actions.issue(t, req, &rules, place)
+                    })
+                    .collect();
+                Effects {
+                    result: CommandResult {
+                        issued,
+                        ..CommandResult::default()
+                    },
+                    ..Effects::default()
+                }
+            }
+            CommandV1::DeliverActions { node, ids } => {
+                let t = self.now_t();
+                self.actions.deliver(&node, &ids, t);
+                Effects::default()
+            }
+            CommandV1::Notified { entries, at_ms } => {
+                self.notify.apply(&entries, at_ms);
+                Effects::default()
+            }
+        }
+    }
+
+    fn apply_push(&mut self, batch: PushBatch, keep_applied: bool) -> Effects {
+        let out = self.state.apply_push(&batch);
+        for &i in &out.applied_indexes {
+            if let Some(w) = batch.windows.get(i as usize) {
+                self.engine.observe_window(&batch.node, w);
+            }
+        }
+        if !out.duplicate {
+            self.hook.apply(&mut self.engine, &batch.hook);
+            self.observe_steps(&batch.hook);
+            let t = self.now_t();
+            for ack in &batch.acks {
+                self.actions.ack(&batch.node, ack, t);
+            }
+            if !self.actions.nothing_outstanding() {
+                let state = &self.state;
+                self.actions
+                    .expire(t, |job, rank| state.rank_place(job, rank));
+            }
+        }
+        let result = CommandResult {
+            duplicate: out.duplicate,
+            windows_applied: out.windows_applied as u32,
+            windows_skipped: out.windows_skipped as u32,
+            issued: Vec::new(),
+        };
+        let hook_applied = !out.duplicate && !batch.hook.is_empty();
+        let applied = (keep_applied && (!out.applied_indexes.is_empty() || hook_applied))
+            .then(|| applied_part(batch, &out.applied_indexes, hook_applied));
+        Effects {
+            result,
+            events: out.events,
+            applied,
+        }
+    }
+}
+
+/// The batch's applied windows and valid hook records, moved out of it.
+fn applied_part(batch: PushBatch, applied_indexes: &[u32], hook_applied: bool) -> AppliedBatch {
+    let mut keep = vec![false; batch.windows.len()];
+    for &i in applied_indexes {
+        if let Some(k) = keep.get_mut(i as usize) {
+            *k = true;
+        }
+    }
+    let windows = batch
+        .windows
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(w, k)| k.then_some(w))
+        .collect();
+    let hook = if hook_applied {
+        batch
+            .hook
+            .into_iter()
+            .filter(|r| check_record(r).is_ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    AppliedBatch {
+        node: batch.node,
+        windows,
+        hook,
+    }
+}

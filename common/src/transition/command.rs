@@ -1,0 +1,65 @@
+//! The commands of the replicated log and what applying one returns.
+//!
+//! The log outlives binaries, so [`Command`] is versioned and its postcard
+//! encoding is a compatibility promise: add variants at the end of
+//! [`CommandV1`] or start a `V2`, never reorder.
+
+use gpumon_proto::{Hello, PushBatch};
+use serde::{Deserialize, Serialize};
+
+use crate::actions::{ActionRequest, IssueOutcome, IssueRules};
+use crate::notify::NotifiedEntry;
+
+/// One entry of the replicated log. Versioned: the log outlives binaries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Log format version 1.
+    V1(CommandV1),
+}
+
+/// The commands of log format version 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CommandV1 {
+    /// An agent said hello.
+    Hello(Hello),
+    /// An agent pushed windows, hook records and action acknowledgements.
+    Push(PushBatch),
+    /// Issue actions (the leader's planner or an admin), with the
+    /// proposer's timing rules.
+    IssueActions {
+        /// One request per rank.
+        requests: Vec<ActionRequest>,
+        /// Expiry and rate limit.
+        rules: IssueRules,
+    },
+    /// The agent on `node` pulled these actions (the leader hands them out
+    /// in its reply to that agent's push).
+    DeliverActions {
+        /// The agent's node.
+        node: String,
+        /// The actions handed out.
+        ids: Vec<u64>,
+    },
+    /// The leader's notifier sent these notifications (receivers accepted
+    /// them) at `at_ms` of the leader's wall clock, carried here so every
+    /// replica records the same instant.
+    Notified {
+        /// What was sent, per receiver and alert key.
+        entries: Vec<NotifiedEntry>,
+        /// The leader's clock, ms since the Unix epoch.
+        at_ms: u64,
+    },
+}
+
+/// What applying a command did, returned to the proposer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommandResult {
+    /// The batch had been applied before.
+    pub duplicate: bool,
+    /// Windows applied.
+    pub windows_applied: u32,
+    /// Windows skipped as invalid.
+    pub windows_skipped: u32,
+    /// What became of each request of an `IssueActions`, in order.
+    pub issued: Vec<IssueOutcome>,
+}

@@ -1,0 +1,71 @@
+//! [`Replicated`]: everything the commands build, and nothing else.
+
+use gpumon_proto::HookRecord;
+use serde::{Deserialize, Serialize};
+
+use crate::actions::ActionBook;
+use crate::engine::{Engine, EngineConfig};
+use crate::hook::{check_record, HookState, StepTimes};
+use crate::notify::NotifyBook;
+use crate::view::{ClusterState, Limits};
+
+/// The replicated data: the same on every replica that applied the same
+/// commands. The field order is the snapshot encoding's (postcard is
+/// field-order sensitive): add fields at the end, with a new snapshot format.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Replicated {
+    /// The cluster view: agents, GPUs, jobs, ranks and their histories.
+    pub state: ClusterState,
+    /// The detection engine: forecasts, alerts, detector state.
+    pub engine: Engine,
+    /// Actions on training processes and how they ended.
+    pub actions: ActionBook,
+    /// Hook data beside the engine: named allocator snapshots, counters.
+    pub hook: HookState,
+    /// Step and section times per rank, from the hooks.
+    pub steps: StepTimes,
+    /// Notifications the leaders sent, per receiver and alert key.
+    pub notify: NotifyBook,
+}
+
+impl Replicated {
+    /// Nothing applied yet.
+    pub fn new(limits: Limits, engine_config: &EngineConfig) -> Self {
+        Self {
+            state: ClusterState::new(limits),
+            engine: Engine::new(engine_config.clone()),
+            actions: ActionBook::default(),
+            hook: HookState::default(),
+            steps: StepTimes::default(),
+            notify: NotifyBook::default(),
+        }
+    }
+
+    /// Data time for actions, seconds: the newest time the engine has seen.
+    pub fn now_t(&self) -> f64 {
+        let t = self.engine.now();
+        if t.is_finite() {
+            t
+        } else {
+            0.0
+        }
+    }
+
+    /// Folds a batch's valid step records into the step times, and forgets
+    /// the jobs the engine no longer tracks.
+    pub(super) fn observe_steps(&mut self, records: &[HookRecord]) {
+        let mut any = false;
+        for record in records {
+            if let HookRecord::Step(s) = record {
+                if check_record(record).is_ok() {
+                    self.steps.observe(s);
+                    any = true;
+                }
+            }
+        }
+        if any {
+            let engine = &self.engine;
+            self.steps.retain_jobs(|job| engine.tracks_job(job));
+        }
+    }
+}

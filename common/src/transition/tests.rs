@@ -1,0 +1,306 @@
+//! The transition as a replica and a replay both rely on it.
+
+use std::borrow::Cow;
+
+use gpumon_proto::{
+    AllocRecord, AllocStats, BytesStat, GpuInfo, GpuWindow, HookRecord, ProcWindow, PushBatch,
+    RankInfo,
+};
+
+use super::*;
+use crate::engine::EngineConfig;
+use crate::trace::{AllocRef, GpuRef, ProcRecord, RankRef, RecordRef};
+use crate::view::Limits;
+
+const GIB: u64 = 1 << 30;
+
+fn fresh() -> Replicated {
+    Replicated::new(Limits::default(), &EngineConfig::default())
+}
+
+fn rank_info(rank: u32) -> RankInfo {
+    RankInfo {
+        job: "job-1".into(),
+        rank,
+        local_rank: rank,
+        world_size: 2,
+        master_addr: None,
+        master_port: None,
+    }
+}
+
+fn window(index: u32, end_ms: u64, used: u64) -> GpuWindow {
+    GpuWindow {
+        gpu: GpuInfo {
+            uuid: format!("GPU-{index}"),
+            index,
+            name: "H100".into(),
+            total_bytes: 80 * GIB,
+        },
+        start_ms: end_ms,
+        end_ms,
+        samples: 1,
+        used_bytes: BytesStat::single(used),
+        reserved_bytes: None,
+        util_pct: None,
+        sm_clock_mhz: None,
+        power_w: None,
+        procs: vec![ProcWindow {
+            pid: 100 + index,
+            used_bytes: BytesStat::single(used),
+            rank: Some(rank_info(index)),
+        }],
+    }
+}
+
+fn alloc(t_ms: u64, rank: u32, allocated: u64) -> HookRecord {
+    HookRecord::Alloc(AllocRecord {
+        t_ms,
+        job: "job-1".into(),
+        rank,
+        stats: AllocStats {
+            allocated,
+            reserved: allocated + GIB,
+            ..AllocStats::default()
+        },
+    })
+}
+
+fn push(seq: u64, windows: Vec<GpuWindow>, hook: Vec<HookRecord>) -> Command {
+    Command::V1(CommandV1::Push(PushBatch {
+        agent_id: "node-a".into(),
+        incarnation: 1,
+        seq,
+        node: "node-a".into(),
+        dropped_batches: 0,
+        windows,
+        hook,
+        acks: Vec::new(),
+    }))
+}
+
+#[test]
+fn a_push_applies_once_and_its_resend_changes_nothing() {
+    let mut r = fresh();
+    let command = push(1, vec![window(0, 1_000, GIB)], vec![alloc(1_000, 0, GIB)]);
+    let first = r.apply(command.clone(), false);
+    assert_eq!(first.result.windows_applied, 1);
+    assert!(!first.result.duplicate);
+    assert_eq!(r.hook.counters().records_applied, 1);
+
+    let again = r.apply(command, false);
+    assert!(again.result.duplicate);
+    assert_eq!(again.result.windows_applied, 0);
+    assert_eq!(r.hook.counters().records_applied, 1, "records apply once");
+    assert_eq!(r.state.counters().batches_duplicate, 1);
+}
+
+#[test]
+fn applied_windows_and_records_come_back_only_when_asked_and_only_the_valid_ones() {
+    let mut bad_window = window(1, 1_000, GIB);
+    bad_window.used_bytes.max = 100 * GIB;
+    let bad_record = HookRecord::Alloc(AllocRecord {
+        job: String::new(),
+        ..match alloc(1_000, 0, GIB) {
+            HookRecord::Alloc(a) => a,
+            _ => unreachable!(),
+        }
+    });
+    let windows = vec![window(0, 1_000, GIB), bad_window];
+    let hook = vec![alloc(1_000, 0, GIB), bad_record];
+
+    let mut quiet = fresh();
+    let effects = quiet.apply(push(1, windows.clone(), hook.clone()), false);
+    assert_eq!(effects.applied, None);
+    assert_eq!(effects.result.windows_skipped, 1);
+
+    let mut streaming = fresh();
+    let effects = streaming.apply(push(1, windows.clone(), hook.clone()), true);
+    let applied = effects.applied.expect("something was applied");
+    assert_eq!(applied.node, "node-a");
+    assert_eq!(applied.windows, vec![windows[0].clone()]);
+    assert_eq!(applied.hook, vec![hook[0].clone()]);
+    assert!(
+        effects.events.len() >= 2,
+        "an agent joined and a GPU was added: {:?}",
+        effects.events
+    );
+}
+
+#[test]
+fn issued_actions_are_answered_in_request_order() {
+    let mut r = fresh();
+    r.apply(push(1, vec![window(0, 1_000, GIB)], Vec::new()), false);
+    let request = |rank| crate::actions::ActionRequest {
+        kind: gpumon_proto::ActionKind::ReleaseCache,
+        job: "job-1".into(),
+        rank,
+        reason: "test".into(),
+        origin: crate::actions::ActionOrigin::Admin,
+    };
+    let effects = r.apply(
+        Command::V1(CommandV1::IssueActions {
+            requests: vec![request(0), request(1)],
+            rules: crate::actions::IssueRules {
+                ttl_s: 60.0,
+                min_interval_s: 0.0,
+            },
+        }),
+        false,
+    );
+    assert_eq!(effects.result.issued.len(), 2);
+    assert_eq!(
+        r.actions.entries().count(),
+        1,
+        "rank 0 is placed, rank 1 is unknown: {:?}",
+        effects.result.issued
+    );
+}
+
+/// A rank record, then samples of its GPU and its allocator: replayed,
+/// they build what the live windows and hook records they stand for build.
+#[test]
+fn a_trace_builds_the_state_its_live_pushes_build() {
+    let mut live = fresh();
+    let mut replayed = fresh();
+    let mut commands = TraceCommands::default();
+    let rank = RecordRef::Rank(RankRef {
+        t: 0.5,
+        job: Cow::Borrowed("job-1"),
+        rank: 0,
+        local_rank: 0,
+        world_size: 2,
+        node: Cow::Borrowed("node-a"),
+        gpu: 0,
+        pid: 100,
+    });
+    assert!(commands.add(&rank).is_none(), "a rank record only places");
+    for (seq, t) in [(1u64, 1.0f64), (2, 2.0), (3, 3.0)] {
+        let used = seq * 10 * GIB;
+        let t_ms = (t * 1000.0) as u64;
+        live.apply(
+            push(seq * 2 - 1, vec![window(0, t_ms, used)], Vec::new()),
+            false,
+        );
+        live.apply(push(seq * 2, Vec::new(), vec![alloc(t_ms, 0, used)]), false);
+
+        let procs = [ProcRecord { pid: 100, used }];
+        let gpu = RecordRef::Gpu(GpuRef {
+            t,
+            node: Cow::Borrowed("node-a"),
+            gpu: 0,
+            uuid: Cow::Borrowed("GPU-0"),
+            name: Cow::Borrowed("H100"),
+            total: 80 * GIB,
+            used,
+            util: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: Cow::Borrowed(&procs),
+        });
+        let alloc = RecordRef::Alloc(AllocRef {
+            t,
+            job: Cow::Borrowed("job-1"),
+            rank: 0,
+            allocated: used,
+            reserved: used + GIB,
+            peak_allocated: None,
+            inactive_split: None,
+            alloc_retries: None,
+            ooms: None,
+        });
+        for record in [gpu, alloc] {
+            if let Some(command) = commands.add(&record) {
+                replayed.apply(command, false);
+            }
+        }
+    }
+    replayed.apply(commands.finish().expect("the last push"), false);
+    assert_eq!(replayed.engine.jobs(), live.engine.jobs());
+    assert_eq!(replayed.engine.devices(), live.engine.devices());
+    assert_eq!(replayed.state.jobs_view(), live.state.jobs_view());
+    assert_eq!(replayed.state.counters(), live.state.counters());
+}
+
+#[test]
+fn hook_records_of_a_rank_no_record_placed_come_from_a_node_of_their_own() {
+    let mut commands = TraceCommands::default();
+    let record = RecordRef::Alloc(AllocRef {
+        t: 1.2345,
+        job: Cow::Borrowed("job-9"),
+        rank: 3,
+        allocated: GIB,
+        reserved: GIB,
+        peak_allocated: None,
+        inactive_split: None,
+        alloc_retries: None,
+        ooms: None,
+    });
+    assert!(commands.add(&record).is_none(), "the push stays open");
+    let Some(Command::V1(CommandV1::Push(batch))) = commands.finish() else {
+        panic!("an alloc record is a push");
+    };
+    assert_eq!(batch.node, from_trace::UNPLACED_NODE);
+    assert_eq!(
+        batch.hook[0].t_ms(),
+        1_235,
+        "seconds round to the nearest ms"
+    );
+}
+
+#[test]
+fn consecutive_records_of_one_node_and_kind_share_a_push_and_keep_their_order() {
+    let mut commands = TraceCommands::default();
+    let procs: [ProcRecord; 0] = [];
+    let gpu = |index: u32, node: &'static str| {
+        RecordRef::Gpu(GpuRef {
+            t: 1.0,
+            node: Cow::Borrowed(node),
+            gpu: index,
+            uuid: Cow::Owned(format!("GPU-{node}-{index}")),
+            name: Cow::Borrowed("H100"),
+            total: 80 * GIB,
+            used: GIB,
+            util: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: Cow::Borrowed(&procs),
+        })
+    };
+    let alloc = RecordRef::Alloc(AllocRef {
+        t: 1.0,
+        job: Cow::Borrowed("job-1"),
+        rank: 0,
+        allocated: GIB,
+        reserved: GIB,
+        peak_allocated: None,
+        inactive_split: None,
+        alloc_retries: None,
+        ooms: None,
+    });
+    let records = [gpu(0, "a"), gpu(1, "a"), gpu(0, "b"), alloc.clone(), alloc];
+    let mut commands_out: Vec<Command> = records.iter().filter_map(|r| commands.add(r)).collect();
+    commands_out.extend(commands.finish());
+    let mut pushes: Vec<PushBatch> = commands_out
+        .into_iter()
+        .map(|Command::V1(c)| match c {
+            CommandV1::Push(p) => p,
+            other => panic!("not a push: {other:?}"),
+        })
+        .collect();
+    let shape: Vec<(String, u64, usize, usize)> = pushes
+        .iter()
+        .map(|p| (p.node.clone(), p.seq, p.windows.len(), p.hook.len()))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("a".into(), 1, 2, 0),
+            ("b".into(), 1, 1, 0),
+            (from_trace::UNPLACED_NODE.into(), 1, 0, 2),
+        ]
+    );
+    let first = pushes.remove(0);
+    assert_eq!(first.windows[0].gpu.index, 0);
+    assert_eq!(first.windows[1].gpu.index, 1);
+}

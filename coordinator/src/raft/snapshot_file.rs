@@ -1,0 +1,220 @@
+//! The snapshot file: versioned, because it outlives binaries.
+//!
+//! A file is a postcard-encoded [`SnapshotFile`]: the variant is the format
+//! version, `meta` is openraft's snapshot metadata and `data` the postcard
+//! encoding of the applied state as that version laid it out. Postcard
+//! writes fields in declaration order with no names, so a field added,
+//! removed or moved anywhere inside the state changes the layout: that
+//! takes a new format version here, with the old one kept readable and
+//! upgraded on load. `tests/fixtures/snapshots/` holds one file of each
+//! supported version, and the tests below load each of them.
+//!
+//! | version | holds |
+//! | --- | --- |
+//! | 1 | the cluster view |
+//! | 2 | + the detection engine |
+//! | 3 | + the action book and hook data |
+//! | 4 | + step times and the notify book: all the replicated data |
+//!
+//! Writes are atomic: a temporary file, fsync, rename, fsync of the
+//! directory, so a crash mid-write leaves the previous snapshot intact.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use gpumon_common::actions::ActionBook;
+use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::hook::HookState;
+use gpumon_common::view::{ClusterState, Limits};
+use openraft::{LogId, SnapshotMeta, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use super::applied::Applied;
+
+type Node = openraft::BasicNode;
+type Meta = SnapshotMeta<u64, Node>;
+
+/// Name of the snapshot file inside the data directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// The format this binary writes.
+pub const CURRENT_VERSION: u32 = 4;
+
+/// A snapshot file of any supported version.
+#[derive(Serialize, Deserialize)]
+enum SnapshotFile {
+    /// The cluster view only.
+    V1 { meta: Meta, data: Vec<u8> },
+    /// The cluster view and the detection engine.
+    V2 { meta: Meta, data: Vec<u8> },
+    /// The cluster view, the engine, actions and hook data.
+    V3 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V4 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`SnapshotFile::V4`] borrowed, for writing without copying the data;
+/// postcard encodes both the same way.
+#[derive(Serialize)]
+enum SnapshotFileRef<'a> {
+    #[allow(dead_code)]
+    V1,
+    #[allow(dead_code)]
+    V2,
+    #[allow(dead_code)]
+    V3,
+    V4 {
+        meta: &'a Meta,
+        data: &'a [u8],
+    },
+}
+
+/// [`Applied`] as format 3 laid it out, before step times.
+#[derive(Serialize, Deserialize)]
+struct AppliedV3 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    state: ClusterState,
+    engine: Engine,
+    actions: ActionBook,
+    hook: HookState,
+}
+
+/// [`Applied`] as format 2 laid it out, before actions and hook data.
+#[derive(Serialize, Deserialize)]
+struct AppliedV2 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    state: ClusterState,
+    engine: Engine,
+}
+
+/// [`Applied`] as format 1 laid it out, before the engine existed.
+#[derive(Serialize, Deserialize)]
+struct AppliedV1 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    state: ClusterState,
+}
+
+/// A snapshot read from disk, upgraded to the current format.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The state it holds.
+    pub applied: Applied,
+    /// Its metadata.
+    pub meta: Meta,
+    /// The state encoded in the current format, to serve to followers.
+    pub data: Vec<u8>,
+    /// The format the file was in.
+    pub version: u32,
+}
+
+/// Why the snapshot file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot load snapshot {path}: {reason}")]
+pub struct LoadSnapshotError {
+    path: PathBuf,
+    reason: String,
+}
+
+/// Reads the snapshot file at `path`; `None` when there is none. Older
+/// formats are upgraded: what they lack starts empty, from `limits` and
+/// `engine_config`.
+pub fn load(
+    path: &Path,
+    limits: Limits,
+    engine_config: &EngineConfig,
+) -> Result<Option<Loaded>, LoadSnapshotError> {
+    let fail = |reason: String| LoadSnapshotError {
+        path: path.to_owned(),
+        reason,
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let file: SnapshotFile =
+        postcard::from_bytes(&bytes).map_err(|e| fail(format!("does not decode: {e}")))?;
+    let mut applied = Applied::empty(limits, engine_config);
+    let decode_err = |version: u32| {
+        move |e: postcard::Error| fail(format!("format {version} data does not decode: {e}"))
+    };
+    let (meta, version) = match file {
+        SnapshotFile::V1 { meta, data } => {
+            let old: AppliedV1 = postcard::from_bytes(&data).map_err(decode_err(1))?;
+            tracing::warn!(path = %path.display(),
+                "snapshot format 1 has no detector state; detectors start afresh");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data.state = old.state;
+            (meta, 1)
+        }
+        SnapshotFile::V2 { meta, data } => {
+            let old: AppliedV2 = postcard::from_bytes(&data).map_err(decode_err(2))?;
+            tracing::warn!(path = %path.display(),
+                "snapshot format 2 has no action book; actions start afresh");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            (applied.data.state, applied.data.engine) = (old.state, old.engine);
+            (meta, 2)
+        }
+        SnapshotFile::V3 { meta, data } => {
+            let old: AppliedV3 = postcard::from_bytes(&data).map_err(decode_err(3))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 3 has no step times; they fill in from the next steps");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            let data = &mut applied.data;
+            (data.state, data.engine) = (old.state, old.engine);
+            (data.actions, data.hook) = (old.actions, old.hook);
+            (meta, 3)
+        }
+        SnapshotFile::V4 { meta, data } => {
+            applied = decode_applied(&data).map_err(decode_err(4))?;
+            return Ok(Some(Loaded {
+                applied,
+                meta,
+                data,
+                version: 4,
+            }));
+        }
+    };
+    let data = postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
+    Ok(Some(Loaded {
+        applied,
+        meta,
+        data,
+        version,
+    }))
+}
+
+/// Decodes the data of a current-format snapshot (a file's, or one a
+/// leader sent).
+pub fn decode_applied(data: &[u8]) -> Result<Applied, postcard::Error> {
+    postcard::from_bytes(data)
+}
+
+/// Encodes the applied state as current-format snapshot data.
+pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec(applied)
+}
+
+/// Writes a current-format snapshot file at `path` atomically, streaming:
+/// no copy of `data` is made.
+pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
+    let file = SnapshotFileRef::V4 { meta, data };
+    let tmp = path.with_extension("bin.tmp");
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        postcard::to_io(&file, &mut w).map_err(std::io::Error::other)?;
+        w.flush()?;
+        w.get_ref().sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
