@@ -42,6 +42,7 @@ use axum::response::{IntoResponse, Response};
 use gpumon_common::trace::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
 };
+use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
@@ -59,6 +60,18 @@ const MAX_RANKS_REMEMBERED: usize = 65_536;
 /// Content type of the stream.
 const NDJSON: &str = "application/x-ndjson";
 
+/// Every window and hook record applied from now on, as trace v1 lines.
+///
+/// Chunked newline-delimited JSON; see TRACE_FORMAT.md. Takes no parameters.
+#[utoipa::path(
+    get,
+    path = "/api/v1/stream",
+    responses(
+        (status = 200, description = "A never-ending stream, one trace record per line.", body = String, content_type = "application/x-ndjson"),
+        (status = 400, description = "A query parameter was given; the stream takes none.", body = ApiErrorBody),
+        (status = 503, description = "Too many open streams; retry later.", body = ApiErrorBody),
+    ),
+)]
 pub async fn stream(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
