@@ -5,6 +5,9 @@
 //! answers the first one's id); the planner may not issue to a rank again
 //! within `min_interval_s` of its previous action; an action not finished
 //! within `ttl_s` expires, and so does one whose rank has ended.
+//!
+//! The entries ([`ActionEntry`]) and their states are the API's types, from
+//! `gpumon_proto::api`: `GET /api/v1/actions` serves the book as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 

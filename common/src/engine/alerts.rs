@@ -1,5 +1,6 @@
 //! Alert episodes: one entry per time an alert fires, updated while it is
-//! active and closed when it resolves. Kept in firing order, bounded.
+//! active and closed when it resolves. Kept in firing order, bounded. The
+//! episode itself ([`Alert`]) is the API's type, from `gpumon_proto::api`.
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -17,6 +17,7 @@
 //! raised at warning; the risk level moves with [`super::latch::Latch`]
 //! hysteresis in the caller.
 
+pub use gpumon_proto::api::{OomForecast, Risk};
 use serde::{Deserialize, Serialize};
 
 use super::trend::Trend;
@@ -54,8 +55,6 @@ impl Default for ForecastParams {
         }
     }
 }
-
-pub use gpumon_proto::api::{OomForecast, Risk};
 
 /// The forecast for a fitted peak trend, or `None` when the trend is not real
 /// growth.
