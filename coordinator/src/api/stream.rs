@@ -42,7 +42,6 @@ use axum::response::{IntoResponse, Response};
 use gpumon_common::trace::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
 };
-use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
@@ -68,8 +67,8 @@ const NDJSON: &str = "application/x-ndjson";
     path = "/api/v1/stream",
     responses(
         (status = 200, description = "A never-ending stream, one trace record per line.", body = String, content_type = "application/x-ndjson"),
-        (status = 400, description = "A query parameter was given; the stream takes none.", body = ApiErrorBody),
-        (status = 503, description = "Too many open streams; retry later.", body = ApiErrorBody),
+        (status = 400, description = "A query parameter was given; the stream takes none.", body = gpumon_proto::api::ApiErrorBody),
+        (status = 503, description = "Too many open streams; retry later.", body = gpumon_proto::api::ApiErrorBody),
     ),
 )]
 pub async fn stream(
