@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use gpumon_proto::api::{Alert, AlertsBody, JobWithAnalysis, NodesView};
 use support::{get, gpumon, wait_for, Proc};
 
 const JOB: &str = "demo-job";
@@ -33,47 +33,6 @@ const PLANTED_WITHIN: Duration = Duration::from_secs(240);
 const CHROMIUM: &str = "chromium";
 /// A run of Chromium, page load and 15 s of (virtual) polling included.
 const CHROMIUM_WITHIN: Duration = Duration::from_secs(120);
-
-/// The fields of an alert this test looks at.
-#[derive(Debug, Clone, Deserialize)]
-struct Alert {
-    id: u64,
-    kind: String,
-    job: Option<String>,
-    rank: Option<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Alerts {
-    alerts: Vec<Alert>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Nodes {
-    nodes: Vec<Node>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Node {
-    node: String,
-    gpus: Vec<Gpu>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Gpu {
-    uuid: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Job {
-    ranks: Vec<Rank>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Rank {
-    rank: u32,
-    history: Vec<serde_json::Value>,
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
@@ -93,14 +52,15 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         Duration::from_secs(60),
         "every rank with history",
         || async {
-            let job: Job = get(&format!("{url}/api/v1/jobs/{JOB}"))
+            let job: JobWithAnalysis = get(&format!("{url}/api/v1/jobs/{JOB}"))
                 .await
                 .map_err(|e| e.to_string())?;
             let seen: BTreeSet<u32> = job
+                .detail
                 .ranks
                 .iter()
                 .filter(|r| r.history.len() >= 3)
-                .map(|r| r.rank)
+                .map(|r| r.view.rank)
                 .collect();
             if seen == (0..RANKS).collect() {
                 Ok(())
@@ -129,7 +89,7 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         "the planted alerts were active after {:?}",
         started.elapsed()
     );
-    let nodes: Nodes = get(&format!("{url}/api/v1/nodes")).await.unwrap();
+    let nodes: NodesView = get(&format!("{url}/api/v1/nodes")).await.unwrap();
 
     let before = active_alerts(&url).await.unwrap();
     let job_dom = dump_dom(&format!("{url}/#/jobs/{JOB}")).await;
@@ -231,12 +191,12 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
 }
 
 fn is(a: &Alert, kind: &str, rank: u32) -> bool {
-    a.job.as_deref() == Some(JOB) && a.kind == kind && a.rank == Some(rank)
+    a.job.as_deref() == Some(JOB) && a.kind.as_str() == kind && a.rank == Some(rank)
 }
 
 /// Active alerts by id.
 async fn active_alerts(url: &str) -> Result<BTreeMap<u64, Alert>, String> {
-    let body: Alerts = get(&format!("{url}/api/v1/alerts?active=true"))
+    let body: AlertsBody = get(&format!("{url}/api/v1/alerts?active=true"))
         .await
         .map_err(|e| e.to_string())?;
     Ok(body.alerts.into_iter().map(|a| (a.id, a)).collect())

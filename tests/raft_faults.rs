@@ -20,9 +20,7 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use gpumon_common::engine::OomForecast;
-use gpumon_proto::api::{ClusterView, IngestCounters, JobDetail};
-use serde::Deserialize;
+use gpumon_proto::api::{ClusterView, IngestCounters, JobDetail, JobSummary, JobWithAnalysis};
 use support::cluster::{brief, Cluster};
 use support::pusher::{Plan, Pusher, JOB};
 use tokio::time::Instant;
@@ -38,31 +36,6 @@ const ELECT_WITHIN: Duration = Duration::from_secs(15);
 const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
 /// Longest acceptable write outage after the leader dies.
 const FAILOVER_WITHIN: Duration = Duration::from_secs(3);
-
-/// `GET /api/v1/jobs/{job}`: the job's view and the engine's analysis.
-#[derive(Debug, Deserialize)]
-struct JobWithAnalysis {
-    #[serde(flatten)]
-    detail: JobDetail,
-    analysis: Option<Analysis>,
-}
-
-/// The part of the engine's job analysis (`JobSummary`) these tests read.
-/// Not `JobSummary` itself: its job-level `forecast` carries the key `risk`
-/// twice (its own and the flattened forecast's), which serde_json refuses.
-#[derive(Debug, Deserialize)]
-struct Analysis {
-    first_t: f64,
-    ranks: Vec<RankAnalysis>,
-}
-
-/// One rank of [`Analysis`].
-#[derive(Debug, Deserialize)]
-struct RankAnalysis {
-    rank: u32,
-    first_t: f64,
-    forecast: Option<OomForecast>,
-}
 
 async fn bounded(test: impl Future<Output = ()>) {
     let _one_at_a_time = SERIAL.lock().await;
@@ -134,7 +107,7 @@ async fn leader_kill() {
     let mut pusher = Pusher::start(c.urls(), plan.clone());
 
     // Let the engine warm up and forecast every rank before the fault.
-    let before: Analysis = c
+    let before: JobSummary = c
         .wait(
             Duration::from_secs(90),
             "an OOM forecast for every rank on the leader",

@@ -6,11 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use gpumon_common::engine::view::JobSummary;
-use gpumon_common::engine::Alert;
-use gpumon_proto::api::{ClusterView, JobsView};
+use gpumon_proto::api::{Alert, AlertsBody, ClusterView, JobSummary, JobWithAnalysis, JobsView};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// Longest wait for one response.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,18 +31,6 @@ pub struct ClusterSnapshot {
     pub analysis: BTreeMap<String, JobSummary>,
     /// Active alert episodes, oldest first.
     pub alerts: Vec<Alert>,
-}
-
-/// The part of `GET /api/v1/jobs/{job}` the CLI reads.
-#[derive(Debug, Deserialize)]
-struct JobAnalysis {
-    analysis: Option<JobSummary>,
-}
-
-/// The part of `GET /api/v1/alerts` the CLI reads.
-#[derive(Debug, Deserialize)]
-struct AlertsBody {
-    alerts: Vec<Alert>,
 }
 
 impl ApiClient {
@@ -107,7 +93,7 @@ impl ApiClient {
         for job in &jobs.jobs {
             let path = format!("/api/v1/jobs/{}", encode_segment(&job.job));
             // `None`: forgotten between the two reads; shown without analysis.
-            let detail: Option<JobAnalysis> = self.get_if_found(&path).await?;
+            let detail: Option<JobWithAnalysis> = self.get_if_found(&path).await?;
             if let Some(a) = detail.and_then(|d| d.analysis) {
                 analysis.insert(job.job.clone(), a);
             }

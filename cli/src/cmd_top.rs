@@ -12,11 +12,9 @@ use std::fmt::Write;
 use std::io::{IsTerminal, Write as _};
 use std::time::Duration;
 
-use gpumon_common::engine::forecast::Risk;
-use gpumon_common::engine::view::{JobSummary, RankSummary};
-use gpumon_common::engine::{Alert, Severity};
 use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
 use gpumon_proto::api::JobView;
+use gpumon_proto::api::{Alert, JobSummary, RankSummary, Risk, Severity};
 
 use crate::api_client::{ApiClient, ClusterSnapshot};
 use crate::args::TopArgs;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// The caching allocator's statistics, from `torch.cuda.memory_stats()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocStats {
     /// `allocated_bytes.all.current`: bytes in live tensors.
     pub allocated: u64,

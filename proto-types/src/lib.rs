@@ -3,7 +3,8 @@
 //! - [`sample`]: raw NVML-style samples and the per-GPU windows agents push;
 //! - [`hook`]: what the in-process hook reports and the action acknowledgements;
 //! - [`uplink`]: the versioned agent → coordinator messages and the replies;
-//! - [`api`]: the JSON documents the coordinator's read API serves;
+//! - [`api`]: every JSON body of the coordinator's HTTP API (with the
+//!   `openapi` feature, their OpenAPI schemas);
 //! - [`wire`]: the postcard codec with size limits and version checks.
 //!
 //! postcard is not self-describing, so every top-level message is an enum whose

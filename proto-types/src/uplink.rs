@@ -118,6 +118,7 @@ pub struct PendingAction {
 
 /// The kinds of action a training process can carry out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ActionKind {
     /// `gc.collect()` then `torch.cuda.empty_cache()` at the next step boundary.

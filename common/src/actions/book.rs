@@ -5,9 +5,13 @@
 //! answers the first one's id); the planner may not issue to a rank again
 //! within `min_interval_s` of its previous action; an action not finished
 //! within `ttl_s` expires, and so does one whose rank has ended.
+//!
+//! The entries ([`ActionEntry`]) and their states are the API's types, from
+//! `gpumon_proto::api`: `GET /api/v1/actions` serves the book as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use gpumon_proto::api::{ActionEntry, ActionOrigin, ActionState, IssueOutcome};
 use gpumon_proto::{ActionAck, ActionKind, ActionOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -17,59 +21,6 @@ pub const MAX_ACTIONS_KEPT: usize = 4096;
 const MAX_TEXT_BYTES: usize = 1024;
 /// Ranks whose last planned action time is remembered.
 const MAX_RATE_ENTRIES: usize = 16_384;
-
-/// Where an action stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionState {
-    /// Issued; no agent has pulled it yet.
-    Planned,
-    /// An agent pulled it for its training process.
-    Delivered,
-    /// Carried out.
-    Done,
-    /// The process could not carry it out.
-    Failed,
-    /// Not carried out in time, or its rank went away.
-    Expired,
-}
-
-impl ActionState {
-    /// Every state, in lifecycle order.
-    pub const ALL: [ActionState; 5] = [
-        Self::Planned,
-        Self::Delivered,
-        Self::Done,
-        Self::Failed,
-        Self::Expired,
-    ];
-
-    /// True once nothing more will happen to the action.
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Done | Self::Failed | Self::Expired)
-    }
-
-    /// The name used in the API: `planned`, `delivered`, ...
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Planned => "planned",
-            Self::Delivered => "delivered",
-            Self::Done => "done",
-            Self::Failed => "failed",
-            Self::Expired => "expired",
-        }
-    }
-}
-
-/// Who asked for an action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionOrigin {
-    /// The leader's planner.
-    Planner,
-    /// An admin through `POST /api/v1/actions`.
-    Admin,
-}
 
 /// A request to act on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,73 +68,6 @@ pub enum RankPlace<'a> {
     Ended,
     /// Never seen.
     Unknown,
-}
-
-/// What became of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum IssueOutcome {
-    /// A new action.
-    Issued {
-        /// Its id.
-        id: u64,
-    },
-    /// The rank already has this action outstanding.
-    Existing {
-        /// The outstanding action's id.
-        id: u64,
-    },
-    /// The rank has ended: the action was recorded and expired at once.
-    Expired {
-        /// Its id.
-        id: u64,
-    },
-    /// The planner acted on this rank too recently.
-    RateLimited {
-        /// When it may act again, seconds.
-        next_t: f64,
-    },
-    /// No such rank.
-    UnknownRank,
-    /// Every kept slot holds an outstanding action.
-    Full,
-}
-
-/// One action and its history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ActionEntry {
-    /// Unique in the cluster, from 1.
-    pub id: u64,
-    /// What to do.
-    pub kind: ActionKind,
-    /// Target job.
-    pub job: String,
-    /// Target rank.
-    pub rank: u32,
-    /// Who asked.
-    pub origin: ActionOrigin,
-    /// Why.
-    pub reason: String,
-    /// Where it stands.
-    pub state: ActionState,
-    /// The node of the rank when issued: its agent delivers it.
-    pub node: Option<String>,
-    /// Issued at, seconds (data time).
-    pub planned_t: f64,
-    /// Expires at, seconds, unless finished.
-    pub expires_t: f64,
-    /// Pulled by the agent at, seconds.
-    pub delivered_t: Option<f64>,
-    /// Done, failed or expired at, seconds.
-    pub finished_t: Option<f64>,
-    /// Bytes released (done).
-    pub freed_bytes: Option<u64>,
-    /// The step after which it ran (done).
-    pub at_step: Option<u64>,
-    /// Why it failed or expired.
-    pub detail: Option<String>,
-    /// What the user's `on_action` callback answered.
-    pub response: Option<String>,
 }
 
 /// Counts of transitions since the book began.

@@ -1,59 +1,11 @@
 //! Alert episodes: one entry per time an alert fires, updated while it is
-//! active and closed when it resolves. Kept in firing order, bounded.
+//! active and closed when it resolves. Kept in firing order, bounded. The
+//! episode itself ([`Alert`]) is the API's type, from `gpumon_proto::api`.
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use gpumon_proto::api::{Alert, AlertKind, Severity};
 use serde::{Deserialize, Serialize};
-
-/// What an alert is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertKind {
-    /// A rank (or GPU) is forecast to run out of memory.
-    OomPredicted,
-    /// Memory that is never given back.
-    Leak,
-    /// The caching allocator holds memory it cannot reuse.
-    Fragmentation,
-    /// A rank holds clearly more memory than its peers.
-    Imbalance,
-    /// A rank's compute is persistently slower than its peers'.
-    Straggler,
-}
-
-impl AlertKind {
-    /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 5] = [
-        AlertKind::OomPredicted,
-        AlertKind::Leak,
-        AlertKind::Fragmentation,
-        AlertKind::Imbalance,
-        AlertKind::Straggler,
-    ];
-
-    /// The name used in reports and the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertKind::OomPredicted => "oom_predicted",
-            AlertKind::Leak => "leak",
-            AlertKind::Fragmentation => "fragmentation",
-            AlertKind::Imbalance => "imbalance",
-            AlertKind::Straggler => "straggler",
-        }
-    }
-}
-
-/// How urgent an alert is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// Worth a look.
-    Warning,
-    /// Act soon.
-    High,
-    /// Act now.
-    Critical,
-}
 
 /// Whom an alert is about: a rank, or a GPU with no known rank.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -64,78 +16,15 @@ pub enum Subject {
     Gpu(String, u32),
 }
 
-/// One alert episode, as reports and the API show it. Fields that do not
-/// apply to its kind are `null` (the type is also stored in Raft snapshots,
-/// whose binary encoding cannot skip fields).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Alert {
-    /// Sequence number, unique per engine.
-    pub id: u64,
-    /// What it is about.
-    pub kind: AlertKind,
-    /// The job, when the subject is a rank.
-    #[serde(default)]
-    pub job: Option<String>,
-    /// The rank, when the subject is a rank.
-    #[serde(default)]
-    pub rank: Option<u32>,
-    /// The node of the GPU involved, when known.
-    #[serde(default)]
-    pub node: Option<String>,
-    /// The GPU index involved, when known.
-    #[serde(default)]
-    pub gpu: Option<u32>,
-    /// Trace time it first fired, seconds.
-    pub t: f64,
-    /// Current severity.
-    pub severity: Severity,
-    /// Trace time of the latest update, seconds.
-    pub updated_t: f64,
-    /// Trace time it resolved, seconds; absent while active.
-    #[serde(default)]
-    pub resolved_t: Option<f64>,
-    /// Predicted OOM time, seconds (OOM alerts).
-    #[serde(default)]
-    pub predicted_oom_t: Option<f64>,
-    /// Interval of the predicted OOM time, seconds (OOM alerts).
-    #[serde(default)]
-    pub predicted_oom_interval: Option<[f64; 2]>,
-    /// 0 to 1 (OOM alerts).
-    #[serde(default)]
-    pub confidence: Option<f64>,
-    /// Growth, bytes per second (OOM and leak alerts).
-    #[serde(default)]
-    pub rate_bytes_per_s: Option<f64>,
-    /// How many times slower than its peers (straggler alerts).
-    #[serde(default)]
-    pub slowdown: Option<f64>,
-    /// The slowest section (straggler alerts).
-    #[serde(default)]
-    pub section: Option<String>,
-    /// Bytes above the job's median (imbalance alerts).
-    #[serde(default)]
-    pub excess_bytes: Option<f64>,
-    /// Percent above the job's median (imbalance alerts).
-    #[serde(default)]
-    pub excess_pct: Option<f64>,
-    /// Bytes `empty_cache()` could release.
-    #[serde(default)]
-    pub reclaimable_bytes: Option<f64>,
-    /// What to do about it.
-    #[serde(default)]
-    pub recommendation: Option<String>,
-    /// One line for people.
-    pub message: String,
-}
-
-impl Alert {
-    /// A new episode with no details; the detectors fill in theirs.
-    pub fn new(kind: AlertKind, subject: &Subject, t: f64, severity: Severity) -> Self {
-        let (job, rank, node, gpu) = match subject {
+impl Subject {
+    /// A new episode about this subject with no details; the detectors fill
+    /// in theirs.
+    pub fn alert(&self, kind: AlertKind, t: f64, severity: Severity) -> Alert {
+        let (job, rank, node, gpu) = match self {
             Subject::Rank(job, rank) => (Some(job.clone()), Some(*rank), None, None),
             Subject::Gpu(node, gpu) => (None, None, Some(node.clone()), Some(*gpu)),
         };
-        Self {
+        Alert {
             id: 0,
             kind,
             job,
@@ -158,11 +47,6 @@ impl Alert {
             recommendation: None,
             message: String::new(),
         }
-    }
-
-    /// True until resolved.
-    pub fn is_active(&self) -> bool {
-        self.resolved_t.is_none()
     }
 }
 
@@ -285,11 +169,11 @@ mod tests {
         let mut book = AlertBook::new(10);
         let a = book.raise(
             rank(1),
-            Alert::new(AlertKind::Leak, &rank(1), 10.0, Severity::Warning),
+            rank(1).alert(AlertKind::Leak, 10.0, Severity::Warning),
         );
         let b = book.raise(
             rank(1),
-            Alert::new(AlertKind::Leak, &rank(1), 20.0, Severity::High),
+            rank(1).alert(AlertKind::Leak, 20.0, Severity::High),
         );
         assert_eq!(a, b);
         let only: Vec<_> = book.episodes().collect();
@@ -302,12 +186,12 @@ mod tests {
         let mut book = AlertBook::new(10);
         book.raise(
             rank(1),
-            Alert::new(AlertKind::Leak, &rank(1), 10.0, Severity::Warning),
+            rank(1).alert(AlertKind::Leak, 10.0, Severity::Warning),
         );
         assert!(book.resolve(AlertKind::Leak, &rank(1), 30.0));
         book.raise(
             rank(1),
-            Alert::new(AlertKind::Leak, &rank(1), 40.0, Severity::Warning),
+            rank(1).alert(AlertKind::Leak, 40.0, Severity::Warning),
         );
         let times: Vec<_> = book.episodes().map(|a| (a.t, a.resolved_t)).collect();
         assert_eq!(times, vec![(10.0, Some(30.0)), (40.0, None)]);
@@ -319,7 +203,7 @@ mod tests {
         for r in 0..5 {
             book.raise(
                 rank(r),
-                Alert::new(AlertKind::Imbalance, &rank(r), r as f64, Severity::Warning),
+                rank(r).alert(AlertKind::Imbalance, r as f64, Severity::Warning),
             );
         }
         assert_eq!(book.episodes().len(), 3);

@@ -17,6 +17,7 @@
 //! raised at warning; the risk level moves with [`super::latch::Latch`]
 //! hysteresis in the caller.
 
+pub use gpumon_proto::api::{OomForecast, Risk};
 use serde::{Deserialize, Serialize};
 
 use super::trend::Trend;
@@ -53,50 +54,6 @@ impl Default for ForecastParams {
             critical_s: 120.0,
         }
     }
-}
-
-/// How close a forecast OOM is.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Risk {
-    /// No growth, or an OOM too far ahead to matter.
-    #[default]
-    None,
-    /// Growing; OOM within four horizons.
-    Low,
-    /// OOM within the horizon: alert.
-    Warning,
-    /// OOM within `high_s`.
-    High,
-    /// OOM within `critical_s`.
-    Critical,
-}
-
-/// A predicted OOM.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OomForecast {
-    /// When it was computed (newest window), seconds.
-    pub t: f64,
-    /// Predicted OOM time, seconds.
-    pub predicted_oom_t: f64,
-    /// Earliest OOM time within the slope's interval.
-    pub earliest_oom_t: f64,
-    /// Latest OOM time within the slope's interval.
-    pub latest_oom_t: f64,
-    /// 0 to 1; see the module docs.
-    pub confidence: f64,
-    /// Growth of the peaks, bytes per second.
-    pub slope_bytes_per_s: f64,
-    /// The peak line now, bytes.
-    pub level_bytes: f64,
-    /// Headroom kept for spikes, bytes.
-    pub margin_bytes: f64,
-    /// Usable capacity, bytes.
-    pub usable_bytes: f64,
-    /// Risk level of this forecast alone (before hysteresis).
-    pub risk: Risk,
 }
 
 /// The forecast for a fitted peak trend, or `None` when the trend is not real

@@ -422,7 +422,7 @@ fn oom_alert(
     total: u64,
     recommendation: Option<String>,
 ) -> Alert {
-    let mut a = Alert::new(AlertKind::OomPredicted, subject, t, severity_of(risk));
+    let mut a = subject.alert(AlertKind::OomPredicted, t, severity_of(risk));
     a.node = Some(node.to_owned());
     a.gpu = Some(gpu);
     a.predicted_oom_t = Some(f.predicted_oom_t);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::stats::median_of;
@@ -71,7 +71,7 @@ impl Engine {
         } else {
             Severity::Warning
         };
-        let mut a = Alert::new(AlertKind::Straggler, &subject, e.t, severity);
+        let mut a = subject.alert(AlertKind::Straggler, e.t, severity);
         a.node = node;
         a.gpu = gpu;
         a.slowdown = Some(e.section_slowdown());
@@ -193,7 +193,7 @@ impl Engine {
         for (rank, hit, node, gpu) in raised {
             let Some(e) = hit else { continue };
             let subject = Subject::Rank(job.to_owned(), rank);
-            let mut a = Alert::new(AlertKind::Imbalance, &subject, t, Severity::Warning);
+            let mut a = subject.alert(AlertKind::Imbalance, t, Severity::Warning);
             a.node = node;
             a.gpu = gpu;
             a.excess_bytes = Some(e.excess_bytes);

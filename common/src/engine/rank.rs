@@ -2,7 +2,7 @@
 //! and the allocator statistics that drive the leak and fragmentation
 //! detectors.
 
-use super::alerts::{Alert, AlertKind, Severity, Subject};
+use super::alerts::{AlertKind, Severity, Subject};
 use super::fits::fit_series;
 use super::fragmentation::{is_fragmenting, AllocatorView};
 use super::input::{AllocObs, RankObs};
@@ -363,7 +363,7 @@ impl Engine {
         );
         match frag_edge {
             Edge::Raised => {
-                let mut a = Alert::new(AlertKind::Fragmentation, &subject, t, Severity::Warning);
+                let mut a = subject.alert(AlertKind::Fragmentation, t, Severity::Warning);
                 a.node = node;
                 a.gpu = gpu;
                 a.reclaimable_bytes = Some(reclaimable);
@@ -402,7 +402,7 @@ impl Engine {
     ) {
         match edge {
             Edge::Raised => {
-                let mut a = Alert::new(AlertKind::Leak, subject, t, Severity::Warning);
+                let mut a = subject.alert(AlertKind::Leak, t, Severity::Warning);
                 a.node = node;
                 a.gpu = gpu;
                 a.rate_bytes_per_s = Some(rate);

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use gpumon_proto::api::Marker;
 use serde::{Deserialize, Serialize};
 
 use super::early::EarlyWatch;
@@ -60,17 +61,6 @@ pub struct JobTrack {
     pub(crate) straggler: StragglerTracker,
     pub(crate) imbalance_window: i64,
     pub(crate) markers: VecDeque<Marker>,
-}
-
-/// A user marker (`gpumon.mark`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Marker {
-    /// Trace time, seconds.
-    pub t: f64,
-    /// The rank that set it.
-    pub rank: u32,
-    /// Its name.
-    pub name: String,
 }
 
 /// One rank of a job.

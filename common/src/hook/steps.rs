@@ -15,6 +15,7 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
+pub use gpumon_proto::api::{RankSteps, SectionTime};
 use gpumon_proto::hook::StepRecord;
 use serde::{Deserialize, Serialize};
 
@@ -26,30 +27,6 @@ pub const MAX_SECTIONS_PER_RANK: usize = 16;
 pub const MAX_RANKS_PER_JOB: usize = 16_384;
 /// Jobs kept.
 pub const MAX_JOBS: usize = 1024;
-
-/// One section's times, milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SectionTime {
-    /// In the latest step that had it.
-    pub last_ms: f64,
-    /// Smoothed over recent steps.
-    pub mean_ms: f64,
-}
-
-/// One rank's latest step and smoothed times.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankSteps {
-    /// Latest step number.
-    pub step: u64,
-    /// When it finished, seconds since the Unix epoch.
-    pub t: f64,
-    /// Its duration, ms.
-    pub duration_ms: f64,
-    /// Smoothed step duration, ms.
-    pub mean_duration_ms: f64,
-    /// Per section, by name.
-    pub sections: BTreeMap<String, SectionTime>,
-}
 
 /// Step times of every rank of every job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -134,7 +134,7 @@ mod tests {
 
     fn alert(id: u64, rank: u32, severity: Severity, resolved: bool) -> Alert {
         let subject = Subject::Rank("job".into(), rank);
-        let mut a = Alert::new(AlertKind::OomPredicted, &subject, 100.0, severity);
+        let mut a = subject.alert(AlertKind::OomPredicted, 100.0, severity);
         a.id = id;
         if resolved {
             a.resolved_t = Some(200.0);
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn gpu_alerts_are_keyed_by_node_and_gpu() {
         let subject = Subject::Gpu("node-a".into(), 3);
-        let a = Alert::new(AlertKind::OomPredicted, &subject, 0.0, Severity::High);
+        let a = subject.alert(AlertKind::OomPredicted, 0.0, Severity::High);
         assert_eq!(subject_of(&a), Some(subject));
         let d = due(
             &NotifyBook::default(),

@@ -17,11 +17,15 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use gpumon_common::actions::{ActionEntry, ActionOrigin, ActionRequest, ActionState, IssueOutcome};
-use gpumon_proto::{ActionKind, PendingAction};
+use gpumon_common::actions::{ActionOrigin, ActionRequest};
+use gpumon_proto::api::{
+    ActionEntry, ActionState, ActionsBody, ActionsQuery, ApiErrorBody, IssueOutcome, IssueRequest,
+    IssueResponse, IssuedAction,
+};
+use gpumon_proto::PendingAction;
 use openraft::error::{ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 
+use super::openapi::{AdminErrors, ReadErrors};
 use super::params::check_job_name;
 use super::raft_status::leader_url;
 use super::{admin, ApiError, AppState};
@@ -32,25 +36,13 @@ pub const MAX_RANKS_PER_REQUEST: usize = 4096;
 /// Most actions one response carries.
 const MAX_LIMIT: usize = 4096;
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActionsQuery {
-    job: Option<String>,
-    state: Option<ActionState>,
-    limit: Option<usize>,
-    #[serde(rename = "consistency")]
-    _consistency: Option<serde::de::IgnoredAny>,
-}
-
-/// `GET /api/v1/actions`.
-#[derive(Debug, Serialize)]
-pub struct ActionsBody {
-    /// Matching actions, oldest first.
-    pub actions: Vec<ActionEntry>,
-    /// Matching actions left out by `limit` (the oldest).
-    pub truncated: usize,
-}
-
+/// Actions on training processes and how they ended.
+#[utoipa::path(
+    get,
+    path = "/api/v1/actions",
+    params(ActionsQuery),
+    responses((status = 200, description = "OK", body = ActionsBody), ReadErrors),
+)]
 pub async fn list(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
@@ -86,35 +78,19 @@ pub async fn list(
     }))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct IssueBody {
-    kind: ActionKind,
-    job: String,
-    ranks: Vec<u32>,
-    reason: Option<String>,
-}
-
-/// One rank's answer to `POST /api/v1/actions`.
-#[derive(Debug, Serialize)]
-pub struct IssuedAction {
-    /// The rank.
-    pub rank: u32,
-    /// The action's id, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<u64>,
-    /// What became of the request.
-    #[serde(flatten)]
-    pub outcome: IssueOutcome,
-}
-
-/// `POST /api/v1/actions`'s answer.
-#[derive(Debug, Serialize)]
-pub struct IssueResponse {
-    /// One entry per requested rank, in request order.
-    pub actions: Vec<IssuedAction>,
-}
-
+/// Issue actions by hand (admin, leader only).
+#[utoipa::path(
+    post,
+    path = "/api/v1/actions",
+    request_body = IssueRequest,
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "What became of each rank's request.", body = IssueResponse),
+        (status = 404, description = "No such job.", body = ApiErrorBody),
+        (status = 413, description = "Body over the size limit.", body = ApiErrorBody),
+        AdminErrors,
+    ),
+)]
 pub async fn issue(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -122,7 +98,7 @@ pub async fn issue(
     body: axum::body::Bytes,
 ) -> Result<Json<IssueResponse>, ApiError> {
     admin::authorize(&state, peer, &headers)?;
-    let req: IssueBody = serde_json::from_slice(&body).map_err(|e| {
+    let req: IssueRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::BadRequest(format!(
             "body must be JSON {{\"kind\": \"release_cache\", \"job\": \"JOB\", \"ranks\": [0, 1], \"reason\": \"optional\"}}: {e}"
         ))

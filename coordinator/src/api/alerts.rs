@@ -4,9 +4,9 @@
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use gpumon_common::engine::Alert;
-use serde::{Deserialize, Serialize};
+use gpumon_proto::api::{Alert, AlertsBody, AlertsQuery};
 
+use super::openapi::ReadErrors;
 use super::params::check_job_name;
 use super::{ApiError, AppState};
 
@@ -15,32 +15,13 @@ pub const MAX_ALERTS_PER_RESPONSE: usize = 10_000;
 /// Episodes returned when no `limit` is given.
 const DEFAULT_LIMIT: usize = 1_000;
 
-/// Query parameters; unknown ones are refused so that typos do not pass silently.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AlertsQuery {
-    /// Only active episodes.
-    active: Option<bool>,
-    /// Only this job's.
-    job: Option<String>,
-    /// At most this many, the newest.
-    limit: Option<usize>,
-    /// Read by the `consistency` layer.
-    #[serde(rename = "consistency")]
-    _consistency: Option<serde::de::IgnoredAny>,
-}
-
-/// The response body.
-#[derive(Debug, Serialize)]
-pub struct AlertsBody {
-    /// Newest trace time the engine has seen, seconds since the Unix epoch.
-    pub now: Option<f64>,
-    /// Matching episodes, oldest first.
-    pub alerts: Vec<Alert>,
-    /// Matching episodes left out by `limit`.
-    pub truncated: usize,
-}
-
+/// Alert episodes, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/alerts",
+    params(AlertsQuery),
+    responses((status = 200, description = "OK", body = AlertsBody), ReadErrors),
+)]
 pub async fn alerts(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,

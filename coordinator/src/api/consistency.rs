@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use gpumon_proto::api::Consistency;
 use openraft::error::{CheckIsLeaderError, RaftError};
 
 use super::forward::{self, FORWARDED_HEADER};
@@ -19,13 +20,6 @@ use super::{ApiError, AppState};
 
 /// Time allowed to confirm leadership and catch the state machine up.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
-
-/// How a read wants to be served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Consistency {
-    Local,
-    Linearizable,
-}
 
 fn parse(query: Option<&str>) -> Result<Consistency, ApiError> {
     let Some(query) = query else {
@@ -35,8 +29,8 @@ fn parse(query: Option<&str>) -> Result<Consistency, ApiError> {
         .map_err(|e| ApiError::BadRequest(format!("bad query {query:?}: {e}")))?;
     match pairs.iter().find(|(k, _)| k == "consistency") {
         None => Ok(Consistency::Local),
-        Some((_, v)) if v == "local" => Ok(Consistency::Local),
-        Some((_, v)) if v == "linearizable" => Ok(Consistency::Linearizable),
+        Some((_, v)) if v == Consistency::Local.name() => Ok(Consistency::Local),
+        Some((_, v)) if v == Consistency::Linearizable.name() => Ok(Consistency::Linearizable),
         Some((_, v)) => Err(ApiError::BadRequest(format!(
             "consistency={v:?} is not known; use local (the default) or linearizable"
         ))),

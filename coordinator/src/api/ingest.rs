@@ -13,16 +13,31 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
 };
 use openraft::error::{ClientWriteError, RaftError};
 
+use super::openapi::Postcard;
 use super::{ApiError, AppState};
 use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
 use crate::raft::{Command, CommandV1};
 
+/// Agents push windows and hook records (postcard `AgentMessage`).
+#[utoipa::path(
+    post,
+    path = "/api/v1/ingest",
+    request_body(content = Postcard, description = "postcard `AgentMessage`.", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "postcard `CoordinatorReply`: acknowledged sequence numbers and actions for the agent.", body = Postcard, content_type = "application/octet-stream"),
+        (status = 400, description = "An unknown protocol version, or an undecodable body.", body = ApiErrorBody),
+        (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
+        (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
+        (status = 503, description = "No leader, or the push could not be committed; retry.", body = ApiErrorBody),
+    ),
+)]
 pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let inner = &state.inner;
     let max = inner.max_push_bytes;

@@ -11,10 +11,11 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use gpumon_proto::api::{AddMember, RaftStatus};
+use gpumon_proto::api::{AddMember, ApiErrorBody, RaftStatus};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 
+use super::openapi::AdminErrors;
 use super::raft_status::{leader_url, status};
 use super::{admin, ApiError, AppState};
 use crate::peers::check_addr;
@@ -22,6 +23,18 @@ use crate::peers::check_addr;
 /// Time allowed for a new replica to catch up before it becomes a voter.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(120);
 
+/// Add a replica: learner, then voter unless `learner` is true (admin).
+#[utoipa::path(
+    post,
+    path = "/api/v1/cluster/members",
+    request_body = AddMember,
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new Raft status.", body = RaftStatus),
+        (status = 409, description = "Conflicts with the current membership.", body = ApiErrorBody),
+        AdminErrors,
+    ),
+)]
 pub async fn add(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -82,6 +95,19 @@ pub async fn add(
     Ok(Json(status(&state)))
 }
 
+/// Remove a replica (admin).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/cluster/members/{id}",
+    params(("id" = u64, Path, description = "The replica's Raft id.")),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new Raft status.", body = RaftStatus),
+        (status = 404, description = "No such member.", body = ApiErrorBody),
+        (status = 409, description = "Conflicts with the current membership.", body = ApiErrorBody),
+        AdminErrors,
+    ),
+)]
 pub async fn remove(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

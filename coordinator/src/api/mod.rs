@@ -1,4 +1,6 @@
-//! The coordinator's HTTP surface.
+//! The coordinator's HTTP surface. Every route is declared once, in the
+//! route table (`routes`), which [`router`] builds the axum router from;
+//! every JSON body is a type of [`gpumon_proto::api`].
 //!
 //! | route | body | what |
 //! | --- | --- | --- |
@@ -6,17 +8,17 @@
 //! | `GET /api/v1/cluster` | | [`gpumon_proto::api::ClusterView`] |
 //! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
-//! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobDetail`] plus `analysis`: the engine's forecasts and flags per rank |
-//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | named allocator snapshots; with `a` and `b`, their difference per rank |
-//! | `GET /api/v1/alerts?active=&job=&limit=` | | alert episodes, oldest first |
-//! | `GET /api/v1/actions?job=&state=&limit=` | | actions on training processes and how they ended |
-//! | `POST /api/v1/actions` | JSON `{"kind", "job", "ranks", "reason"}` | admin, leader: issue actions by hand |
+//! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobWithAnalysis`]: the job's detail plus `analysis`, the engine's forecasts and flags per rank |
+//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | [`gpumon_proto::api::SnapshotsAnswer`]: named allocator snapshots; with `a` and `b`, their difference per rank |
+//! | `GET /api/v1/alerts?active=&job=&limit=` | | [`gpumon_proto::api::AlertsBody`]: alert episodes, oldest first |
+//! | `GET /api/v1/actions?job=&state=&limit=` | | [`gpumon_proto::api::ActionsBody`]: actions on training processes and how they ended |
+//! | `POST /api/v1/actions` | JSON [`gpumon_proto::api::IssueRequest`] | admin, leader: issue actions by hand; [`gpumon_proto::api::IssueResponse`] |
 //! | `GET /api/v1/raft` | | [`gpumon_proto::api::RaftStatus`]: this replica's Raft figures and state digest |
 //! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
 //! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
 //! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
 //! | `GET /metrics` | | Prometheus: OpenMetrics text, or the classic text format for `Accept: text/plain`; see `metrics` |
-//! | `GET /api/v1/openapi.json` | | the OpenAPI 3 document of these routes |
+//! | `GET /api/v1/openapi.json` | | the OpenAPI 3.1 document of these routes, generated from the `gpumon_proto::api` types; see `openapi` |
 //! | `GET /healthz` | | `ok` |
 //! | `GET /`, `GET /assets/{*path}` | | the web dashboard, compiled in; see `dashboard` |
 //!
@@ -33,6 +35,7 @@ mod consistency;
 mod dashboard;
 mod error;
 mod forward;
+mod health;
 mod ingest;
 mod members;
 mod metrics;
@@ -41,6 +44,7 @@ mod params;
 mod raft_rpc;
 mod raft_status;
 mod read;
+mod routes;
 mod snapshots;
 mod stream;
 
@@ -49,7 +53,6 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::sync::{watch, Semaphore};
 
@@ -147,43 +150,24 @@ impl AppState {
     }
 }
 
-/// All routes.
+/// All routes, from the route table ([`routes::ROUTES`]).
 pub fn router(state: AppState) -> Router {
-    // Reads that may ask for `?consistency=linearizable`.
-    let reads = Router::new()
-        .route("/api/v1/cluster", get(read::cluster))
-        .route("/api/v1/nodes", get(read::nodes))
-        .route("/api/v1/jobs", get(read::jobs))
-        .route("/api/v1/jobs/{job}", get(read::job))
-        .route("/api/v1/jobs/{job}/snapshots", get(snapshots::snapshots))
-        .route("/api/v1/actions", get(actions::list).post(actions::issue))
-        .route("/api/v1/alerts", get(alerts::alerts))
-        .route("/api/v1/raft", get(raft_status::raft_status))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            consistency::consistency,
-        ));
-    Router::new()
-        .route(
-            "/api/v1/ingest",
-            post(ingest::ingest).layer(DefaultBodyLimit::disable()),
-        )
-        .merge(reads)
-        .route("/api/v1/cluster/members", post(members::add))
-        .route("/api/v1/cluster/members/{id}", delete(members::remove))
-        .route("/api/v1/stream", get(stream::stream))
-        .route("/api/v1/openapi.json", get(openapi::openapi))
-        .route("/metrics", get(metrics::metrics))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/", get(dashboard::index))
-        .route("/assets/{*path}", get(dashboard::asset))
-        .merge(
-            Router::new()
-                .route("/raft/append", post(raft_rpc::append))
-                .route("/raft/vote", post(raft_rpc::vote))
-                .route("/raft/snapshot", post(raft_rpc::snapshot))
-                .layer(DefaultBodyLimit::max(MAX_RAFT_RPC_BYTES)),
-        )
+    let (mut reads, mut rpc, mut rest) = (Router::new(), Router::new(), Router::new());
+    for r in routes::ROUTES {
+        let group = match r.group {
+            routes::Group::Read => &mut reads,
+            routes::Group::RaftRpc => &mut rpc,
+            routes::Group::Api | routes::Group::Dashboard => &mut rest,
+        };
+        *group = std::mem::take(group).route(r.path, r.method_router());
+    }
+    // Reads may ask for `?consistency=linearizable`.
+    let reads = reads.layer(middleware::from_fn_with_state(
+        state.clone(),
+        consistency::consistency,
+    ));
+    rest.merge(reads)
+        .merge(rpc.layer(DefaultBodyLimit::max(MAX_RAFT_RPC_BYTES)))
         .fallback(|| async {
             ApiError::NotFound("no such route; the API lives under /api/v1/".into())
         })

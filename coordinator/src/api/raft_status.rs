@@ -2,12 +2,20 @@
 
 use axum::extract::State;
 use axum::Json;
-use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus};
+use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus, ReadQuery};
 use openraft::{BasicNode, RaftMetrics, ServerState};
 
+use super::openapi::ReadErrors;
 use super::params::OnlyConsistency;
 use super::AppState;
 
+/// This replica's Raft figures and state digest.
+#[utoipa::path(
+    get,
+    path = "/api/v1/raft",
+    params(ReadQuery),
+    responses((status = 200, description = "OK", body = RaftStatus), ReadErrors),
+)]
 pub async fn raft_status(_: OnlyConsistency, State(state): State<AppState>) -> Json<RaftStatus> {
     Json(status(&state))
 }

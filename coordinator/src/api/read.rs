@@ -2,18 +2,23 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use gpumon_common::engine::view::JobSummary;
-use gpumon_common::hook::RankSteps;
 use gpumon_proto::api::{
-    ClusterView, JobDetail, JobsView, NodesView, RejectedPushes, ReplicaStatus,
+    ApiErrorBody, ClusterView, JobWithAnalysis, JobsView, NodesView, ReadQuery, RejectedPushes,
+    ReplicaStatus,
 };
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::openapi::ReadErrors;
 use super::params::{check_job_name, OnlyConsistency};
 use super::{ApiError, AppState};
 
+/// Agents, counts, ingest counters and this replica's Raft view.
+#[utoipa::path(
+    get,
+    path = "/api/v1/cluster",
+    params(ReadQuery),
+    responses((status = 200, description = "OK", body = ClusterView), ReadErrors),
+)]
 pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<ClusterView> {
     let inner = &state.inner;
     let mut view = inner.state_machine.read().state.cluster_view();
@@ -32,26 +37,39 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
     Json(view)
 }
 
+/// Nodes and their GPUs with the processes on them.
+#[utoipa::path(
+    get,
+    path = "/api/v1/nodes",
+    params(ReadQuery),
+    responses((status = 200, description = "OK", body = NodesView), ReadErrors),
+)]
 pub async fn nodes(_: OnlyConsistency, State(state): State<AppState>) -> Json<NodesView> {
     Json(state.inner.state_machine.read().state.nodes_view())
 }
 
+/// Jobs and their ranks' placement and memory.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs",
+    params(ReadQuery),
+    responses((status = 200, description = "OK", body = JobsView), ReadErrors),
+)]
 pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<JobsView> {
     Json(state.inner.state_machine.read().state.jobs_view())
 }
 
-/// A job's view and, beside it, what the detection engine makes of it.
-#[derive(Debug, Serialize)]
-pub struct JobWithAnalysis {
-    /// The cluster view of the job.
-    #[serde(flatten)]
-    pub detail: JobDetail,
-    /// Forecasts and flags per rank; absent until the engine saw the job.
-    pub analysis: Option<JobSummary>,
-    /// Latest and smoothed step and section times per rank (with the hook).
-    pub steps: BTreeMap<u32, RankSteps>,
-}
-
+/// One job: ranks with memory history, the engine's analysis, step times.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{job}",
+    params(("job" = String, Path, description = "The job's name."), ReadQuery),
+    responses(
+        (status = 200, description = "OK", body = JobWithAnalysis),
+        (status = 404, description = "No such job.", body = ApiErrorBody),
+        ReadErrors,
+    ),
+)]
 pub async fn job(
     _: OnlyConsistency,
     State(state): State<AppState>,

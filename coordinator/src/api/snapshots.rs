@@ -6,84 +6,17 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
-use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpumon_common::hook::SnapshotSet;
+use gpumon_proto::api::{
+    ApiErrorBody, NamedSnapshot, RankComparison, RankSnapshot, SnapshotComparison, SnapshotList,
+    SnapshotsAnswer, SnapshotsQuery, StatsDelta,
+};
 use gpumon_proto::AllocStats;
-use serde::{Deserialize, Serialize};
 
+use super::openapi::ReadErrors;
 use super::params::check_job_name;
 use super::{ApiError, AppState};
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SnapshotsQuery {
-    a: Option<String>,
-    b: Option<String>,
-    #[serde(rename = "consistency")]
-    _consistency: Option<serde::de::IgnoredAny>,
-}
-
-/// One rank's entry in a snapshot.
-#[derive(Debug, Serialize)]
-pub struct RankSnapshot {
-    /// Global rank.
-    pub rank: u32,
-    /// When it took the snapshot, seconds since the Unix epoch.
-    pub t: f64,
-    /// The allocator's statistics then.
-    #[serde(flatten)]
-    pub stats: AllocStats,
-}
-
-/// One named snapshot.
-#[derive(Debug, Serialize)]
-pub struct NamedSnapshot {
-    /// Its name.
-    pub name: String,
-    /// When the first rank took it.
-    pub first_t: f64,
-    /// When the last rank took it.
-    pub last_t: f64,
-    /// Every rank that took it.
-    pub ranks: Vec<RankSnapshot>,
-}
-
-/// The list form.
-#[derive(Debug, Serialize)]
-pub struct SnapshotList {
-    /// The job.
-    pub job: String,
-    /// Its snapshots by name.
-    pub snapshots: Vec<NamedSnapshot>,
-}
-
-/// `b - a` for each statistic both snapshots carry, bytes or counts.
-#[derive(Debug, Default, Serialize)]
-pub struct StatsDelta {
-    /// Change in allocated bytes.
-    pub allocated: i128,
-    /// Change in reserved bytes.
-    pub reserved: i128,
-    /// Change in active bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub active: Option<i128>,
-    /// Change in inactive-split bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inactive_split: Option<i128>,
-    /// Change in the allocated peak.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peak_allocated: Option<i128>,
-    /// Change in the reserved peak.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peak_reserved: Option<i128>,
-    /// Allocation retries in between.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub alloc_retries: Option<i128>,
-    /// OOMs in between.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ooms: Option<i128>,
-}
 
 fn delta(a: &AllocStats, b: &AllocStats) -> StatsDelta {
     let d = |x: Option<u64>, y: Option<u64>| Some(i128::from(y?) - i128::from(x?));
@@ -97,32 +30,6 @@ fn delta(a: &AllocStats, b: &AllocStats) -> StatsDelta {
         alloc_retries: d(a.alloc_retries, b.alloc_retries),
         ooms: d(a.ooms, b.ooms),
     }
-}
-
-/// One rank compared.
-#[derive(Debug, Serialize)]
-pub struct RankComparison {
-    /// Global rank.
-    pub rank: u32,
-    /// Its entry in `a`, when it took that snapshot.
-    pub a: Option<AllocStats>,
-    /// Its entry in `b`, when it took that snapshot.
-    pub b: Option<AllocStats>,
-    /// `b - a`, when it took both.
-    pub delta: Option<StatsDelta>,
-}
-
-/// The comparison form.
-#[derive(Debug, Serialize)]
-pub struct SnapshotComparison {
-    /// The job.
-    pub job: String,
-    /// The earlier snapshot's name.
-    pub a: String,
-    /// The later snapshot's name.
-    pub b: String,
-    /// Every rank in either snapshot.
-    pub ranks: Vec<RankComparison>,
 }
 
 fn named(name: &str, set: &SnapshotSet) -> NamedSnapshot {
@@ -142,11 +49,23 @@ fn named(name: &str, set: &SnapshotSet) -> NamedSnapshot {
     }
 }
 
+/// Named allocator snapshots (`gpumon.snapshot`); with `a` and `b`, their
+/// difference per rank.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{job}/snapshots",
+    params(("job" = String, Path, description = "The job's name."), SnapshotsQuery),
+    responses(
+        (status = 200, description = "The list without `a` and `b`, the comparison with both.", body = SnapshotsAnswer),
+        (status = 404, description = "No such job, or no such snapshot.", body = ApiErrorBody),
+        ReadErrors,
+    ),
+)]
 pub async fn snapshots(
     State(state): State<AppState>,
     Path(job): Path<String>,
     RawQuery(query): RawQuery,
-) -> Result<Response, ApiError> {
+) -> Result<Json<SnapshotsAnswer>, ApiError> {
     let q: SnapshotsQuery = match query.as_deref() {
         None | Some("") => SnapshotsQuery::default(),
         Some(q) => serde_urlencoded::from_str(q).map_err(|e| {
@@ -164,11 +83,10 @@ pub async fn snapshots(
     let empty = BTreeMap::new();
     let sets = sets.unwrap_or(&empty);
     match (q.a, q.b) {
-        (None, None) => Ok(Json(SnapshotList {
+        (None, None) => Ok(Json(SnapshotsAnswer::List(SnapshotList {
             job,
             snapshots: sets.iter().map(|(n, s)| named(n, s)).collect(),
-        })
-        .into_response()),
+        }))),
         (Some(a), Some(b)) => {
             let find = |name: &str| {
                 sets.get(name).ok_or_else(|| {
@@ -199,7 +117,12 @@ pub async fn snapshots(
                     }
                 })
                 .collect();
-            Ok(Json(SnapshotComparison { job, a, b, ranks }).into_response())
+            Ok(Json(SnapshotsAnswer::Comparison(SnapshotComparison {
+                job,
+                a,
+                b,
+                ranks,
+            })))
         }
         _ => Err(ApiError::BadRequest(
             "give both a=NAME and b=NAME to compare two snapshots, or neither to list them".into(),

@@ -59,6 +59,18 @@ const MAX_RANKS_REMEMBERED: usize = 65_536;
 /// Content type of the stream.
 const NDJSON: &str = "application/x-ndjson";
 
+/// Every window and hook record applied from now on, as trace v1 lines.
+///
+/// Chunked newline-delimited JSON; see TRACE_FORMAT.md. Takes no parameters.
+#[utoipa::path(
+    get,
+    path = "/api/v1/stream",
+    responses(
+        (status = 200, description = "A never-ending stream, one trace record per line.", body = String, content_type = "application/x-ndjson"),
+        (status = 400, description = "A query parameter was given; the stream takes none.", body = gpumon_proto::api::ApiErrorBody),
+        (status = 503, description = "Too many open streams; retry later.", body = gpumon_proto::api::ApiErrorBody),
+    ),
+)]
 pub async fn stream(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,

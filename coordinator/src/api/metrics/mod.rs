@@ -29,6 +29,18 @@ use prometheus_client::registry::Registry;
 
 use super::{ApiError, AppState};
 
+/// Prometheus metrics from this replica's state.
+///
+/// OpenMetrics 1.0 text by default; the classic text format 0.0.4 (the same
+/// samples) to a client whose Accept header prefers text/plain.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    responses((status = 200, description = "The metrics.", content(
+        (String = "application/openmetrics-text"),
+        (String = "text/plain"),
+    ))),
+)]
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(ACCEPT).and_then(|v| v.to_str().ok()));
     // Encoding a large cluster takes a while: off the async workers.

@@ -177,7 +177,7 @@ pub fn clip(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    use gpumon_common::engine::{Alert, AlertKind, Severity, Subject};
+    use gpumon_common::engine::{AlertKind, Severity, Subject};
     use gpumon_common::notify::{Due, Notice, NotifyKey, ReceiverId, ReceiverKind};
 
     use super::Message;
@@ -185,7 +185,7 @@ pub(crate) mod testing {
     /// An OOM alert on job-x rank 2, fired at t = 1_700_000_000 s, due as `notice`.
     pub fn oom_message(kind: ReceiverKind, notice: Notice) -> Message {
         let subject = Subject::Rank("job x".into(), 2);
-        let mut alert = Alert::new(AlertKind::OomPredicted, &subject, 1.7e9, Severity::Critical);
+        let mut alert = subject.alert(AlertKind::OomPredicted, 1.7e9, Severity::Critical);
         alert.id = 4;
         alert.node = Some("node-a".into());
         alert.gpu = Some(2);

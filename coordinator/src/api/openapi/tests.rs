@@ -1,0 +1,89 @@
+//! The generated document against the route table and the router's source.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::super::routes::ROUTES;
+use super::*;
+
+fn doc() -> Value {
+    serde_json::from_str(&OPENAPI_JSON).unwrap()
+}
+
+#[test]
+fn the_document_is_openapi_3() {
+    let doc = doc();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    assert!(doc["paths"]["/api/v1/jobs/{job}"]["get"].is_object());
+    assert!(doc["components"]["securitySchemes"][ADMIN_TOKEN].is_object());
+}
+
+#[test]
+fn every_served_route_is_documented_and_every_documented_route_is_served() {
+    let served: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .filter(|r| r.group.documented())
+        .map(|r| (r.verb.name().to_owned(), r.path.to_owned()))
+        .collect();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc()["paths"].as_object().unwrap() {
+        for (method, _) in item.as_object().unwrap() {
+            documented.insert((method.clone(), path.clone()));
+        }
+    }
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served but not documented: {undocumented:?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "documented but not served: {unserved:?}"
+    );
+}
+
+#[test]
+fn the_router_serves_the_route_table_and_nothing_else() {
+    // The router is built from `ROUTES` alone; a route added beside the
+    // table would escape the comparison above.
+    let source = include_str!("../mod.rs");
+    let start = source.find("pub fn router(").unwrap();
+    let body = &source[start..start + source[start..].find("\n}\n").unwrap()];
+    assert!(body.contains("for r in routes::ROUTES"));
+    assert_eq!(
+        body.matches(".route(").count(),
+        body.matches(".route(r.path, r.method_router())").count(),
+        "a route outside the table"
+    );
+    assert!(!body.contains(".nest("), "a router outside the table");
+}
+
+#[test]
+fn admin_routes_need_the_admin_token_and_reads_take_consistency() {
+    let doc = doc();
+    for (method, path) in [
+        ("post", "/api/v1/actions"),
+        ("post", "/api/v1/cluster/members"),
+        ("delete", "/api/v1/cluster/members/{id}"),
+    ] {
+        let security = &doc["paths"][path][method]["security"];
+        assert!(
+            security[0][ADMIN_TOKEN].is_array(),
+            "{method} {path}: {security}"
+        );
+    }
+    for r in ROUTES.iter().filter(|r| r.verb.name() == "get") {
+        if r.group != super::super::routes::Group::Read {
+            continue;
+        }
+        let params = doc["paths"][r.path]["get"]["parameters"].as_array();
+        let names: Vec<&str> = params
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        assert!(names.contains(&"consistency"), "GET {}: {names:?}", r.path);
+    }
+}

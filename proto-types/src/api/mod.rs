@@ -1,0 +1,53 @@
+//! Every JSON body of the coordinator's HTTP API (`/api/v1/...`): what the
+//! routes answer, what they accept and their query parameters. The
+//! coordinator serves these types, the CLI and the tests read them back,
+//! and with the `openapi` feature they derive the schemas of the OpenAPI
+//! document the coordinator serves at `/api/v1/openapi.json`.
+//!
+//! - [`cluster`]: the cluster, its agents, nodes and GPUs;
+//! - [`jobs`]: jobs, their ranks' placement, memory history and step times;
+//! - [`analysis`]: the detection engine's forecasts and flags;
+//! - [`alerts`]: alert episodes;
+//! - [`actions`]: actions on training processes;
+//! - [`snapshots`]: named allocator snapshots and their comparison;
+//! - [`raft`]: Raft figures and membership changes;
+//! - [`query`]: the `consistency` parameter every read takes;
+//! - [`error`]: the error body.
+//!
+//! Where a type is also the engine's or the replicated state's own data
+//! (an [`Alert`], an [`ActionEntry`]), it is defined here and used there, so
+//! the API cannot drift from what the coordinator holds.
+
+pub mod actions;
+pub mod alerts;
+pub mod analysis;
+pub mod cluster;
+pub mod error;
+pub mod jobs;
+pub mod query;
+pub mod raft;
+pub mod snapshots;
+
+pub use actions::{
+    ActionEntry, ActionOrigin, ActionState, ActionsBody, ActionsQuery, IssueOutcome, IssueRequest,
+    IssueResponse, IssuedAction,
+};
+pub use alerts::{Alert, AlertKind, AlertsBody, AlertsQuery, Severity};
+pub use analysis::{
+    DeviceSummary, JobForecast, JobSummary, Marker, OomForecast, RankSummary, Risk,
+};
+pub use cluster::{
+    AgentView, ClusterView, GpuView, IngestCounters, NodeView, NodesView, ProcessView,
+    RejectedPushes, ReplicaStatus,
+};
+pub use error::ApiErrorBody;
+pub use jobs::{
+    HistoryPoint, JobDetail, JobView, JobWithAnalysis, JobsView, RankDetail, RankSteps, RankView,
+    SectionTime,
+};
+pub use query::{Consistency, ReadQuery};
+pub use raft::{AddMember, PeerReplication, RaftMember, RaftStatus};
+pub use snapshots::{
+    NamedSnapshot, RankComparison, RankSnapshot, SnapshotComparison, SnapshotList, SnapshotsAnswer,
+    SnapshotsQuery, StatsDelta,
+};
