@@ -12,9 +12,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: [`raft`] (types, redb log store, state machine, HTTP network),
-//! `api` (routes, ingest, reads, Raft RPC handlers), `node` (start-up and
-//! shutdown), [`config`].
+//! Modules: [`raft`] (types, redb log store, the openraft adapter, snapshot
+//! files, HTTP network), `service` (what the cluster does on a request:
+//! the rules and the leader's writes), `api` (routes, authorization,
+//! handlers that translate HTTP to the service and the state), `node`
+//! (start-up and shutdown), [`config`].
 
 mod api;
 pub mod config;
@@ -23,6 +25,7 @@ pub mod notify;
 pub mod peers;
 mod planner;
 pub mod raft;
+mod service;
 
 pub use config::{CoordinatorConfig, Formation};
 pub use node::{Coordinator, StartError};

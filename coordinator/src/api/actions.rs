@@ -8,31 +8,22 @@
 //!   `existing` when one is outstanding, `expired` when the rank has ended,
 //!   `unknown_rank`).
 //!
-//! Agents receive actions in the reply to their pushes ([`for_agent`]);
-//! handing one out is itself recorded through Raft (`delivered`), so a
-//! failover neither loses nor repeats it.
+//! The rules and the leader's write are the service's
+//! (`Service::issue_actions`); agents receive actions in the reply to their
+//! pushes (`Service::push`).
 
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::HeaderMap;
 use axum::Json;
-use gpumon_common::actions::{ActionOrigin, ActionRequest};
 use gpumon_proto::api::{
-    ActionEntry, ActionState, ActionsBody, ActionsQuery, ApiErrorBody, IssueOutcome, IssueRequest,
-    IssueResponse, IssuedAction,
+    ActionEntry, ActionsBody, ActionsQuery, ApiErrorBody, IssueRequest, IssueResponse,
 };
-use gpumon_proto::PendingAction;
-use openraft::error::{ClientWriteError, RaftError};
 
 use super::openapi::{AdminErrors, ReadErrors};
 use super::params::check_job_name;
-use super::raft_status::leader_url;
-use super::{admin, ApiError, AppState};
-use crate::raft::{Command, CommandV1};
+use super::{ApiError, AppState};
 
-/// Most ranks one request may name.
-pub const MAX_RANKS_PER_REQUEST: usize = 4096;
 /// Most actions one response carries.
 const MAX_LIMIT: usize = 4096;
 
@@ -94,116 +85,14 @@ pub async fn list(
 pub async fn issue(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Json<IssueResponse>, ApiError> {
-    admin::authorize(&state, peer, &headers)?;
     let req: IssueRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::BadRequest(format!(
             "body must be JSON {{\"kind\": \"release_cache\", \"job\": \"JOB\", \"ranks\": [0, 1], \"reason\": \"optional\"}}: {e}"
         ))
     })?;
-    if req.ranks.is_empty() || req.ranks.len() > MAX_RANKS_PER_REQUEST {
-        return Err(ApiError::BadRequest(format!(
-            "ranks must name 1 to {MAX_RANKS_PER_REQUEST} ranks, not {}",
-            req.ranks.len()
-        )));
-    }
-    let mut ranks = req.ranks.clone();
-    ranks.sort_unstable();
-    ranks.dedup();
-    if ranks.len() != req.ranks.len() {
-        return Err(ApiError::BadRequest("ranks must not repeat".into()));
-    }
     check_job_name(&req.job)?;
-    if !state.inner.state_machine.read().state.has_job(&req.job) {
-        return Err(ApiError::NotFound(format!("no job {:?}", req.job)));
-    }
-    let m = state.inner.raft.metrics().borrow().clone();
-    if m.current_leader != Some(state.inner.id) {
-        return Err(ApiError::NotLeader(leader_url(&m)));
-    }
-    let reason = req
-        .reason
-        .unwrap_or_else(|| format!("requested by an admin from {}", peer.ip()));
-    let requests: Vec<ActionRequest> = req
-        .ranks
-        .iter()
-        .map(|&rank| ActionRequest {
-            kind: req.kind,
-            job: req.job.clone(),
-            rank,
-            reason: reason.clone(),
-            origin: ActionOrigin::Admin,
-        })
-        .collect();
-    let rules = state.inner.planner_rules;
-    let resp = state
-        .inner
-        .raft
-        .client_write(Command::V1(CommandV1::IssueActions { requests, rules }))
-        .await
-        .map_err(|e| match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                ApiError::NotLeader(f.leader_node.map(|n| format!("http://{}", n.addr)))
-            }
-            e => ApiError::Unavailable(format!("cannot commit the actions: {e}")),
-        })?;
-    let actions = req
-        .ranks
-        .iter()
-        .zip(resp.data.issued)
-        .map(|(&rank, outcome)| {
-            let id = match outcome {
-                IssueOutcome::Issued { id }
-                | IssueOutcome::Existing { id }
-                | IssueOutcome::Expired { id } => Some(id),
-                _ => None,
-            };
-            tracing::info!(job = %req.job, rank, ?outcome, "admin issued {}", req.kind.name());
-            IssuedAction { rank, id, outcome }
-        })
-        .collect();
-    Ok(Json(IssueResponse { actions }))
-}
-
-/// The actions to hand the agent on `node` in the reply to its push: every
-/// outstanding one for a rank on that node. Planned ones are first recorded
-/// as delivered through Raft; if that fails, only those recorded earlier go out.
-pub async fn for_agent(state: &AppState, node: &str) -> Vec<PendingAction> {
-    let inner = &state.inner;
-    let (planned, mut pending) = {
-        let applied = inner.state_machine.read();
-        let out = applied.actions.outstanding_on(node);
-        if out.is_empty() {
-            return Vec::new();
-        }
-        let planned: Vec<u64> = out
-            .iter()
-            .filter(|a| a.state == ActionState::Planned)
-            .map(|a| a.id)
-            .collect();
-        let pending: Vec<PendingAction> = out
-            .iter()
-            .map(|a| PendingAction {
-                id: a.id,
-                job: a.job.clone(),
-                rank: a.rank,
-                kind: a.kind,
-                reason: a.reason.clone(),
-            })
-            .collect();
-        (planned, pending)
-    };
-    if !planned.is_empty() {
-        let command = Command::V1(CommandV1::DeliverActions {
-            node: node.to_owned(),
-            ids: planned.clone(),
-        });
-        if let Err(e) = inner.raft.client_write(command).await {
-            tracing::warn!(error = %e, node, "could not record the delivery of actions; holding them back");
-            pending.retain(|a| !planned.contains(&a.id));
-        }
-    }
-    pending
+    let reason = format!("requested by an admin from {}", peer.ip());
+    Ok(Json(state.inner.service.issue_actions(req, reason).await?))
 }

@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpumon_proto::api::ApiErrorBody;
 
+use crate::service::ServiceError;
+
 /// An error answered to an API client.
 #[derive(Debug)]
 pub enum ApiError {
@@ -22,6 +24,18 @@ pub enum ApiError {
     NotLeader(Option<String>),
     /// 503: no leader, or the Raft core is unavailable; try again.
     Unavailable(String),
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(m) => ApiError::BadRequest(m),
+            ServiceError::NotFound(m) => ApiError::NotFound(m),
+            ServiceError::Conflict(m) => ApiError::Conflict(m),
+            ServiceError::NotLeader(url) => ApiError::NotLeader(url),
+            ServiceError::Unavailable(m) => ApiError::Unavailable(m),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {

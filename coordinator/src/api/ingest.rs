@@ -3,9 +3,9 @@
 //! Refusals never reach the log: an oversized body is 413, an unknown
 //! protocol version or an undecodable body 400, each with the reason in the
 //! body and counted per replica (`/api/v1/cluster` → `coordinator.rejected_pushes`).
-//! A replica that is not the leader answers `NotLeader` with the leader's URL.
-//! The reply to a committed push carries the actions for ranks on the
-//! pushing agent's node (see `actions::for_agent`).
+//! What happens to a decoded message (bounds, the commit, `NotLeader` with
+//! the leader's URL, the actions handed to the agent) is the service's
+//! (`crate::service`, `Service::push`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -15,15 +15,11 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
-use gpumon_proto::{
-    AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
-};
-use openraft::error::{ClientWriteError, RaftError};
+use gpumon_proto::{AgentMessage, CoordinatorReply};
 
 use super::openapi::Postcard;
 use super::{ApiError, AppState};
-use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
-use crate::raft::{Command, CommandV1};
+use crate::service::PushError;
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(
@@ -69,54 +65,15 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         tracing::warn!(error = %e, "refused a push");
         ApiError::BadRequest(e.to_string())
     })?;
-    let AgentMessage::V1(msg) = msg;
-    let push_node = match &msg {
-        AgentMessageV1::Push(batch) => Some(batch.node.clone()),
-        AgentMessageV1::Hello(_) => None,
-    };
-    let (acked_seq, command) = match msg {
-        AgentMessageV1::Hello(hello) => (0, CommandV1::Hello(hello)),
-        AgentMessageV1::Push(batch) => {
-            if batch.windows.len() > MAX_WINDOWS_PER_PUSH {
-                inner.rejected.malformed.fetch_add(1, Relaxed);
-                return Err(ApiError::BadRequest(format!(
-                    "push has {} windows; at most {MAX_WINDOWS_PER_PUSH} are accepted in one batch",
-                    batch.windows.len()
-                )));
-            }
-            if batch.hook.len() > MAX_HOOK_RECORDS_PER_PUSH || batch.acks.len() > MAX_ACKS_PER_PUSH
-            {
-                inner.rejected.malformed.fetch_add(1, Relaxed);
-                return Err(ApiError::BadRequest(format!(
-                    "push has {} hook records and {} acks; at most {MAX_HOOK_RECORDS_PER_PUSH} and {MAX_ACKS_PER_PUSH} are accepted in one batch",
-                    batch.hook.len(),
-                    batch.acks.len()
-                )));
-            }
-            (batch.seq, CommandV1::Push(batch))
+    let reply = match inner.service.push(msg).await {
+        Ok(reply) => reply,
+        Err(PushError::Refused(refused)) => {
+            inner.rejected.malformed.fetch_add(1, Relaxed);
+            return Err(ApiError::BadRequest(refused.to_string()));
         }
+        Err(PushError::Service(e)) => return Err(e.into()),
     };
-    let outcome = match inner.raft.client_write(Command::V1(command)).await {
-        Ok(resp) => PushOutcome::Committed {
-            acked_seq,
-            duplicate: resp.data.duplicate,
-        },
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => PushOutcome::NotLeader {
-            leader_url: f.leader_node.map(|n| format!("http://{}", n.addr)),
-        },
-        Err(e) => {
-            return Err(ApiError::Unavailable(format!(
-                "cannot commit the push: {e}"
-            )))
-        }
-    };
-    let actions = match (&outcome, push_node) {
-        (PushOutcome::Committed { .. }, Some(node)) => {
-            super::actions::for_agent(&state, &node).await
-        }
-        _ => Vec::new(),
-    };
-    let reply = CoordinatorReply::V1(CoordinatorReplyV1 { outcome, actions });
+    let reply = CoordinatorReply::V1(reply);
     Ok((
         [(CONTENT_TYPE, "application/octet-stream")],
         wire::encode(&reply),

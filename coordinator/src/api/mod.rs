@@ -29,8 +29,8 @@
 //! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
 mod actions;
-mod admin;
 mod alerts;
+mod auth;
 mod consistency;
 mod dashboard;
 mod error;
@@ -65,6 +65,7 @@ use crate::notify::NotifyStats;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
+use crate::service::Service;
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
@@ -102,7 +103,7 @@ struct Inner {
     committed: CommittedIndex,
     max_push_bytes: usize,
     admin_token: Option<String>,
-    planner_rules: IssueRules,
+    service: Service,
     notify_stats: NotifyStats,
     rejected: Rejected,
     shutdown: watch::Receiver<bool>,
@@ -131,6 +132,12 @@ struct Rejected {
 impl AppState {
     /// State for a node.
     pub fn new(parts: AppParts) -> Self {
+        let service = Service::new(
+            parts.id,
+            parts.raft.clone(),
+            parts.state_machine.clone(),
+            parts.planner_rules,
+        );
         Self {
             inner: Arc::new(Inner {
                 id: parts.id,
@@ -139,7 +146,7 @@ impl AppState {
                 committed: parts.committed,
                 max_push_bytes: parts.max_push_bytes,
                 admin_token: parts.admin_token,
-                planner_rules: parts.planner_rules,
+                service,
                 notify_stats: parts.notify_stats,
                 rejected: Rejected::default(),
                 shutdown: parts.shutdown,
@@ -155,11 +162,15 @@ pub fn router(state: AppState) -> Router {
     let (mut reads, mut rpc, mut rest) = (Router::new(), Router::new(), Router::new());
     for r in routes::ROUTES {
         let group = match r.group {
-            routes::Group::Read => &mut reads,
+            routes::Group::Consistent => &mut reads,
             routes::Group::RaftRpc => &mut rpc,
             routes::Group::Api | routes::Group::Dashboard => &mut rest,
         };
-        *group = std::mem::take(group).route(r.path, r.method_router());
+        let guarded = r.method_router().layer(middleware::from_fn_with_state(
+            (state.clone(), r.access),
+            auth::require,
+        ));
+        *group = std::mem::take(group).route(r.path, guarded);
     }
     // Reads may ask for `?consistency=linearizable`.
     let reads = reads.layer(middleware::from_fn_with_state(

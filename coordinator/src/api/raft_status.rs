@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::Json;
 use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus, ReadQuery};
-use openraft::{BasicNode, RaftMetrics, ServerState};
+use openraft::ServerState;
 
 use super::openapi::ReadErrors;
 use super::params::OnlyConsistency;
@@ -54,7 +54,7 @@ pub fn status(state: &AppState) -> RaftStatus {
                 .collect()
         })
         .unwrap_or_default();
-    let leader_url = leader_url(&m);
+    let leader_url = crate::service::leader_url(&m);
     RaftStatus {
         id: inner.id,
         role: role(m.state).into(),
@@ -73,13 +73,6 @@ pub fn status(state: &AppState) -> RaftStatus {
         replication,
         state_digest,
     }
-}
-
-/// The known leader's base URL, from its membership entry.
-pub fn leader_url(m: &RaftMetrics<u64, BasicNode>) -> Option<String> {
-    m.current_leader
-        .and_then(|l| m.membership_config.membership().get_node(&l))
-        .map(|n| format!("http://{}", n.addr))
 }
 
 /// How many entries `behind` trails `ahead` (none known counts as before 0).

@@ -7,6 +7,7 @@
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{on, MethodFilter, MethodRouter};
 
+use super::auth::Access;
 use super::{
     actions, alerts, dashboard, health, ingest, members, metrics, openapi, raft_rpc, raft_status,
     read, snapshots, stream, AppState,
@@ -16,7 +17,7 @@ use super::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
     /// Documented, behind the `?consistency=` layer (see `consistency`).
-    Read,
+    Consistent,
     /// Documented, with no shared layer.
     Api,
     /// Raft RPC between replicas: postcard, body-limited, internal.
@@ -29,7 +30,7 @@ pub enum Group {
 impl Group {
     /// Whether the OpenAPI document describes routes of this group.
     pub fn documented(self) -> bool {
-        matches!(self, Group::Read | Group::Api)
+        matches!(self, Group::Consistent | Group::Api)
     }
 }
 
@@ -73,6 +74,8 @@ pub struct Route {
     pub path: &'static str,
     /// Its layers and whether it is documented.
     pub group: Group,
+    /// Who may call it (see `auth`).
+    pub access: Access,
     /// The handler for `verb`, with the route's own layers.
     handler: fn(MethodFilter) -> MethodRouter<AppState>,
 }
@@ -87,57 +90,82 @@ impl Route {
 const fn route(
     verb: Verb,
     path: &'static str,
-    group: Group,
+    (group, access): (Group, Access),
     handler: fn(MethodFilter) -> MethodRouter<AppState>,
 ) -> Route {
     Route {
         verb,
         path,
         group,
+        access,
         handler,
     }
 }
 
-use Group::{Api, Dashboard, RaftRpc, Read};
+use Access::{Admin, Agent, Open, Peer, Read};
+use Group::{Api, Consistent, Dashboard, RaftRpc};
 use Verb::{Delete, Get, Post};
 
 /// Every route.
 pub const ROUTES: &[Route] = &[
-    route(Get, "/api/v1/cluster", Read, |m| on(m, read::cluster)),
-    route(Get, "/api/v1/nodes", Read, |m| on(m, read::nodes)),
-    route(Get, "/api/v1/jobs", Read, |m| on(m, read::jobs)),
-    route(Get, "/api/v1/jobs/{job}", Read, |m| on(m, read::job)),
-    route(Get, "/api/v1/jobs/{job}/snapshots", Read, |m| {
-        on(m, snapshots::snapshots)
+    route(Get, "/api/v1/cluster", (Consistent, Read), |m| {
+        on(m, read::cluster)
     }),
-    route(Get, "/api/v1/actions", Read, |m| on(m, actions::list)),
-    route(Post, "/api/v1/actions", Read, |m| on(m, actions::issue)),
-    route(Get, "/api/v1/alerts", Read, |m| on(m, alerts::alerts)),
-    route(Get, "/api/v1/raft", Read, |m| {
+    route(Get, "/api/v1/nodes", (Consistent, Read), |m| {
+        on(m, read::nodes)
+    }),
+    route(Get, "/api/v1/jobs", (Consistent, Read), |m| {
+        on(m, read::jobs)
+    }),
+    route(Get, "/api/v1/jobs/{job}", (Consistent, Read), |m| {
+        on(m, read::job)
+    }),
+    route(
+        Get,
+        "/api/v1/jobs/{job}/snapshots",
+        (Consistent, Read),
+        |m| on(m, snapshots::snapshots),
+    ),
+    route(Get, "/api/v1/actions", (Consistent, Read), |m| {
+        on(m, actions::list)
+    }),
+    route(Post, "/api/v1/actions", (Consistent, Admin), |m| {
+        on(m, actions::issue)
+    }),
+    route(Get, "/api/v1/alerts", (Consistent, Read), |m| {
+        on(m, alerts::alerts)
+    }),
+    route(Get, "/api/v1/raft", (Consistent, Read), |m| {
         on(m, raft_status::raft_status)
     }),
-    route(Post, "/api/v1/ingest", Api, |m| {
+    route(Post, "/api/v1/ingest", (Api, Agent), |m| {
         on(m, ingest::ingest).layer(DefaultBodyLimit::disable())
     }),
-    route(Post, "/api/v1/cluster/members", Api, |m| {
+    route(Post, "/api/v1/cluster/members", (Api, Admin), |m| {
         on(m, members::add)
     }),
-    route(Delete, "/api/v1/cluster/members/{id}", Api, |m| {
+    route(Delete, "/api/v1/cluster/members/{id}", (Api, Admin), |m| {
         on(m, members::remove)
     }),
-    route(Get, "/api/v1/stream", Api, |m| on(m, stream::stream)),
-    route(Get, "/api/v1/openapi.json", Api, |m| {
+    route(Get, "/api/v1/stream", (Api, Read), |m| {
+        on(m, stream::stream)
+    }),
+    route(Get, "/api/v1/openapi.json", (Api, Open), |m| {
         on(m, openapi::openapi)
     }),
-    route(Get, "/metrics", Api, |m| on(m, metrics::metrics)),
-    route(Get, "/healthz", Api, |m| on(m, health::healthz)),
-    route(Get, "/", Dashboard, |m| on(m, dashboard::index)),
-    route(Get, "/assets/{*path}", Dashboard, |m| {
+    route(Get, "/metrics", (Api, Read), |m| on(m, metrics::metrics)),
+    route(Get, "/healthz", (Api, Open), |m| on(m, health::healthz)),
+    route(Get, "/", (Dashboard, Open), |m| on(m, dashboard::index)),
+    route(Get, "/assets/{*path}", (Dashboard, Open), |m| {
         on(m, dashboard::asset)
     }),
-    route(Post, "/raft/append", RaftRpc, |m| on(m, raft_rpc::append)),
-    route(Post, "/raft/vote", RaftRpc, |m| on(m, raft_rpc::vote)),
-    route(Post, "/raft/snapshot", RaftRpc, |m| {
+    route(Post, "/raft/append", (RaftRpc, Peer), |m| {
+        on(m, raft_rpc::append)
+    }),
+    route(Post, "/raft/vote", (RaftRpc, Peer), |m| {
+        on(m, raft_rpc::vote)
+    }),
+    route(Post, "/raft/snapshot", (RaftRpc, Peer), |m| {
         on(m, raft_rpc::snapshot)
     }),
 ];

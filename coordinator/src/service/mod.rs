@@ -1,0 +1,92 @@
+//! The coordinator's service layer: what the cluster does on a request,
+//! apart from HTTP.
+//!
+//! The HTTP handlers (`api`) decode a request, check nothing but its form,
+//! and call one method here; this layer holds the rules (bounds on a push,
+//! which ranks an action may target, membership safety) and every write
+//! that only the leader may propose through Raft: committing pushes,
+//! recording which actions an agent was handed, issuing actions, changing
+//! membership. Who may call what is decided before, by the API's
+//! authorization layer.
+
+mod actions;
+mod error;
+mod ingest;
+mod members;
+
+use gpumon_common::actions::IssueRules;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::BasicNode;
+
+pub use error::ServiceError;
+pub use ingest::PushError;
+
+use crate::raft::state_machine::StateMachine;
+use crate::raft::{Command, CommandResult, Raft};
+
+/// The write side of one replica; clones share it.
+#[derive(Clone)]
+pub struct Service {
+    id: u64,
+    raft: Raft,
+    state_machine: StateMachine,
+    admin_rules: IssueRules,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// The service of replica `id`; actions an admin issues get `admin_rules`.
+    pub fn new(id: u64, raft: Raft, state_machine: StateMachine, admin_rules: IssueRules) -> Self {
+        Self {
+            id,
+            raft,
+            state_machine,
+            admin_rules,
+        }
+    }
+
+    /// The leader's API URL when this replica is not the leader.
+    fn ensure_leader(&self) -> Result<(), ServiceError> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader == Some(self.id) {
+            return Ok(());
+        }
+        Err(ServiceError::NotLeader(leader_url(&m)))
+    }
+
+    /// Proposes `command` and waits for it to be applied here.
+    async fn write(&self, command: Command, what: &str) -> Result<CommandResult, ServiceError> {
+        self.raft
+            .client_write(command)
+            .await
+            .map(|resp| resp.data)
+            .map_err(|e| write_error(e, what))
+    }
+}
+
+/// The leader's base URL, as the membership names it.
+pub fn leader_url(m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<String> {
+    m.current_leader
+        .and_then(|l| m.membership_config.membership().get_node(&l))
+        .map(|n| format!("http://{}", n.addr))
+}
+
+/// What a failed proposal means for the client.
+fn write_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>, what: &str) -> ServiceError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            ServiceError::NotLeader(f.leader_node.map(|n| format!("http://{}", n.addr)))
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            ServiceError::Conflict(e.to_string())
+        }
+        e => ServiceError::Unavailable(format!("cannot commit {what}: {e}")),
+    }
+}
