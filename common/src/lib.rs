@@ -8,6 +8,7 @@
 //! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
 //!   imbalance, straggler) that live and replay both run;
 //! - [`notify`]: the replicated book of notifications sent and what is due;
+//! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
@@ -29,6 +30,7 @@ pub mod config;
 pub mod engine;
 pub mod exposition;
 pub mod hook;
+pub mod limits;
 pub mod logging;
 pub mod notify;
 pub mod replay;

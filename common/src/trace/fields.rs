@@ -14,11 +14,10 @@ use std::borrow::Cow;
 
 use super::record::{ProcRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
+use crate::limits::MAX_DEVICE_BYTES;
 
 /// Most negative `t` believed (clock skew before the first record), seconds.
 pub(super) const MIN_T: f64 = -60.0;
-/// Largest capacity believed, bytes (1 PiB).
-pub(super) const MAX_BYTES: u64 = 1 << 50;
 
 /// Most `sections` the fast parsers take; a longer map takes the careful
 /// path, which keeps their duplicate check linear.
@@ -260,7 +259,7 @@ impl Fields {
         match kind {
             Kind::Gpu => {
                 let (total, used) = (f.total.unwrap_or(0), f.used.unwrap_or(0));
-                if total == 0 || total > MAX_BYTES {
+                if total == 0 || total > MAX_DEVICE_BYTES {
                     return Err(format!("gpu total {total} bytes is zero or above 1 PiB"));
                 }
                 if used > total {
@@ -273,7 +272,7 @@ impl Fields {
             }
             Kind::Alloc => {
                 let (allocated, reserved) = (f.allocated.unwrap_or(0), f.reserved.unwrap_or(0));
-                if reserved > MAX_BYTES || allocated > reserved {
+                if reserved > MAX_DEVICE_BYTES || allocated > reserved {
                     return Err(format!(
                         "alloc allocated {allocated} above reserved {reserved}"
                     ));
