@@ -29,8 +29,8 @@
 //!   seconds are measured, counting what commits in them; then the agents
 //!   stop and in-flight pushes get at most [`DRAIN`] to finish.
 //!
-//! Files: [`window`] makes what an agent sends, [`push`] delivers one
-//! message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
+//! Files: [`window`] makes what an agent sends, the agent's own push client
+//! ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
 //! histogram and [`report`] prints.
 //!
 //! The coordinator tracks at most `max_agents` agents (2048 by default) and
@@ -40,7 +40,6 @@
 
 mod agent;
 mod latency;
-mod push;
 mod report;
 mod stats;
 mod window;
@@ -55,7 +54,7 @@ use tokio::time::Instant;
 
 use crate::{usage, Failure};
 use agent::AgentRun;
-use push::Pusher;
+use gpumon_agent::push::Pusher;
 use report::{Progress, Report};
 use stats::Stats;
 use window::{mix, Shape, SimAgent};
