@@ -81,6 +81,8 @@ pub(super) struct Fields {
     pub(super) name: Option<Str>,
     pub(super) total: Option<u64>,
     pub(super) used: Option<u64>,
+    pub(super) used_min: Option<Option<u64>>,
+    pub(super) used_last: Option<Option<u64>>,
     pub(super) util: Option<Option<f64>>,
     pub(super) sm_clock_mhz: Option<Option<f64>>,
     pub(super) power_w: Option<Option<f64>>,
@@ -192,6 +194,8 @@ impl Fields {
                 f.name = Some(Str::copy(&r.name, arena));
                 f.total = Some(r.total);
                 f.used = Some(r.used);
+                f.used_min = Some(r.used_min);
+                f.used_last = Some(r.used_last);
                 f.util = Some(r.util);
                 f.sm_clock_mhz = Some(r.sm_clock_mhz);
                 f.power_w = Some(r.power_w);
@@ -265,6 +269,9 @@ impl Fields {
                 if used > total {
                     return Err(format!("gpu used {used} bytes exceeds total {total}"));
                 }
+                let within = |v: Option<Option<u64>>| Some(v.flatten().filter(|v| *v <= used));
+                f.used_min = within(f.used_min);
+                f.used_last = within(f.used_last);
                 f.util = finite(f.util);
                 f.sm_clock_mhz = finite(f.sm_clock_mhz);
                 f.power_w = finite(f.power_w);
@@ -320,6 +327,8 @@ impl Fields {
                 name: s(f.name),
                 total: f.total.unwrap_or_default(),
                 used: f.used.unwrap_or_default(),
+                used_min: f.used_min.flatten(),
+                used_last: f.used_last.flatten(),
                 util: f.util.flatten(),
                 sm_clock_mhz: f.sm_clock_mhz.flatten(),
                 power_w: f.power_w.flatten(),

@@ -43,8 +43,12 @@ pub struct GpuRef<'a> {
     pub name: Cow<'a, str>,
     /// Capacity, bytes.
     pub total: u64,
-    /// Used, bytes.
+    /// Used, bytes: for an agent's window, its peak.
     pub used: u64,
+    /// For an agent's window, the least used of its samples, bytes.
+    pub used_min: Option<u64>,
+    /// For an agent's window, its newest sample's used, bytes.
+    pub used_last: Option<u64>,
     /// Utilization, percent.
     pub util: Option<f64>,
     /// SM clock, MHz.
@@ -183,6 +187,8 @@ impl RecordRef<'_> {
                 name: r.name.into_owned(),
                 total: r.total,
                 used: r.used,
+                used_min: r.used_min,
+                used_last: r.used_last,
                 util: r.util,
                 sm_clock_mhz: r.sm_clock_mhz,
                 power_w: r.power_w,
@@ -245,6 +251,8 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
                 name: Cow::Borrowed(&r.name),
                 total: r.total,
                 used: r.used,
+                used_min: r.used_min,
+                used_last: r.used_last,
                 util: r.util,
                 sm_clock_mhz: r.sm_clock_mhz,
                 power_w: r.power_w,
