@@ -16,7 +16,8 @@
 //!   that replicas and replay both run;
 //! - [`replay`]: a trace through that transition, and its report;
 //! - [`trace`]: reading and writing gpumon trace v1 files;
-//! - [`exposition`]: `/metrics` content negotiation and the classic text format.
+//! - [`exposition`]: `/metrics` content negotiation and the classic text format;
+//! - [`metric_family`]: label-less families both `/metrics` collectors write.
 //!
 //! ```
 //! use gpumon_common::view::{ClusterState, Limits};
@@ -32,6 +33,7 @@ pub mod exposition;
 pub mod hook;
 pub mod limits;
 pub mod logging;
+pub mod metric_family;
 pub mod notify;
 pub mod replay;
 pub mod trace;

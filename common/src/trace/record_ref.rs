@@ -12,6 +12,17 @@ use super::record::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
 };
 
+/// `$Owned { .. }` from the borrowed record `$r`, field for field: the
+/// `copy` fields as they are, the `own` ones through `Cow::into_owned`.
+macro_rules! owned {
+    ($r:ident => $Owned:ident { copy: $($copy:ident),+; own: $($own:ident),+ }) => {
+        $Owned {
+            $($copy: $r.$copy,)+
+            $($own: $r.$own.into_owned(),)+
+        }
+    };
+}
+
 /// One record borrowed from the line it was read from; `t` is seconds since
 /// the trace start. [`RecordRef::to_owned`] turns it into a [`TraceRecord`].
 #[derive(Debug, Clone, PartialEq)]
@@ -179,42 +190,18 @@ impl RecordRef<'_> {
     /// Turns the record into an owned one, reusing strings that are already owned.
     pub fn into_owned(self) -> TraceRecord {
         match self {
-            RecordRef::Gpu(r) => TraceRecord::Gpu(GpuRecord {
-                t: r.t,
-                node: r.node.into_owned(),
-                gpu: r.gpu,
-                uuid: r.uuid.into_owned(),
-                name: r.name.into_owned(),
-                total: r.total,
-                used: r.used,
-                used_min: r.used_min,
-                used_last: r.used_last,
-                util: r.util,
-                sm_clock_mhz: r.sm_clock_mhz,
-                power_w: r.power_w,
-                procs: r.procs.into_owned(),
-            }),
-            RecordRef::Rank(r) => TraceRecord::Rank(RankRecord {
-                t: r.t,
-                job: r.job.into_owned(),
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                node: r.node.into_owned(),
-                gpu: r.gpu,
-                pid: r.pid,
-            }),
-            RecordRef::Alloc(r) => TraceRecord::Alloc(AllocRecord {
-                t: r.t,
-                job: r.job.into_owned(),
-                rank: r.rank,
-                allocated: r.allocated,
-                reserved: r.reserved,
-                peak_allocated: r.peak_allocated,
-                inactive_split: r.inactive_split,
-                alloc_retries: r.alloc_retries,
-                ooms: r.ooms,
-            }),
+            RecordRef::Gpu(r) => TraceRecord::Gpu(owned!(r => GpuRecord {
+                copy: t, gpu, total, used, used_min, used_last, util, sm_clock_mhz, power_w;
+                own: node, uuid, name, procs
+            })),
+            RecordRef::Rank(r) => TraceRecord::Rank(owned!(r => RankRecord {
+                copy: t, rank, local_rank, world_size, gpu, pid;
+                own: job, node
+            })),
+            RecordRef::Alloc(r) => TraceRecord::Alloc(owned!(r => AllocRecord {
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                own: job
+            })),
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
                 t: r.t,
                 job: r.job.into_owned(),
