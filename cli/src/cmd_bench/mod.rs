@@ -55,9 +55,10 @@ use tokio::time::Instant;
 use crate::{usage, Failure};
 use agent::AgentRun;
 use gpumon_agent::push::Pusher;
+use gpumon_agent::source::sim::rng::hash;
 use report::{Progress, Report};
 use stats::Stats;
-use window::{mix, Shape, SimAgent};
+use window::{Shape, SimAgent};
 
 /// Most simulated agents.
 pub const MAX_AGENTS: u64 = 100_000;
@@ -311,7 +312,7 @@ async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failur
     for i in 0..config.agents {
         let run = AgentRun {
             sim: SimAgent::new(shape, i),
-            incarnation: mix(seed ^ mix(i as u64)),
+            incarnation: hash(&[seed, i as u64]),
             gpus: config.gpus,
             samples_per_window: config.samples_per_window,
             start: start + Duration::from_millis(shape.offset_ms(i)),
