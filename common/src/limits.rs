@@ -11,6 +11,14 @@
 //! `MASTER_ADDR:PORT` fits), a label the user writes in a training script
 //! (marker, snapshot, section) up to [`MAX_LABEL_BYTES`] (128): labels go
 //! into every alert and dashboard row that names them.
+//!
+//! Sections, three bounds on purpose: a step record may carry up to
+//! [`MAX_SECTIONS`] (32, what the hook and agent have always accepted); the
+//! coordinator keeps the times of at most 16 section names per rank
+//! ([`crate::hook::MAX_SECTIONS_PER_RANK`], which `/metrics` shows in
+//! full); the straggler detector compares at most 8 names per job
+//! ([`crate::engine::straggler::MAX_SECTIONS`]). The later ones bound
+//! state, not input, so a record is never refused for them.
 
 /// Longest job, node, agent or GPU name, bytes.
 pub const MAX_NAME_BYTES: usize = 256;

@@ -12,7 +12,7 @@ use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 pub use snapshots::{SnapshotBook, SnapshotSet, MAX_SNAPSHOTS_PER_JOB, MAX_SNAPSHOT_JOBS};
-pub use steps::{RankSteps, SectionTime, StepTimes};
+pub use steps::{RankSteps, SectionTime, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 
 use crate::engine::{AllocObs, Engine};

@@ -23,8 +23,8 @@ use crate::notify::NotifyCounts;
 /// Most ranks given series in one scrape (the first, by job then rank);
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
 pub const MAX_RANK_SERIES: usize = 16_384;
-/// Most step sections given a series per rank, by name.
-pub const MAX_SECTIONS_PER_RANK: usize = 16;
+/// Most step sections given a series per rank, by name: all the state keeps.
+pub use gpumon_common::hook::MAX_SECTIONS_PER_RANK;
 /// An agent is up while its newest window ended at most this long before the
 /// cluster's newest one (data time), ms.
 pub const AGENT_STALE_MS: u64 = 30_000;
