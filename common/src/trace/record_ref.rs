@@ -23,6 +23,17 @@ macro_rules! owned {
     };
 }
 
+/// `$Ref { .. }` borrowing the owned record `$r`, field for field: the
+/// `copy` fields as they are, the `borrow` ones as `Cow::Borrowed`.
+macro_rules! borrowed {
+    ($r:ident => $Ref:ident { copy: $($copy:ident),+; borrow: $($b:ident),+ }) => {
+        $Ref {
+            $($copy: $r.$copy,)+
+            $($b: Cow::Borrowed(&$r.$b),)+
+        }
+    };
+}
+
 /// One record borrowed from the line it was read from; `t` is seconds since
 /// the trace start. [`RecordRef::to_owned`] turns it into a [`TraceRecord`].
 #[derive(Debug, Clone, PartialEq)]
@@ -230,42 +241,18 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
     /// source and a trace.
     fn from(record: &'a TraceRecord) -> Self {
         match record {
-            TraceRecord::Gpu(r) => RecordRef::Gpu(GpuRef {
-                t: r.t,
-                node: Cow::Borrowed(&r.node),
-                gpu: r.gpu,
-                uuid: Cow::Borrowed(&r.uuid),
-                name: Cow::Borrowed(&r.name),
-                total: r.total,
-                used: r.used,
-                used_min: r.used_min,
-                used_last: r.used_last,
-                util: r.util,
-                sm_clock_mhz: r.sm_clock_mhz,
-                power_w: r.power_w,
-                procs: Cow::Borrowed(&r.procs),
-            }),
-            TraceRecord::Rank(r) => RecordRef::Rank(RankRef {
-                t: r.t,
-                job: Cow::Borrowed(&r.job),
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                node: Cow::Borrowed(&r.node),
-                gpu: r.gpu,
-                pid: r.pid,
-            }),
-            TraceRecord::Alloc(r) => RecordRef::Alloc(AllocRef {
-                t: r.t,
-                job: Cow::Borrowed(&r.job),
-                rank: r.rank,
-                allocated: r.allocated,
-                reserved: r.reserved,
-                peak_allocated: r.peak_allocated,
-                inactive_split: r.inactive_split,
-                alloc_retries: r.alloc_retries,
-                ooms: r.ooms,
-            }),
+            TraceRecord::Gpu(r) => RecordRef::Gpu(borrowed!(r => GpuRef {
+                copy: t, gpu, total, used, used_min, used_last, util, sm_clock_mhz, power_w;
+                borrow: node, uuid, name, procs
+            })),
+            TraceRecord::Rank(r) => RecordRef::Rank(borrowed!(r => RankRef {
+                copy: t, rank, local_rank, world_size, gpu, pid;
+                borrow: job, node
+            })),
+            TraceRecord::Alloc(r) => RecordRef::Alloc(borrowed!(r => AllocRef {
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                borrow: job
+            })),
             TraceRecord::Step(r) => RecordRef::Step(StepRef {
                 t: r.t,
                 job: Cow::Borrowed(&r.job),
