@@ -36,12 +36,13 @@ pub const DEFAULT_PROC_ROOT: &str = "/proc";
 pub const MAX_ENVIRON_BYTES: usize = 1 << 20;
 
 /// Longest job name (and `MASTER_ADDR`) kept, bytes; longer ones are cut on a
-/// character boundary so one odd environment cannot bloat every sample.
-pub const MAX_JOB_BYTES: usize = 256;
+/// character boundary so one odd environment cannot bloat every sample. The
+/// coordinator's limit on names.
+pub const MAX_JOB_BYTES: usize = gpumon_common::limits::MAX_NAME_BYTES;
 
 /// Largest `WORLD_SIZE` believed (about a million ranks); beyond it the
 /// variables are taken for garbage rather than a training job.
-pub const MAX_WORLD_SIZE: u32 = 1 << 20;
+pub use gpumon_common::limits::MAX_WORLD_SIZE;
 
 /// Job name when neither `TORCHELASTIC_RUN_ID` nor `MASTER_ADDR:MASTER_PORT`
 /// is available.

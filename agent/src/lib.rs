@@ -3,7 +3,8 @@
 //! It samples every GPU of its node ([`source`]: NVML, a simulator, or
 //! nothing), attributes each GPU process to its torchrun job and rank
 //! ([`discovery`]), folds samples into windows (`gpumon_common::window`) and
-//! pushes them to the coordinators ([`uplink`]). With a hook address it also
+//! pushes them to the coordinators ([`uplink`], each delivery one [`push`]
+//! attempt). With a hook address it also
 //! serves the in-process hooks of the node's training processes ([`hook`]):
 //! their records travel in the same pushes, and actions come back to them.
 //! It serves its node-level series for Prometheus at `/metrics` ([`metrics`]).
@@ -24,6 +25,7 @@ pub mod config;
 pub mod discovery;
 pub mod hook;
 pub mod metrics;
+pub mod push;
 mod run;
 pub mod source;
 pub mod uplink;

@@ -8,9 +8,10 @@
 //! buffer fills; past `max_buffered_batches` the oldest batch is dropped and
 //! counted, and the count travels in every later batch.
 //!
-//! Any coordinator URL will do: a follower answers with the leader's URL and
-//! the uplink follows it; on a transport error it tries the next URL after an
-//! exponential backoff (100 ms doubling to 5 s, with jitter).
+//! Any coordinator URL will do: each delivery is one [`Pusher::attempt`],
+//! which follows a follower's leader hint and, when it fails, moves on to the
+//! next URL; the uplink tries again after an exponential backoff (100 ms
+//! doubling to 5 s, with jitter).
 //!
 //! A batch carries windows and, when the agent serves hooks, the hook
 //! records and action acks gathered since the last one ([`Outgoing`]). The
@@ -23,25 +24,21 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon_proto::wire::{self, DecodeError};
+use gpumon_proto::wire;
 use gpumon_proto::{
-    ActionAck, AgentMessage, AgentMessageV1, CoordinatorReply, GpuWindow, Hello, HookRecord,
-    PendingAction, PushBatch, PushOutcome,
+    ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, PendingAction, PushBatch,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::clock::now_ms;
 use crate::hook::HookHub;
+use crate::push::{Attempt, Pusher, Route};
 
-/// Hops followed on leader hints before backing off.
-const MAX_LEADER_HOPS: usize = 3;
 /// Time allowed for one push.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed to flush the buffer at shutdown.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
-/// Largest reply accepted from a coordinator.
-const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// Delivery counters, shared with whoever wants to show them.
 #[derive(Debug, Default)]
@@ -109,25 +106,19 @@ impl Outgoing {
 
 #[derive(Debug, Error)]
 enum DeliveryError {
-    #[error("{url}: {reason}")]
-    Transport { url: String, reason: String },
-    #[error("{url} refused the message ({status}): {reason}")]
-    Refused {
-        url: String,
-        status: u16,
-        reason: String,
-    },
-    #[error("no leader is known yet (asked {url})")]
-    NoLeader { url: String },
+    /// Worth retrying: [`Attempt::Failed`].
+    #[error("{0}")]
+    Failed(String),
+    /// Refused for good: [`Attempt::Rejected`].
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 /// The uplink's state; see the module docs.
 #[derive(Debug)]
 pub struct Uplink {
-    client: reqwest::Client,
-    coordinators: Vec<String>,
-    next_coordinator: usize,
-    leader: Option<String>,
+    pusher: Pusher,
+    route: Route,
     hello: Hello,
     hello_sent_to: Option<String>,
     buffer: VecDeque<PushBatch>,
@@ -154,13 +145,8 @@ impl Uplink {
             .build()
             .expect("reqwest client builds");
         Self {
-            client,
-            coordinators: coordinators
-                .into_iter()
-                .map(|u| u.trim_end_matches('/').to_owned())
-                .collect(),
-            next_coordinator: 0,
-            leader: None,
+            pusher: Pusher::new(client, coordinators),
+            route: Route::new(0),
             jitter: hello.incarnation | 1,
             hello,
             hello_sent_to: None,
@@ -274,47 +260,21 @@ impl Uplink {
     }
 
     fn target(&self) -> String {
-        self.leader
-            .clone()
-            .unwrap_or_else(|| self.coordinators[self.next_coordinator].clone())
+        self.route.target(self.pusher.urls()).to_owned()
     }
 
-    fn forget_leader(&mut self) {
-        self.leader = None;
-        self.next_coordinator = (self.next_coordinator + 1) % self.coordinators.len();
-    }
-
-    /// Sends one message, following leader hints.
+    /// Sends one message: one attempt, following leader hints.
     async fn deliver(&mut self, msg: &AgentMessage) -> Result<(), DeliveryError> {
         let body = wire::encode(msg);
-        for _ in 0..MAX_LEADER_HOPS {
-            let url = self.target();
-            match self.post(&url, body.clone()).await {
-                Ok((PushOutcome::Committed { .. }, actions)) => {
-                    self.offer(actions);
-                    return Ok(());
-                }
-                Ok((
-                    PushOutcome::NotLeader {
-                        leader_url: Some(leader),
-                    },
-                    _,
-                )) if leader != url => {
-                    tracing::info!(%leader, "following the leader hint");
-                    self.leader = Some(leader);
-                }
-                Ok((PushOutcome::NotLeader { .. }, _)) => {
-                    self.forget_leader();
-                    return Err(DeliveryError::NoLeader { url });
-                }
-                Err(e @ DeliveryError::Refused { .. }) => return Err(e),
-                Err(e) => {
-                    self.forget_leader();
-                    return Err(e);
-                }
+        let follow = |leader: &str| tracing::info!(%leader, "following the leader hint");
+        match self.pusher.attempt(&mut self.route, &body, follow).await {
+            Attempt::Committed { actions, .. } => {
+                self.offer(actions);
+                Ok(())
             }
+            Attempt::Failed(why) => Err(DeliveryError::Failed(why)),
+            Attempt::Rejected(why) => Err(DeliveryError::Refused(why)),
         }
-        Err(DeliveryError::NoLeader { url: self.target() })
     }
 
     /// Hands a committed reply's actions to the hook hub; without one (no
@@ -335,50 +295,12 @@ impl Uplink {
         }
     }
 
-    async fn post(
-        &self,
-        url: &str,
-        body: Vec<u8>,
-    ) -> Result<(PushOutcome, Vec<PendingAction>), DeliveryError> {
-        let transport = |e: &dyn std::fmt::Display| DeliveryError::Transport {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        };
-        let resp = self
-            .client
-            .post(format!("{url}/api/v1/ingest"))
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| transport(&e))?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| transport(&e))?;
-        if status.is_client_error() {
-            let reason = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).into_owned();
-            return Err(DeliveryError::Refused {
-                url: url.to_owned(),
-                status: status.as_u16(),
-                reason,
-            });
-        }
-        if !status.is_success() {
-            return Err(transport(&format!("HTTP {status}")));
-        }
-        let reply: CoordinatorReply =
-            wire::decode(&bytes, MAX_REPLY_BYTES).map_err(|e: DecodeError| transport(&e))?;
-        let CoordinatorReply::V1(reply) = reply;
-        Ok((reply.outcome, reply.actions))
-    }
-
     /// Sends the hello where the current target has not had it.
     async fn greet(&mut self) -> Result<(), DeliveryError> {
         if self.hello_sent_to.as_deref() != Some(self.target().as_str()) {
             let hello = AgentMessage::V1(AgentMessageV1::Hello(self.hello.clone()));
             match self.deliver(&hello).await {
-                Ok(()) | Err(DeliveryError::Refused { .. }) => {
-                    self.hello_sent_to = Some(self.target())
-                }
+                Ok(()) | Err(DeliveryError::Refused(_)) => self.hello_sent_to = Some(self.target()),
                 Err(e) => return Err(e),
             }
         }
@@ -399,14 +321,10 @@ impl Uplink {
                 self.stats.acked.fetch_add(1, Relaxed);
                 self.stats.last_acked_ms.store(now_ms(), Relaxed);
             }
-            Err(DeliveryError::Refused {
-                url,
-                status,
-                reason,
-            }) => {
+            Err(DeliveryError::Refused(why)) => {
                 let seq = self.buffer.pop_front().map_or(0, |b| b.seq);
                 self.stats.rejected.fetch_add(1, Relaxed);
-                tracing::error!(%url, status, seq, %reason, "a coordinator refused a batch; dropped it");
+                tracing::error!(seq, %why, "a coordinator refused a batch; dropped it");
             }
             Err(e) => return Err(e),
         }

@@ -481,6 +481,68 @@ mod tests {
     }
 
     #[test]
+    fn a_streamed_window_is_recorded_as_the_stream_mapped_it() {
+        use gpumon_common::trace::live::{gpu_record, rank_records};
+        use gpumon_proto::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
+        let w = GpuWindow {
+            gpu: GpuInfo {
+                uuid: "GPU-0".into(),
+                index: 0,
+                name: "H100".into(),
+                total_bytes: 100,
+            },
+            start_ms: 1_700_000_000_000,
+            end_ms: 1_700_000_000_500,
+            samples: 4,
+            used_bytes: BytesStat {
+                min: 20,
+                max: 60,
+                last: 35,
+                mean: 40,
+            },
+            reserved_bytes: None,
+            util_pct: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: vec![ProcWindow {
+                pid: 7,
+                used_bytes: BytesStat::single(30),
+                rank: Some(RankInfo {
+                    job: "j".into(),
+                    rank: 0,
+                    local_rank: 0,
+                    world_size: 1,
+                    master_addr: None,
+                    master_port: None,
+                }),
+            }],
+        };
+        // What the coordinator's stream sends for the window.
+        let mut mapped: Vec<TraceRecord> = rank_records("n0", &w).map(TraceRecord::Rank).collect();
+        mapped.push(TraceRecord::Gpu(gpu_record("n0", &w)));
+        let mut stream = Vec::new();
+        for r in &mapped {
+            serde_json::to_writer(&mut stream, r).unwrap();
+            stream.push(b'\n');
+        }
+        let mut rec = Recorder::new(Vec::new(), "s").unwrap();
+        rec.feed(&stream).unwrap();
+        let (out, _) = rec.finish().unwrap();
+        let mut reader = gpumon_common::trace::from_reader(&out[..]).unwrap();
+        let mut recorded = Vec::new();
+        while let Some(r) = reader.next_ref().unwrap() {
+            recorded.push(r.to_owned());
+        }
+        for r in &mut mapped {
+            set_t(r, 0.0);
+        }
+        assert_eq!(
+            recorded, mapped,
+            "the least and newest used survive recording"
+        );
+    }
+
+    #[test]
     fn the_written_trace_reads_back_gzip_or_not() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["t.jsonl", "t.jsonl.gz"] {

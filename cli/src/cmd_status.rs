@@ -7,6 +7,7 @@ use gpumon_proto::api::{ClusterView, JobsView};
 
 use crate::api_client::ApiClient;
 use crate::args::StatusArgs;
+use crate::text::truncate;
 use crate::{usage, Failure};
 
 pub async fn run(args: StatusArgs) -> Result<(), Failure> {
@@ -77,14 +78,4 @@ pub fn render(url: &str, cluster: &ClusterView, jobs: &JobsView) -> String {
         }
     }
     out
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }

@@ -18,6 +18,7 @@ use gpumon_proto::api::{Alert, JobSummary, RankSummary, Risk, Severity};
 
 use crate::api_client::{ApiClient, ClusterSnapshot};
 use crate::args::TopArgs;
+use crate::text::truncate;
 use crate::{usage, Failure};
 
 /// Cells of a memory bar.
@@ -324,16 +325,6 @@ fn severity_color(s: Severity) -> &'static str {
     match s {
         Severity::Warning => "33",
         Severity::High | Severity::Critical => "1;31",
-    }
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
     }
 }
 

@@ -16,6 +16,7 @@ mod cmd_run;
 mod cmd_status;
 mod cmd_top;
 mod shutdown;
+mod text;
 
 use std::process::ExitCode;
 

@@ -8,6 +8,7 @@
 //! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
 //!   imbalance, straggler) that live and replay both run;
 //! - [`notify`]: the replicated book of notifications sent and what is due;
+//! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
@@ -15,7 +16,8 @@
 //!   that replicas and replay both run;
 //! - [`replay`]: a trace through that transition, and its report;
 //! - [`trace`]: reading and writing gpumon trace v1 files;
-//! - [`exposition`]: `/metrics` content negotiation and the classic text format.
+//! - [`exposition`]: `/metrics` content negotiation and the classic text format;
+//! - [`metric_family`]: label-less families both `/metrics` collectors write.
 //!
 //! ```
 //! use gpumon_common::view::{ClusterState, Limits};
@@ -29,7 +31,9 @@ pub mod config;
 pub mod engine;
 pub mod exposition;
 pub mod hook;
+pub mod limits;
 pub mod logging;
+pub mod metric_family;
 pub mod notify;
 pub mod replay;
 pub mod trace;

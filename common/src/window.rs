@@ -130,39 +130,47 @@ struct ProcAcc {
     rank: Option<RankInfo>,
 }
 
+/// Least, greatest and newest of a series, and how many readings.
+#[derive(Debug, Default)]
+struct Span<T> {
+    min: T,
+    max: T,
+    last: T,
+    n: u64,
+}
+
+impl<T: Copy + PartialOrd> Span<T> {
+    fn add(&mut self, v: T) {
+        if self.n == 0 || v < self.min {
+            self.min = v;
+        }
+        if self.n == 0 || v > self.max {
+            self.max = v;
+        }
+        self.last = v;
+        self.n += 1;
+    }
+}
+
 #[derive(Debug, Default)]
 struct BytesAcc {
-    min: u64,
-    max: u64,
-    last: u64,
+    span: Span<u64>,
     sum: u128,
-    n: u64,
 }
 
 impl BytesAcc {
     fn add(&mut self, v: u64) {
-        if self.n == 0 {
-            self.min = v;
-            self.max = v;
-        }
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.last = v;
+        self.span.add(v);
         self.sum += u128::from(v);
-        self.n += 1;
     }
 
     fn finish(&self) -> BytesStat {
-        let mean = if self.n == 0 {
-            0
-        } else {
-            (self.sum / u128::from(self.n)) as u64
-        };
+        let Span { min, max, last, n } = self.span;
         BytesStat {
-            min: self.min,
-            max: self.max,
-            last: self.last,
-            mean,
+            min,
+            max,
+            last,
+            mean: self.sum.checked_div(u128::from(n)).unwrap_or(0) as u64,
         }
     }
 }
@@ -170,11 +178,8 @@ impl BytesAcc {
 /// Skips missing and non-finite readings, so one bad reading cannot poison a window.
 #[derive(Debug, Default)]
 struct GaugeAcc {
-    min: f32,
-    max: f32,
-    last: f32,
+    span: Span<f32>,
     sum: f64,
-    n: u32,
 }
 
 impl GaugeAcc {
@@ -182,23 +187,17 @@ impl GaugeAcc {
         let Some(v) = v.filter(|v| v.is_finite()) else {
             return;
         };
-        if self.n == 0 {
-            self.min = v;
-            self.max = v;
-        }
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.last = v;
+        self.span.add(v);
         self.sum += f64::from(v);
-        self.n += 1;
     }
 
     fn finish(&self) -> Option<GaugeStat> {
-        (self.n > 0).then(|| GaugeStat {
-            min: self.min,
-            max: self.max,
-            last: self.last,
-            mean: (self.sum / f64::from(self.n)) as f32,
+        let Span { min, max, last, n } = self.span;
+        (n > 0).then(|| GaugeStat {
+            min,
+            max,
+            last,
+            mean: (self.sum / n as f64) as f32,
         })
     }
 }

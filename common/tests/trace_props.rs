@@ -43,6 +43,10 @@ fn gauge() -> impl Strategy<Value = Option<f64>> {
     prop::option::of(millis(0..10_000_000))
 }
 
+fn percent() -> impl Strategy<Value = Option<u64>> {
+    prop::option::of(0..=100u64)
+}
+
 fn gpu() -> impl Strategy<Value = TraceRecord> {
     (1..=MAX_BYTES)
         .prop_flat_map(|total| {
@@ -59,10 +63,14 @@ fn gpu() -> impl Strategy<Value = TraceRecord> {
                     (any::<u32>(), 0..=total).prop_map(|(pid, used)| ProcRecord { pid, used }),
                     0..4,
                 ),
+                // A window's least and newest used, as percent of its peak.
+                (percent(), percent()),
             )
         })
         .prop_map(
-            |((t, node, gpu, uuid, name), (total, used, util, sm, power), procs)| {
+            |((t, node, gpu, uuid, name), (total, used, util, sm, power), procs, (min, last))| {
+                let share =
+                    |p: Option<u64>| p.map(|p| (u128::from(used) * u128::from(p) / 100) as u64);
                 TraceRecord::Gpu(GpuRecord {
                     t,
                     node,
@@ -71,6 +79,8 @@ fn gpu() -> impl Strategy<Value = TraceRecord> {
                     name,
                     total,
                     used,
+                    used_min: share(min),
+                    used_last: share(last),
                     util,
                     sm_clock_mhz: sm,
                     power_w: power,

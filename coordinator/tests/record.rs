@@ -1,6 +1,7 @@
 //! `GET /api/v1/stream` over real HTTP on loopback: what is applied comes out
 //! as trace v1 records (ranks once per connection, one `gpu` line per
-//! window, the peak as `used`, absolute time), duplicates come out never,
+//! window, the peak as `used` with the least and newest sample beside it,
+//! absolute time), duplicates come out never,
 //! bad requests are refused, the number of streams is bounded and shutdown
 //! ends them.
 
@@ -187,6 +188,8 @@ fn gpu(seq: u64, i: u64, g: u32, pid0: u32) -> TraceRecord {
         name: "H100".into(),
         total: 80 * GIB,
         used,
+        used_min: Some(used - 100),
+        used_last: Some(used - 50),
         util: Some(92.5),
         sm_clock_mhz: None,
         power_w: None,

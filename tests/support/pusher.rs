@@ -1,8 +1,9 @@
 //! Simulated agents for fault tests: K tokio tasks, each pushing its batches
-//! one at a time in seq order (a hello first) the way the real uplink does:
-//! follow `NotLeader` hints, rotate through every replica on a 503, a
-//! transport error or a timeout, and move to the next seq only once the
-//! current one is committed. Every acknowledgement is recorded.
+//! one at a time in seq order (a hello first) through the real agent's push
+//! client ([`gpumon_agent::push`]: follow `NotLeader` hints, move to the next
+//! replica on a 5xx, a transport error or a timeout), and moving to the next
+//! seq only once the current one is committed. Every acknowledgement is
+//! recorded.
 //!
 //! The windows are a pure function of `(agent, seq)`: G GPUs per agent, each
 //! with one process of job [`JOB`] (rank `agent * G + gpu`), data time
@@ -13,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gpumon_agent::push::{Attempt, Pusher as PushClient, Route};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, GpuInfo, GpuWindow, Hello,
-    ProcWindow, PushBatch, PushOutcome, RankInfo,
+    AgentMessage, AgentMessageV1, BytesStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch,
+    RankInfo,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -35,10 +37,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// Time allowed to commit one message before an agent gives up.
 const COMMIT_WITHIN: Duration = Duration::from_secs(30);
-/// Leader hints followed in a row before trying the next replica.
-const MAX_HOPS: u32 = 3;
-/// Largest reply accepted.
-const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// What the agents push.
 #[derive(Debug, Clone)]
@@ -184,8 +182,7 @@ pub struct Ack {
 #[derive(Debug)]
 struct Shared {
     plan: Plan,
-    urls: Vec<String>,
-    client: reqwest::Client,
+    client: PushClient,
     stop: AtomicBool,
     paused: watch::Sender<bool>,
     /// Per agent, in seq order.
@@ -205,11 +202,13 @@ impl Pusher {
         let shared = Arc::new(Shared {
             acks: Mutex::new(vec![Vec::new(); plan.agents as usize]),
             plan,
-            urls,
-            client: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .build()
-                .expect("reqwest client builds"),
+            client: PushClient::new(
+                reqwest::Client::builder()
+                    .timeout(REQUEST_TIMEOUT)
+                    .build()
+                    .expect("reqwest client builds"),
+                urls,
+            ),
             stop: AtomicBool::new(false),
             paused: watch::channel(false).0,
         });
@@ -319,7 +318,7 @@ impl Drop for Pusher {
 async fn run_agent(shared: Arc<Shared>, agent: u32) -> Result<(), String> {
     let plan = &shared.plan;
     // Agents start at different replicas, as a real fleet would.
-    let mut at = agent as usize % shared.urls.len();
+    let mut at = agent as usize % shared.client.urls().len();
     deliver(&shared, &mut at, wire::encode(&plan.hello(agent)))
         .await
         .map_err(|e| format!("hello: {e}"))?;
@@ -346,71 +345,27 @@ async fn run_agent(shared: Arc<Shared>, agent: u32) -> Result<(), String> {
 }
 
 /// Posts `body` until a replica commits it; `at` is the replica tried
-/// first (an index into `urls`) and, after, the one that committed. Gives
-/// `duplicate`.
+/// first (an index into the URLs) and, after, the one that committed. Gives
+/// `duplicate`; a refusal (4xx) is an error at once.
 async fn deliver(shared: &Shared, at: &mut usize, body: Vec<u8>) -> Result<bool, String> {
-    let urls = &shared.urls;
+    let urls = shared.client.urls();
     let deadline = Instant::now() + COMMIT_WITHIN;
-    let mut url = urls[*at].clone();
+    let mut route = Route::new(*at);
     let mut last = String::new();
-    // Hints followed since the last failure: two stale followers could send
-    // each other's address back and forth.
-    let mut hops = 0;
     while Instant::now() < deadline {
-        let sent = shared
-            .client
-            .post(format!("{url}/api/v1/ingest"))
-            .body(body.clone())
-            .send()
-            .await;
-        let outcome = match sent {
-            Ok(resp) if resp.status().is_success() => match resp.bytes().await {
-                Ok(bytes) => match wire::decode::<CoordinatorReply>(&bytes, MAX_REPLY_BYTES) {
-                    Ok(CoordinatorReply::V1(reply)) => Ok(reply.outcome),
-                    Err(e) => return Err(format!("{url}: undecodable reply: {e}")),
-                },
-                Err(e) => Err(format!(
-                    "{url}: reply cut off: {}",
-                    super::cluster::chain(&e)
-                )),
-            },
-            Ok(resp) if resp.status().as_u16() == 503 => Err(format!(
-                "{url}: 503 {}",
-                resp.text().await.unwrap_or_default()
-            )),
-            Ok(resp) => {
-                let status = resp.status();
-                let text = resp.text().await.unwrap_or_default();
-                return Err(format!("{url} refused the message: {status} {text}"));
-            }
-            Err(e) => Err(format!("{url}: {}", super::cluster::chain(&e))),
-        };
-        match outcome {
-            Ok(PushOutcome::Committed { duplicate, .. }) => {
+        match shared.client.attempt(&mut route, &body, |_| {}).await {
+            Attempt::Committed { duplicate, .. } => {
                 // A leader hint is one of the replicas' own URLs.
+                let by = route.target(urls);
                 *at = urls
                     .iter()
-                    .position(|u| *u == url)
-                    .ok_or_else(|| format!("committed by {url}, not one of {urls:?}"))?;
+                    .position(|u| u == by)
+                    .ok_or_else(|| format!("committed by {by}, not one of {urls:?}"))?;
                 return Ok(duplicate);
             }
-            Ok(PushOutcome::NotLeader {
-                leader_url: Some(leader),
-            }) if leader != url && hops < MAX_HOPS => {
-                hops += 1;
-                url = leader;
-                continue;
-            }
-            Ok(PushOutcome::NotLeader { leader_url }) => {
-                last = format!("{url}: not the leader (hint {leader_url:?})");
-            }
-            Err(e) => last = e,
+            Attempt::Rejected(why) => return Err(format!("refused: {why}")),
+            Attempt::Failed(why) => last = why,
         }
-        // Try the replica after the one that failed.
-        hops = 0;
-        let i = urls.iter().position(|u| *u == url).unwrap_or(*at);
-        *at = (i + 1) % urls.len();
-        url = urls[*at].clone();
         tokio::time::sleep(RETRY_PAUSE).await;
     }
     Err(format!(

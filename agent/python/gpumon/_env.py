@@ -19,7 +19,8 @@ from typing import Mapping, Optional
 
 #: Largest ``WORLD_SIZE`` believed (the agent's limit).
 MAX_WORLD_SIZE = 1 << 20
-#: Longest job id, bytes (the agent's limit).
+#: Longest job id, bytes (the agent's limit; its test ``python_limits``
+#: checks this number).
 MAX_JOB_BYTES = 256
 #: Job id when neither a run id nor the master's address is known.
 UNKNOWN_JOB = "unknown-job"

@@ -14,7 +14,7 @@ from ._env import Identity, truncate_utf8
 from ._settings import (
     HOOK_VERSION,
     MAX_DETAIL_BYTES,
-    MAX_NAME_BYTES,
+    MAX_LABEL_BYTES,
     MAX_REPORT_BYTES,
     MAX_SECTIONS,
     PROTOCOL_VERSION,
@@ -70,7 +70,7 @@ def reserved_bytes(stats: Optional[Mapping[str, Any]]) -> int:
 
 
 def clip_name(name: str) -> str:
-    return truncate_utf8(name, MAX_NAME_BYTES)
+    return truncate_utf8(name, MAX_LABEL_BYTES)
 
 
 def clip_detail(detail: Optional[str]) -> Optional[str]:

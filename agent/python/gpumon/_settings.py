@@ -1,7 +1,9 @@
 """Limits and timings of the hook, written once.
 
 The limits mirror the agent's (see ``PROTOCOL.md``): a report the agent would
-refuse is never built. The timings have documented defaults; the user knobs
+refuse is never built. They are written once in Rust (``common/src/limits.rs``
+and the agent's hook endpoint); the agent's test ``python_limits`` reads this
+file and fails when a number here differs. The timings have documented defaults; the user knobs
 are the report interval (``GPUMON_REPORT_INTERVAL``) and the clock that times
 sections and steps (``GPUMON_SECTION_CLOCK``). Tests build a
 :class:`Settings` by hand to shorten the retry timings instead of sleeping.
@@ -29,8 +31,9 @@ MAX_REPORT_BYTES = 768 * 1024
 QUEUE_MAXLEN = 4096
 #: Action acknowledgements waiting to be sent (actions are rare).
 ACK_QUEUE_MAXLEN = 1024
-#: Longest record name, bytes (the agent's limit); longer ones are cut.
-MAX_NAME_BYTES = 128
+#: Longest marker, snapshot or section name, bytes (the agent's limit);
+#: longer ones are cut.
+MAX_LABEL_BYTES = 128
 #: Longest event detail or action response, bytes (the agent's limit).
 MAX_DETAIL_BYTES = 1024
 #: Most sections in one step record (the agent's limit).

@@ -47,9 +47,6 @@ pub use hub::{
     MAX_QUEUED_RECORDS, MAX_SESSIONS,
 };
 pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
-pub use records::{
-    AllocReading, MAX_CLOCK_SKEW_MS, MAX_DETAIL_BYTES, MAX_NAME_BYTES, MAX_REASONS,
-    MAX_RECORDS_PER_REPORT, MAX_SECTIONS,
-};
+pub use records::{AllocReading, MAX_CLOCK_SKEW_MS, MAX_REASONS, MAX_RECORDS_PER_REPORT};
 pub use server::{HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
 pub use source::{HookSource, FRESH_MS, TAIL_MS};

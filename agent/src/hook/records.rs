@@ -1,13 +1,19 @@
 //! Checking a `report`'s records and turning them into [`HookRecord`]s.
 //!
 //! The hook runs inside someone else's training script, so nothing it sends
-//! is trusted: every record is checked against the bounds of PROTOCOL.md
-//! ("`report`") before it is stamped with the session's job and rank and
-//! forwarded. A bad record is skipped and counted, never fatal: the rest of
-//! the report still counts. A record that names another job or rank than
-//! the session's refuses the whole report, since it means the hook is
-//! confused about who it is. Pure: the agent's clock comes in as `now_ms`.
+//! is trusted: every record is read field by field (each field's JSON type),
+//! stamped with the session's job and rank, and then put through the one
+//! record check the coordinator applies too
+//! ([`gpumon_common::hook::check_record`], bounds in
+//! [`gpumon_common::limits`]) before it is forwarded. Checked here only:
+//! what never leaves the agent (`t` against the agent's clock, the device
+//! memory of `alloc` records, the step's `clock`). A bad record is skipped
+//! and counted, never fatal: the rest of the report still counts. A record
+//! that names another job or rank than the session's refuses the whole
+//! report, since it means the hook is confused about who it is. Pure: the
+//! agent's clock comes in as `now_ms`.
 
+use gpumon_common::hook::check_record as check_fields;
 use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
 use serde_json::{Map, Value};
 
@@ -15,12 +21,6 @@ use serde_json::{Map, Value};
 pub const MAX_RECORDS_PER_REPORT: usize = 1024;
 /// Furthest a record's `t` may be from the agent's clock, ms.
 pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
-/// Longest event, snapshot or section name, bytes.
-pub const MAX_NAME_BYTES: usize = 128;
-/// Longest event detail, bytes.
-pub const MAX_DETAIL_BYTES: usize = 1024;
-/// Most sections in one step record.
-pub const MAX_SECTIONS: usize = 32;
 /// Skip reasons returned in one answer; the count covers the rest.
 pub const MAX_REASONS: usize = 5;
 /// The clocks a step record may name (`clock`; absent means `cpu`).
@@ -117,6 +117,14 @@ fn foreign_subject(record: &Value, job: &str, rank: u32) -> Option<String> {
 type Checked = (HookRecord, Option<AllocReading>);
 
 fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, String> {
+    let (record, alloc) = read_record(record, job, rank, now_ms)?;
+    check_fields(&record).map_err(|e| e.to_string())?;
+    Ok((record, alloc))
+}
+
+/// The record as sent, each field of its JSON type, and what the agent
+/// keeps of an `alloc` record.
+fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, String> {
     let Value::Object(obj) = record else {
         return Err(format!("must be an object, not {}", kind_of(record)));
     };
@@ -170,13 +178,7 @@ fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Che
             let name = name(obj)?;
             let detail = match obj.get("detail") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(d)) if d.len() <= MAX_DETAIL_BYTES => Some(d.clone()),
-                Some(Value::String(d)) => {
-                    return Err(format!(
-                        "detail is {} bytes; the limit is {MAX_DETAIL_BYTES}",
-                        d.len()
-                    ))
-                }
+                Some(Value::String(d)) => Some(d.clone()),
                 Some(other) => {
                     return Err(format!("detail must be a string, not {}", shown(other)))
                 }
@@ -194,9 +196,7 @@ fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Che
         "snapshot" => {
             let name = name(obj)?;
             let stats = match obj.get("stats") {
-                Some(Value::Object(stats)) => {
-                    alloc_stats(stats).map_err(|e| format!("stats: {e}"))?
-                }
+                Some(Value::Object(stats)) => alloc_stats(stats)?,
                 Some(other) => {
                     return Err(format!("stats must be an object, not {}", kind_of(other)))
                 }
@@ -245,7 +245,7 @@ fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, String> {
 
 /// The allocator fields shared by `alloc` records and snapshots' `stats`.
 fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
-    let stats = AllocStats {
+    Ok(AllocStats {
         allocated: bytes(obj, "allocated")?,
         reserved: bytes(obj, "reserved")?,
         active: opt_bytes(obj, "active")?,
@@ -254,14 +254,7 @@ fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
         peak_reserved: opt_bytes(obj, "peak_reserved")?,
         alloc_retries: opt_bytes(obj, "alloc_retries")?,
         ooms: opt_bytes(obj, "ooms")?,
-    };
-    if stats.allocated > stats.reserved {
-        return Err(format!(
-            "allocated > reserved ({} > {})",
-            stats.allocated, stats.reserved
-        ));
-    }
-    Ok(stats)
+    })
 }
 
 /// A required non-negative integer (bytes, counts, step numbers).
@@ -280,15 +273,10 @@ fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String>
     }
 }
 
-/// A required finite, non-negative duration in ms.
+/// A required duration in ms (its range is the record check's).
 fn millis(v: Option<&Value>, what: &str) -> Result<f64, String> {
     match v {
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
-            _ => Err(format!(
-                "{what} must be a finite, non-negative number of ms, not {n}"
-            )),
-        },
+        Some(Value::Number(n)) => Ok(n.as_f64().unwrap_or(f64::NAN)),
         Some(other) => Err(format!("{what} must be a number, not {}", shown(other))),
         None => Err(format!("missing field {what}")),
     }
@@ -306,15 +294,8 @@ fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
             ))
         }
     };
-    if sections.len() > MAX_SECTIONS {
-        return Err(format!(
-            "{} sections; the limit is {MAX_SECTIONS}",
-            sections.len()
-        ));
-    }
     let mut out = Vec::with_capacity(sections.len());
     for (name, ms) in sections {
-        check_name(name, "section name")?;
         out.push((
             name.clone(),
             millis(Some(ms), &format!("section {}", shown_str(name)))?,
@@ -339,23 +320,10 @@ fn check_clock(v: Option<&Value>) -> Result<(), String> {
 
 fn name(obj: &Map<String, Value>) -> Result<String, String> {
     match obj.get("name") {
-        Some(Value::String(name)) => check_name(name, "name").map(|()| name.clone()),
+        Some(Value::String(name)) => Ok(name.clone()),
         Some(other) => Err(format!("name must be a string, not {}", shown(other))),
         None => Err("missing field name".into()),
     }
-}
-
-fn check_name(name: &str, what: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err(format!("{what} is empty"));
-    }
-    if name.len() > MAX_NAME_BYTES {
-        return Err(format!(
-            "{what} is {} bytes; the limit is {MAX_NAME_BYTES}",
-            name.len()
-        ));
-    }
-    Ok(())
 }
 
 /// The JSON type of a value, for messages.
@@ -395,6 +363,7 @@ fn shown_str(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumon_common::limits::{MAX_DETAIL_BYTES, MAX_LABEL_BYTES, MAX_SECTIONS};
     use serde_json::json;
 
     const NOW_MS: u64 = 1_763_700_000_000;
@@ -460,7 +429,7 @@ mod tests {
 
     #[test]
     fn bad_records_are_skipped_with_their_reasons() {
-        let long = "n".repeat(MAX_NAME_BYTES + 1);
+        let long = "n".repeat(MAX_LABEL_BYTES + 1);
         let many: Map<String, Value> = (0..=MAX_SECTIONS)
             .map(|i| (format!("s{i}"), json!(1.0)))
             .collect();
@@ -523,6 +492,25 @@ mod tests {
             more.reasons[4].contains("device_used"),
             "{:?}",
             more.reasons
+        );
+    }
+
+    #[test]
+    fn what_the_coordinator_would_skip_is_skipped_here_with_its_reason() {
+        let report = check(json!([
+            {"type": "event", "t": T, "name": "eval\nstart"},
+            {"type": "step", "t": T, "step": 1, "duration_ms": 90_000_000.0},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "inactive_split": 3},
+        ]))
+        .unwrap();
+        assert_eq!((report.records.len(), report.skipped), (0, 3));
+        assert_eq!(
+            report.reasons,
+            [
+                "record 0: name holds control characters",
+                "record 1: duration_ms 90000000 ms is not a plausible duration (0 to one day)",
+                "record 2: inactive_split > reserved (3 > 2)",
+            ]
         );
     }
 

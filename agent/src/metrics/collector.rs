@@ -10,8 +10,9 @@ use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use gpumon_common::metric_family::gauge;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
@@ -27,17 +28,6 @@ impl NodeCollector {
     pub fn new(sources: Arc<Sources>) -> Self {
         Self { sources }
     }
-}
-
-fn gauge<V: EncodeGaugeValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: V,
-) -> fmt::Result {
-    enc.encode_descriptor(name, help, unit, MetricType::Gauge)?
-        .encode_gauge(&v)
 }
 
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {

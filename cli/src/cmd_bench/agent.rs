@@ -21,9 +21,9 @@ use std::time::Duration;
 use gpumon_proto::{wire, AgentMessage, AgentMessageV1};
 use tokio::time::Instant;
 
-use super::push::{Attempt, Pusher, Route};
 use super::stats::Stats;
 use super::window::SimAgent;
+use gpumon_agent::push::{Attempt, Pusher, Route};
 
 /// Pause after a failed attempt before the next.
 pub const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -168,10 +168,10 @@ async fn deliver(
     loop {
         let sent = Instant::now();
         stats.in_flight.fetch_add(1, Relaxed);
-        let got = pusher.attempt(route, body, || stats.hop()).await;
+        let got = pusher.attempt(route, body, |_| stats.hop()).await;
         stats.in_flight.fetch_sub(1, Relaxed);
         match got {
-            Attempt::Committed { duplicate } => return Some((duplicate, sent.elapsed())),
+            Attempt::Committed { duplicate, .. } => return Some((duplicate, sent.elapsed())),
             Attempt::Rejected(why) => {
                 tracing::debug!(%why, "a coordinator refused a message");
                 stats.rejected(|| why);

@@ -29,8 +29,8 @@
 //!   seconds are measured, counting what commits in them; then the agents
 //!   stop and in-flight pushes get at most [`DRAIN`] to finish.
 //!
-//! Files: [`window`] makes what an agent sends, [`push`] delivers one
-//! message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
+//! Files: [`window`] makes what an agent sends, the agent's own push client
+//! ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
 //! histogram and [`report`] prints.
 //!
 //! The coordinator tracks at most `max_agents` agents (2048 by default) and
@@ -40,7 +40,6 @@
 
 mod agent;
 mod latency;
-mod push;
 mod report;
 mod stats;
 mod window;
@@ -55,10 +54,11 @@ use tokio::time::Instant;
 
 use crate::{usage, Failure};
 use agent::AgentRun;
-use push::Pusher;
+use gpumon_agent::push::Pusher;
+use gpumon_agent::source::sim::rng::hash;
 use report::{Progress, Report};
 use stats::Stats;
-use window::{mix, Shape, SimAgent};
+use window::{Shape, SimAgent};
 
 /// Most simulated agents.
 pub const MAX_AGENTS: u64 = 100_000;
@@ -312,7 +312,7 @@ async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failur
     for i in 0..config.agents {
         let run = AgentRun {
             sim: SimAgent::new(shape, i),
-            incarnation: mix(seed ^ mix(i as u64)),
+            incarnation: hash(&[seed, i as u64]),
             gpus: config.gpus,
             samples_per_window: config.samples_per_window,
             start: start + Duration::from_millis(shape.offset_ms(i)),

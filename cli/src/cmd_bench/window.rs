@@ -3,7 +3,10 @@
 //! Everything here is a pure function of the agent's index, the GPU, the
 //! window period's number and the run's start time, so an agent keeps no
 //! buffer of windows: a backlog is a range of period numbers, generated
-//! when it is pushed. The numbers are plausible for a training job, so the
+//! when it is pushed. That is why the load does not come from the agent's
+//! simulator ([`gpumon_agent::source::sim`]), which models a training job
+//! sample by sample in time order and would make the bench measure its own
+//! client; the noise and the GPU's capacity do come from it. The numbers are plausible for a training job, so the
 //! coordinator's analysis engine does its real work: memory oscillating
 //! slowly between about 42 and 58 GiB of 80 GiB with a spread inside each
 //! window, utilization, SM clock and power gauges, and one process per GPU
@@ -12,14 +15,14 @@
 use std::f64::consts::TAU;
 use std::ops::Range;
 
+use gpumon_agent::source::sim::rng::unit;
+use gpumon_agent::source::sim::GPU_TOTAL_BYTES;
 use gpumon_proto::{
     BytesStat, GaugeStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch, RankInfo,
 };
 
 /// Agents (nodes) per simulated job: a job's world size is this many agents' GPUs.
 pub const AGENTS_PER_JOB: usize = 16;
-/// Each simulated GPU's capacity.
-pub const GPU_TOTAL_BYTES: u64 = 80 << 30;
 const GIB: f64 = (1u64 << 30) as f64;
 /// Memory a GPU holds beyond its one process (CUDA context, other users).
 const NON_PROCESS_BYTES: u64 = 512 << 20;
@@ -132,22 +135,23 @@ impl SimAgent {
         let n = u64::from(s.samples_per_window);
         // The last of n evenly spaced readings.
         let end_ms = start_ms + (n - 1) * s.window_ms / n;
-        let gpu_seed = mix(((self.index as u64) << 8) ^ u64::from(g));
-        let h = mix(gpu_seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let (agent, gpu) = (self.index as u64, u64::from(g));
+        // Per GPU: its phase and level; per window: its spread and gauges.
+        let noise = |draw: u64| unit(&[agent, gpu, k, draw]);
         let t_s = (k * s.window_ms) as f64 / 1000.0;
-        let phase = unit(gpu_seed) * TAU;
+        let phase = unit(&[agent, gpu, 0]) * TAU;
         let level = 50.0 * GIB
-            + (unit(gpu_seed >> 17) - 0.5) * 4.0 * GIB
+            + (unit(&[agent, gpu, 1]) - 0.5) * 4.0 * GIB
             + 5.0 * GIB * (TAU * t_s / OSCILLATION_S + phase).sin();
         let used = if n == 1 {
             BytesStat::single(level as u64)
         } else {
-            spread(level, unit(h) * GIB, unit(h >> 11) * GIB, unit(h >> 22))
+            spread(level, noise(0) * GIB, noise(1) * GIB, noise(2))
         };
-        let util = 70.0 + 30.0 * unit(h >> 33) as f32;
-        let clock = 1700.0 + 280.0 * unit(h >> 40) as f32;
-        let power = 400.0 + 300.0 * unit(h >> 47) as f32;
-        let wobble = if n == 1 { 0.0 } else { unit(h >> 5) as f32 };
+        let util = 70.0 + 30.0 * noise(3) as f32;
+        let clock = 1700.0 + 280.0 * noise(4) as f32;
+        let power = 400.0 + 300.0 * noise(5) as f32;
+        let wobble = if n == 1 { 0.0 } else { noise(6) as f32 };
         let proc_used = BytesStat {
             min: used.min - NON_PROCESS_BYTES,
             max: used.max - NON_PROCESS_BYTES,
@@ -197,19 +201,6 @@ fn gauge(mean: f32, width: f32, cap: f32) -> GaugeStat {
         last: mean,
         mean,
     }
-}
-
-/// SplitMix64's finalizer: a well-mixed hash of `x`.
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// A number in [0, 1) drawn from `h`.
-fn unit(h: u64) -> f64 {
-    (mix(h) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@ use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 pub use snapshots::{SnapshotBook, SnapshotSet, MAX_SNAPSHOTS_PER_JOB, MAX_SNAPSHOT_JOBS};
-pub use steps::{RankSteps, SectionTime, StepTimes};
+pub use steps::{RankSteps, SectionTime, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 
 use crate::engine::{AllocObs, Engine};
+use crate::trace::live::hook_record;
+use crate::trace::TraceRecord;
 
 /// Counts of hook records and acknowledgements the state applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,17 +56,23 @@ impl HookState {
             self.counters.records_applied += 1;
             let t = record.t_ms() as f64 / 1000.0;
             match record {
-                HookRecord::Alloc(a) => engine.observe_alloc(&AllocObs {
-                    t,
-                    job: &a.job,
-                    rank: a.rank,
-                    allocated: a.stats.allocated,
-                    reserved: a.stats.reserved,
-                    peak_allocated: a.stats.peak_allocated,
-                    inactive_split: a.stats.inactive_split,
-                    alloc_retries: a.stats.alloc_retries,
-                    ooms: a.stats.ooms,
-                }),
+                // The engine reads a hook's allocator statistics off their
+                // trace record: one mapping of them, the one the stream writes.
+                HookRecord::Alloc(_) => {
+                    if let Some(TraceRecord::Alloc(r)) = hook_record(record) {
+                        engine.observe_alloc(&AllocObs {
+                            t,
+                            job: &r.job,
+                            rank: r.rank,
+                            allocated: r.allocated,
+                            reserved: r.reserved,
+                            peak_allocated: r.peak_allocated,
+                            inactive_split: r.inactive_split,
+                            alloc_retries: r.alloc_retries,
+                            ooms: r.ooms,
+                        });
+                    }
+                }
                 HookRecord::Step(s) => engine.observe_step(
                     t,
                     &s.job,

@@ -1,76 +1,119 @@
-//! Checks on hook records before they are applied: anything absurd is
-//! skipped and counted. The agent checks the same things against its
-//! sessions; this is the coordinator's own line, since it trusts no agent.
+//! The one check of a hook record: the agent runs it on every record its
+//! hooks report (and answers the hook with the reason), and the
+//! coordinator's state runs it again on every pushed record, since it trusts
+//! no agent. Anything absurd is skipped and counted, never applied. The
+//! bounds are in [`crate::limits`].
 
 use gpumon_proto::{AllocStats, HookRecord};
 use thiserror::Error;
 
-use crate::view::MAX_NAME_BYTES;
+use crate::limits::{
+    MAX_DETAIL_BYTES, MAX_DEVICE_BYTES, MAX_LABEL_BYTES, MAX_NAME_BYTES, MAX_SECTIONS, MAX_STEP_MS,
+    MAX_WORLD_SIZE,
+};
 
-/// Longest marker, snapshot or section name, bytes.
-pub const MAX_LABEL_BYTES: usize = 128;
-/// Longest free-text detail, bytes.
-pub const MAX_DETAIL_BYTES: usize = 1024;
-/// Most sections in one step.
-pub const MAX_SECTIONS: usize = 32;
-/// Largest byte count believed (1 PiB).
-const MAX_BYTES: u64 = 1 << 50;
-/// Longest step believed, ms (one day).
-const MAX_STEP_MS: f64 = 86_400_000.0;
-/// Largest rank believed.
-const MAX_RANK: u32 = 1 << 20;
-
-/// Why a record was skipped.
+/// Why a record was skipped; the text is what the agent answers the hook.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum InvalidRecord {
-    /// A job, marker, snapshot or section name is empty, too long or holds control characters.
-    #[error("{field} is empty, longer than {max} bytes or holds control characters")]
-    BadName {
+    /// A job, marker, snapshot or section name is empty.
+    #[error("{0} is empty")]
+    EmptyName(&'static str),
+    /// A name over its limit.
+    #[error("{field} is {bytes} bytes; the limit is {max}")]
+    LongName {
         /// Which name.
         field: &'static str,
+        /// Its length.
+        bytes: usize,
         /// Its limit.
         max: usize,
     },
+    /// A name holding control characters.
+    #[error("{0} holds control characters")]
+    ControlInName(&'static str),
     /// A rank beyond belief.
-    #[error("rank {0} is beyond belief")]
+    #[error("rank {0} is beyond belief (below {MAX_WORLD_SIZE})")]
     BadRank(u32),
-    /// Allocator bytes that contradict each other.
-    #[error("allocator statistics are inconsistent: {0}")]
-    BadStats(&'static str),
-    /// A step time that is negative, not finite or over a day.
-    #[error("step time {0} ms is not a plausible duration")]
-    BadDuration(String),
+    /// More bytes in live tensors than the allocator holds.
+    #[error("allocated > reserved ({allocated} > {reserved})")]
+    AllocatedOverReserved {
+        /// `allocated`.
+        allocated: u64,
+        /// `reserved`.
+        reserved: u64,
+    },
+    /// More bytes reserved than any device has.
+    #[error("reserved {0} bytes is above 1 PiB")]
+    ReservedBeyondBelief(u64),
+    /// More free bytes in split blocks than the allocator holds.
+    #[error("inactive_split > reserved ({inactive_split} > {reserved})")]
+    InactiveSplitOverReserved {
+        /// `inactive_split`.
+        inactive_split: u64,
+        /// `reserved`.
+        reserved: u64,
+    },
+    /// A snapshot whose statistics fail the checks above.
+    #[error("stats: {0}")]
+    SnapshotStats(Box<InvalidRecord>),
+    /// A step or section time that is negative, not finite or over a day.
+    #[error("{what} {ms} ms is not a plausible duration (0 to one day)")]
+    BadDuration {
+        /// `duration_ms` or the section.
+        what: String,
+        /// The time, as sent.
+        ms: String,
+    },
     /// Too many sections in one step.
-    #[error("{0} sections in one step (at most {MAX_SECTIONS})")]
+    #[error("{0} sections; the limit is {MAX_SECTIONS}")]
     TooManySections(usize),
     /// A detail over the limit.
-    #[error("detail longer than {MAX_DETAIL_BYTES} bytes")]
-    LongDetail,
+    #[error("detail is {0} bytes; the limit is {MAX_DETAIL_BYTES}")]
+    LongDetail(usize),
 }
 
 fn label(field: &'static str, name: &str, max: usize) -> Result<(), InvalidRecord> {
-    if name.is_empty() || name.len() > max || name.chars().any(char::is_control) {
-        return Err(InvalidRecord::BadName { field, max });
+    if name.is_empty() {
+        return Err(InvalidRecord::EmptyName(field));
+    }
+    if name.len() > max {
+        return Err(InvalidRecord::LongName {
+            field,
+            bytes: name.len(),
+            max,
+        });
+    }
+    if name.chars().any(char::is_control) {
+        return Err(InvalidRecord::ControlInName(field));
     }
     Ok(())
 }
 
 fn stats(s: &AllocStats) -> Result<(), InvalidRecord> {
     if s.allocated > s.reserved {
-        return Err(InvalidRecord::BadStats("allocated > reserved"));
+        return Err(InvalidRecord::AllocatedOverReserved {
+            allocated: s.allocated,
+            reserved: s.reserved,
+        });
     }
-    if s.reserved > MAX_BYTES {
-        return Err(InvalidRecord::BadStats("reserved above 1 PiB"));
+    if s.reserved > MAX_DEVICE_BYTES {
+        return Err(InvalidRecord::ReservedBeyondBelief(s.reserved));
     }
-    if s.inactive_split.is_some_and(|v| v > s.reserved) {
-        return Err(InvalidRecord::BadStats("inactive_split > reserved"));
+    match s.inactive_split {
+        Some(split) if split > s.reserved => Err(InvalidRecord::InactiveSplitOverReserved {
+            inactive_split: split,
+            reserved: s.reserved,
+        }),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
-fn duration(ms: f64) -> Result<(), InvalidRecord> {
+fn duration(what: impl FnOnce() -> String, ms: f64) -> Result<(), InvalidRecord> {
     if !(ms.is_finite() && (0.0..=MAX_STEP_MS).contains(&ms)) {
-        return Err(InvalidRecord::BadDuration(ms.to_string()));
+        return Err(InvalidRecord::BadDuration {
+            what: what(),
+            ms: ms.to_string(),
+        });
     }
     Ok(())
 }
@@ -79,39 +122,31 @@ fn duration(ms: f64) -> Result<(), InvalidRecord> {
 pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
     let (job, rank) = r.subject();
     label("job", job, MAX_NAME_BYTES)?;
-    if rank >= MAX_RANK {
+    if rank >= MAX_WORLD_SIZE {
         return Err(InvalidRecord::BadRank(rank));
     }
     match r {
         HookRecord::Alloc(a) => stats(&a.stats),
         HookRecord::Step(s) => {
-            duration(s.duration_ms)?;
+            duration(|| "duration_ms".to_owned(), s.duration_ms)?;
             if s.sections.len() > MAX_SECTIONS {
                 return Err(InvalidRecord::TooManySections(s.sections.len()));
             }
             for (name, ms) in &s.sections {
-                label("section", name, MAX_LABEL_BYTES)?;
-                duration(*ms)?;
+                label("section name", name, MAX_LABEL_BYTES)?;
+                duration(|| format!("section {name:?}"), *ms)?;
             }
             Ok(())
         }
         HookRecord::Event(e) => {
-            label(
-                if e.snapshot.is_some() {
-                    "snapshot"
-                } else {
-                    "marker"
-                },
-                &e.name,
-                MAX_LABEL_BYTES,
-            )?;
-            if e.detail
-                .as_ref()
-                .is_some_and(|d| d.len() > MAX_DETAIL_BYTES)
-            {
-                return Err(InvalidRecord::LongDetail);
+            label("name", &e.name, MAX_LABEL_BYTES)?;
+            if let Some(detail) = e.detail.as_ref().filter(|d| d.len() > MAX_DETAIL_BYTES) {
+                return Err(InvalidRecord::LongDetail(detail.len()));
             }
-            e.snapshot.as_ref().map_or(Ok(()), stats)
+            match &e.snapshot {
+                Some(s) => stats(s).map_err(|e| InvalidRecord::SnapshotStats(Box::new(e))),
+                None => Ok(()),
+            }
         }
     }
 }
@@ -137,11 +172,11 @@ mod tests {
         assert!(check_record(&step(10.0, vec![("data".into(), 1.0)])).is_ok());
         assert!(matches!(
             check_record(&step(f64::NAN, vec![])),
-            Err(InvalidRecord::BadDuration(_))
+            Err(InvalidRecord::BadDuration { .. })
         ));
         assert!(matches!(
             check_record(&step(1.0, vec![("x".into(), -1.0)])),
-            Err(InvalidRecord::BadDuration(_))
+            Err(InvalidRecord::BadDuration { .. })
         ));
         let many = (0..40).map(|i| (format!("s{i}"), 1.0)).collect();
         assert_eq!(
@@ -159,20 +194,23 @@ mod tests {
             })
         };
         assert!(check_record(&event("eval", None)).is_ok());
-        assert!(matches!(
+        assert_eq!(
             check_record(&event("", None)),
-            Err(InvalidRecord::BadName {
-                field: "marker",
-                ..
-            })
-        ));
-        assert!(matches!(
+            Err(InvalidRecord::EmptyName("name"))
+        );
+        assert_eq!(
             check_record(&event("bad\nname", None)),
-            Err(InvalidRecord::BadName { .. })
-        ));
+            Err(InvalidRecord::ControlInName("name"))
+        );
+        assert_eq!(
+            check_record(&event(&"n".repeat(MAX_LABEL_BYTES + 1), None))
+                .unwrap_err()
+                .to_string(),
+            "name is 129 bytes; the limit is 128"
+        );
         assert_eq!(
             check_record(&event("x", Some("d".repeat(2000)))),
-            Err(InvalidRecord::LongDetail)
+            Err(InvalidRecord::LongDetail(2000))
         );
     }
 }

@@ -14,11 +14,10 @@ use std::borrow::Cow;
 
 use super::record::{ProcRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
+use crate::limits::MAX_DEVICE_BYTES;
 
 /// Most negative `t` believed (clock skew before the first record), seconds.
 pub(super) const MIN_T: f64 = -60.0;
-/// Largest capacity believed, bytes (1 PiB).
-pub(super) const MAX_BYTES: u64 = 1 << 50;
 
 /// Most `sections` the fast parsers take; a longer map takes the careful
 /// path, which keeps their duplicate check linear.
@@ -82,6 +81,8 @@ pub(super) struct Fields {
     pub(super) name: Option<Str>,
     pub(super) total: Option<u64>,
     pub(super) used: Option<u64>,
+    pub(super) used_min: Option<Option<u64>>,
+    pub(super) used_last: Option<Option<u64>>,
     pub(super) util: Option<Option<f64>>,
     pub(super) sm_clock_mhz: Option<Option<f64>>,
     pub(super) power_w: Option<Option<f64>>,
@@ -193,6 +194,8 @@ impl Fields {
                 f.name = Some(Str::copy(&r.name, arena));
                 f.total = Some(r.total);
                 f.used = Some(r.used);
+                f.used_min = Some(r.used_min);
+                f.used_last = Some(r.used_last);
                 f.util = Some(r.util);
                 f.sm_clock_mhz = Some(r.sm_clock_mhz);
                 f.power_w = Some(r.power_w);
@@ -260,12 +263,15 @@ impl Fields {
         match kind {
             Kind::Gpu => {
                 let (total, used) = (f.total.unwrap_or(0), f.used.unwrap_or(0));
-                if total == 0 || total > MAX_BYTES {
+                if total == 0 || total > MAX_DEVICE_BYTES {
                     return Err(format!("gpu total {total} bytes is zero or above 1 PiB"));
                 }
                 if used > total {
                     return Err(format!("gpu used {used} bytes exceeds total {total}"));
                 }
+                let within = |v: Option<Option<u64>>| Some(v.flatten().filter(|v| *v <= used));
+                f.used_min = within(f.used_min);
+                f.used_last = within(f.used_last);
                 f.util = finite(f.util);
                 f.sm_clock_mhz = finite(f.sm_clock_mhz);
                 f.power_w = finite(f.power_w);
@@ -273,7 +279,7 @@ impl Fields {
             }
             Kind::Alloc => {
                 let (allocated, reserved) = (f.allocated.unwrap_or(0), f.reserved.unwrap_or(0));
-                if reserved > MAX_BYTES || allocated > reserved {
+                if reserved > MAX_DEVICE_BYTES || allocated > reserved {
                     return Err(format!(
                         "alloc allocated {allocated} above reserved {reserved}"
                     ));
@@ -321,6 +327,8 @@ impl Fields {
                 name: s(f.name),
                 total: f.total.unwrap_or_default(),
                 used: f.used.unwrap_or_default(),
+                used_min: f.used_min.flatten(),
+                used_last: f.used_last.flatten(),
                 util: f.util.flatten(),
                 sm_clock_mhz: f.sm_clock_mhz.flatten(),
                 power_w: f.power_w.flatten(),

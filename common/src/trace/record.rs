@@ -49,8 +49,14 @@ pub struct GpuRecord {
     pub name: String,
     /// Capacity, bytes.
     pub total: u64,
-    /// Used, bytes.
+    /// Used, bytes: for an agent's window, its peak.
     pub used: u64,
+    /// For an agent's window, the least used of its samples, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_min: Option<u64>,
+    /// For an agent's window, its newest sample's used, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_last: Option<u64>,
     /// Utilization, percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub util: Option<f64>,

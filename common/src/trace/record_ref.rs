@@ -12,6 +12,28 @@ use super::record::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
 };
 
+/// `$Owned { .. }` from the borrowed record `$r`, field for field: the
+/// `copy` fields as they are, the `own` ones through `Cow::into_owned`.
+macro_rules! owned {
+    ($r:ident => $Owned:ident { copy: $($copy:ident),+; own: $($own:ident),+ }) => {
+        $Owned {
+            $($copy: $r.$copy,)+
+            $($own: $r.$own.into_owned(),)+
+        }
+    };
+}
+
+/// `$Ref { .. }` borrowing the owned record `$r`, field for field: the
+/// `copy` fields as they are, the `borrow` ones as `Cow::Borrowed`.
+macro_rules! borrowed {
+    ($r:ident => $Ref:ident { copy: $($copy:ident),+; borrow: $($b:ident),+ }) => {
+        $Ref {
+            $($copy: $r.$copy,)+
+            $($b: Cow::Borrowed(&$r.$b),)+
+        }
+    };
+}
+
 /// One record borrowed from the line it was read from; `t` is seconds since
 /// the trace start. [`RecordRef::to_owned`] turns it into a [`TraceRecord`].
 #[derive(Debug, Clone, PartialEq)]
@@ -43,8 +65,12 @@ pub struct GpuRef<'a> {
     pub name: Cow<'a, str>,
     /// Capacity, bytes.
     pub total: u64,
-    /// Used, bytes.
+    /// Used, bytes: for an agent's window, its peak.
     pub used: u64,
+    /// For an agent's window, the least used of its samples, bytes.
+    pub used_min: Option<u64>,
+    /// For an agent's window, its newest sample's used, bytes.
+    pub used_last: Option<u64>,
     /// Utilization, percent.
     pub util: Option<f64>,
     /// SM clock, MHz.
@@ -175,40 +201,18 @@ impl RecordRef<'_> {
     /// Turns the record into an owned one, reusing strings that are already owned.
     pub fn into_owned(self) -> TraceRecord {
         match self {
-            RecordRef::Gpu(r) => TraceRecord::Gpu(GpuRecord {
-                t: r.t,
-                node: r.node.into_owned(),
-                gpu: r.gpu,
-                uuid: r.uuid.into_owned(),
-                name: r.name.into_owned(),
-                total: r.total,
-                used: r.used,
-                util: r.util,
-                sm_clock_mhz: r.sm_clock_mhz,
-                power_w: r.power_w,
-                procs: r.procs.into_owned(),
-            }),
-            RecordRef::Rank(r) => TraceRecord::Rank(RankRecord {
-                t: r.t,
-                job: r.job.into_owned(),
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                node: r.node.into_owned(),
-                gpu: r.gpu,
-                pid: r.pid,
-            }),
-            RecordRef::Alloc(r) => TraceRecord::Alloc(AllocRecord {
-                t: r.t,
-                job: r.job.into_owned(),
-                rank: r.rank,
-                allocated: r.allocated,
-                reserved: r.reserved,
-                peak_allocated: r.peak_allocated,
-                inactive_split: r.inactive_split,
-                alloc_retries: r.alloc_retries,
-                ooms: r.ooms,
-            }),
+            RecordRef::Gpu(r) => TraceRecord::Gpu(owned!(r => GpuRecord {
+                copy: t, gpu, total, used, used_min, used_last, util, sm_clock_mhz, power_w;
+                own: node, uuid, name, procs
+            })),
+            RecordRef::Rank(r) => TraceRecord::Rank(owned!(r => RankRecord {
+                copy: t, rank, local_rank, world_size, gpu, pid;
+                own: job, node
+            })),
+            RecordRef::Alloc(r) => TraceRecord::Alloc(owned!(r => AllocRecord {
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                own: job
+            })),
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
                 t: r.t,
                 job: r.job.into_owned(),
@@ -237,40 +241,18 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
     /// source and a trace.
     fn from(record: &'a TraceRecord) -> Self {
         match record {
-            TraceRecord::Gpu(r) => RecordRef::Gpu(GpuRef {
-                t: r.t,
-                node: Cow::Borrowed(&r.node),
-                gpu: r.gpu,
-                uuid: Cow::Borrowed(&r.uuid),
-                name: Cow::Borrowed(&r.name),
-                total: r.total,
-                used: r.used,
-                util: r.util,
-                sm_clock_mhz: r.sm_clock_mhz,
-                power_w: r.power_w,
-                procs: Cow::Borrowed(&r.procs),
-            }),
-            TraceRecord::Rank(r) => RecordRef::Rank(RankRef {
-                t: r.t,
-                job: Cow::Borrowed(&r.job),
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                node: Cow::Borrowed(&r.node),
-                gpu: r.gpu,
-                pid: r.pid,
-            }),
-            TraceRecord::Alloc(r) => RecordRef::Alloc(AllocRef {
-                t: r.t,
-                job: Cow::Borrowed(&r.job),
-                rank: r.rank,
-                allocated: r.allocated,
-                reserved: r.reserved,
-                peak_allocated: r.peak_allocated,
-                inactive_split: r.inactive_split,
-                alloc_retries: r.alloc_retries,
-                ooms: r.ooms,
-            }),
+            TraceRecord::Gpu(r) => RecordRef::Gpu(borrowed!(r => GpuRef {
+                copy: t, gpu, total, used, used_min, used_last, util, sm_clock_mhz, power_w;
+                borrow: node, uuid, name, procs
+            })),
+            TraceRecord::Rank(r) => RecordRef::Rank(borrowed!(r => RankRef {
+                copy: t, rank, local_rank, world_size, gpu, pid;
+                borrow: job, node
+            })),
+            TraceRecord::Alloc(r) => RecordRef::Alloc(borrowed!(r => AllocRef {
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                borrow: job
+            })),
             TraceRecord::Step(r) => RecordRef::Step(StepRef {
                 t: r.t,
                 job: Cow::Borrowed(&r.job),

@@ -265,6 +265,8 @@ impl Cursor<'_> {
             b"name" => set(&mut f.name, self.str_value()?),
             b"total" => set(&mut f.total, self.uint()?),
             b"used" => set(&mut f.used, self.uint()?),
+            b"used_min" => set(&mut f.used_min, self.opt_uint()?),
+            b"used_last" => set(&mut f.used_last, self.opt_uint()?),
             b"util" => set(&mut f.util, self.opt_float()?),
             b"sm_clock_mhz" => set(&mut f.sm_clock_mhz, self.opt_float()?),
             b"power_w" => set(&mut f.power_w, self.opt_float()?),

@@ -201,7 +201,9 @@ impl TraceCommands {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// One sample's window. A process carries the rank placed on it; a GPU
+    /// One record's window: one sample, or a recorded window's peak
+    /// (`used`), least and newest sample as the live engine saw them (the
+    /// trace keeps no mean; the peak stands in). A process carries the rank placed on it; a GPU
     /// that lists no processes and holds exactly one placed rank gives that
     /// rank its whole memory, as the engine does for a live window.
     fn window(&self, g: &GpuRef<'_>) -> GpuWindow {
@@ -238,13 +240,25 @@ impl TraceCommands {
             start_ms: t_ms,
             end_ms: t_ms,
             samples: 1,
-            used_bytes: BytesStat::single(g.used),
+            used_bytes: used(g),
             reserved_bytes: None,
             util_pct: g.util.map(gauge),
             sm_clock_mhz: g.sm_clock_mhz.map(gauge),
             power_w: g.power_w.map(gauge),
             procs,
         }
+    }
+}
+
+/// A `gpu` record's memory as a window's: the least is at most the newest,
+/// as a window's always is.
+fn used(g: &GpuRef<'_>) -> BytesStat {
+    let last = g.used_last.unwrap_or(g.used);
+    BytesStat {
+        min: g.used_min.unwrap_or(g.used).min(last),
+        max: g.used,
+        last,
+        mean: g.used,
     }
 }
 

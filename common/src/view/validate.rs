@@ -3,14 +3,10 @@
 use gpumon_proto::GpuWindow;
 use thiserror::Error;
 
-/// Longest job, node, agent or GPU name accepted, bytes.
-pub const MAX_NAME_BYTES: usize = 256;
-/// Largest device capacity believed, bytes (1 PiB).
-pub const MAX_DEVICE_BYTES: u64 = 1 << 50;
+pub use crate::limits::{MAX_DEVICE_BYTES, MAX_NAME_BYTES, MAX_WORLD_SIZE};
+
 /// Most processes accepted on one GPU in one window.
 pub const MAX_PROCS_PER_GPU: usize = 256;
-/// Largest world size believed.
-pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 
 /// Why a window was skipped.
 #[derive(Debug, Error, PartialEq, Eq)]

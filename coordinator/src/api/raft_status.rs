@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::Json;
 use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus, ReadQuery};
-use openraft::ServerState;
+use openraft::{BasicNode, RaftMetrics, ServerState};
 
 use super::openapi::ReadErrors;
 use super::params::OnlyConsistency;
@@ -37,23 +37,13 @@ pub fn status(state: &AppState) -> RaftStatus {
     let voters: Vec<RaftMember> = membership.voter_ids().map(member).collect();
     let learners: Vec<RaftMember> = membership.learner_ids().map(member).collect();
     let last_log_index = m.last_log_index;
-    let replication = m
-        .replication
-        .as_ref()
-        .map(|r| {
-            r.iter()
-                .filter(|(id, _)| **id != inner.id)
-                .map(|(id, matched)| {
-                    let matched_index = matched.map(|l| l.index);
-                    PeerReplication {
-                        id: *id,
-                        matched_index,
-                        lag: lag(last_log_index, matched_index),
-                    }
-                })
-                .collect()
+    let replication = peers_matched(&m, inner.id)
+        .map(|(id, matched_index)| PeerReplication {
+            id,
+            matched_index,
+            lag: lag(last_log_index, matched_index),
         })
-        .unwrap_or_default();
+        .collect();
     let leader_url = crate::service::leader_url(&m);
     RaftStatus {
         id: inner.id,
@@ -75,8 +65,21 @@ pub fn status(state: &AppState) -> RaftStatus {
     }
 }
 
+/// Where this leader's peers are: each replica but `me`, and the last log
+/// index it has matched (none yet: `None`). Nothing on a follower.
+pub fn peers_matched(
+    m: &RaftMetrics<u64, BasicNode>,
+    me: u64,
+) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
+    m.replication
+        .iter()
+        .flatten()
+        .filter(move |(id, _)| **id != me)
+        .map(|(id, matched)| (*id, matched.map(|l| l.index)))
+}
+
 /// How many entries `behind` trails `ahead` (none known counts as before 0).
-fn lag(ahead: Option<u64>, behind: Option<u64>) -> u64 {
+pub fn lag(ahead: Option<u64>, behind: Option<u64>) -> u64 {
     match (ahead, behind) {
         (Some(a), Some(b)) => a.saturating_sub(b),
         (Some(a), None) => a + 1,

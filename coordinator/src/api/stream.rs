@@ -11,13 +11,16 @@
 //! then the batch's hook records as `alloc`, `step` and `event` records
 //! (named snapshots have no trace form and are left out).
 //!
-//! Records use the trace writer's own types and serde, so the lines are
-//! exactly what [`gpumon_common::trace::TraceWriter`] writes, except that `t`
-//! is absolute: the window's last sample (`end_ms`, the agent's clock) in
-//! seconds since the Unix epoch. `used` (device and per process) is the
-//! window's **peak** (`used_bytes.max`), so a spike between samples survives;
-//! the window's minimum, mean and last value are not streamed. `util`,
-//! `sm_clock_mhz` and `power_w` are the window means.
+//! Records come from the one mapping of pushed data to trace records
+//! ([`gpumon_common::trace::live`]) and are written with the trace writer's
+//! own serde, so the lines are exactly what
+//! [`gpumon_common::trace::TraceWriter`] writes, except that `t` is absolute:
+//! the window's last sample (`end_ms`, the agent's clock) in seconds since
+//! the Unix epoch. `used` (device and per process) is the window's **peak**
+//! (`used_bytes.max`), so a spike between samples survives; `used_min` and
+//! `used_last` carry the window's least and newest sample, so a recorded
+//! trace replays as the engine saw the window live. `util`, `sm_clock_mhz`
+//! and `power_w` are the window means.
 //!
 //! A client that falls more than
 //! [`APPLIED_CHANNEL_CAPACITY`](crate::raft::state_machine::APPLIED_CHANNEL_CAPACITY)
@@ -39,10 +42,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use gpumon_common::trace::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
-};
-use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
+use gpumon_common::trace::live::{gpu_record, hook_record, rank_records};
+use gpumon_common::trace::TraceRecord;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 
@@ -165,31 +166,17 @@ impl Encoder {
         let mut out = Vec::with_capacity(batch.windows.len() * 320);
         for w in &batch.windows {
             let t = w.end_ms as f64 / 1000.0;
-            for p in &w.procs {
-                let Some(r) = &p.rank else { continue };
+            for r in rank_records(&batch.node, w) {
                 let seen = RankSeen {
                     local_rank: r.local_rank,
                     world_size: r.world_size,
-                    node: batch.node.clone(),
-                    gpu: w.gpu.index,
-                    pid: p.pid,
+                    node: r.node.clone(),
+                    gpu: r.gpu,
+                    pid: r.pid,
                 };
-                if !self.remember(&r.job, r.rank, seen) {
-                    continue;
+                if self.remember(&r.job, r.rank, seen) {
+                    push_line(&mut out, &TraceRecord::Rank(r));
                 }
-                push_line(
-                    &mut out,
-                    &TraceRecord::Rank(RankRecord {
-                        t,
-                        job: r.job.clone(),
-                        rank: r.rank,
-                        local_rank: r.local_rank,
-                        world_size: r.world_size,
-                        node: batch.node.clone(),
-                        gpu: w.gpu.index,
-                        pid: p.pid,
-                    }),
-                );
             }
             push_line(&mut out, &TraceRecord::Gpu(gpu_record(&batch.node, w)));
             self.last_t = Some(self.last_t.map_or(t, |last| last.max(t)));
@@ -236,75 +223,6 @@ impl Encoder {
     }
 }
 
-/// The `gpu` record of one window, `t` absolute.
-fn gpu_record(node: &str, w: &GpuWindow) -> GpuRecord {
-    GpuRecord {
-        t: w.end_ms as f64 / 1000.0,
-        node: node.to_owned(),
-        gpu: w.gpu.index,
-        uuid: w.gpu.uuid.clone(),
-        name: w.gpu.name.clone(),
-        total: w.gpu.total_bytes,
-        used: w.used_bytes.max,
-        util: mean(w.util_pct.as_ref()),
-        sm_clock_mhz: mean(w.sm_clock_mhz.as_ref()),
-        power_w: mean(w.power_w.as_ref()),
-        procs: w
-            .procs
-            .iter()
-            .map(|p| ProcRecord {
-                pid: p.pid,
-                used: p.used_bytes.max,
-            })
-            .collect(),
-    }
-}
-
-/// A gauge's window mean as the f32's shortest decimal (`42.7`, not
-/// `42.70000076293945`, which `f64::from` gives); none when not finite.
-/// A hook record as its trace record (absolute epoch `t`); a named snapshot
-/// has no trace form and is left out.
-fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
-    let t = r.t_ms() as f64 / 1000.0;
-    Some(match r {
-        HookRecord::Alloc(a) => TraceRecord::Alloc(AllocRecord {
-            t,
-            job: a.job.clone(),
-            rank: a.rank,
-            allocated: a.stats.allocated,
-            reserved: a.stats.reserved,
-            peak_allocated: a.stats.peak_allocated,
-            inactive_split: a.stats.inactive_split,
-            alloc_retries: a.stats.alloc_retries,
-            ooms: a.stats.ooms,
-        }),
-        HookRecord::Step(s) => TraceRecord::Step(StepRecord {
-            t,
-            job: s.job.clone(),
-            rank: s.rank,
-            step: s.step,
-            duration_ms: s.duration_ms,
-            sections: s.sections.iter().cloned().collect(),
-        }),
-        HookRecord::Event(e) if e.snapshot.is_none() => TraceRecord::Event(EventRecord {
-            t,
-            job: e.job.clone(),
-            rank: e.rank,
-            name: e.name.clone(),
-            detail: e.detail.clone(),
-        }),
-        HookRecord::Event(_) => return None,
-    })
-}
-
-fn mean(g: Option<&GaugeStat>) -> Option<f64> {
-    let m = g?.mean;
-    if !m.is_finite() {
-        return None;
-    }
-    Some(m.to_string().parse().unwrap_or(f64::from(m)))
-}
-
 fn push_line(out: &mut Vec<u8>, record: &TraceRecord) {
     // Trace records hold only strings and finite numbers: serializing cannot fail.
     let _ = serde_json::to_writer(&mut *out, record);
@@ -317,6 +235,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use gpumon_common::trace::ProcRecord;
+    use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 
     fn window(end_ms: u64, gpu: u32, pid: u32) -> GpuWindow {
         GpuWindow {
@@ -403,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn gpu_lines_are_trace_records_with_the_peak_and_absolute_time() {
+    fn gpu_lines_are_trace_records_with_the_peak_least_newest_and_absolute_time() {
         let mut enc = Encoder::default();
         let out = enc.batch(&AppliedBatch {
             node: "n0".into(),
@@ -416,7 +336,10 @@ mod tests {
             panic!("not a gpu record: {gpu_line}");
         };
         assert_eq!(gpu.t, 1_700_000_000.25);
-        assert_eq!(gpu.used, 30);
+        assert_eq!(
+            (gpu.used, gpu.used_min, gpu.used_last),
+            (30, Some(10), Some(20))
+        );
         assert_eq!(gpu.util, Some(42.7));
         assert_eq!(gpu.power_w, None, "NaN gauges are left out");
         assert_eq!(gpu.procs, vec![ProcRecord { pid: 100, used: 7 }]);

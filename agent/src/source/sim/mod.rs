@@ -37,7 +37,7 @@ mod allocator;
 mod gauges;
 mod rank;
 mod report;
-mod rng;
+pub mod rng;
 mod scenario;
 mod timing;
 mod workload;

@@ -15,6 +15,9 @@
 //!   constant per use across the simulator) with its coordinates, so that no
 //!   two kinds draw the same numbers.
 //!
+//! `gpumon bench` draws the noise of its load from [`hash`] and [`unit`] too,
+//! so the simulated numbers of the whole tree come from here.
+//!
 //! Not for cryptography.
 
 /// SplitMix64's increment: the 64-bit golden ratio.
@@ -59,14 +62,14 @@ pub(crate) fn mix(x: u64) -> u64 {
 }
 
 /// Hashes a tuple of words into 64 well-mixed bits; order matters.
-pub(crate) fn hash(words: &[u64]) -> u64 {
+pub fn hash(words: &[u64]) -> u64 {
     words.iter().fold(GOLDEN_GAMMA, |h, &w| {
         mix(h ^ mix(w.wrapping_add(GOLDEN_GAMMA)))
     })
 }
 
 /// A number in `[0, 1)` from a tuple of words (53 random bits).
-pub(crate) fn unit(words: &[u64]) -> f64 {
+pub fn unit(words: &[u64]) -> f64 {
     // The top 53 bits fill an f64 mantissa exactly.
     (hash(words) >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use gpumon_common::metric_family::gauge;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
@@ -57,18 +58,6 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
         }
     }
     Ok(())
-}
-
-/// One gauge without labels.
-fn gauge<V: EncodeGaugeValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: V,
-) -> fmt::Result {
-    enc.encode_descriptor(name, help, unit, MetricType::Gauge)?
-        .encode_gauge(&v)
 }
 
 /// One counter family; `name` without `_total`, which the encoder adds.

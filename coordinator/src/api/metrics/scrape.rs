@@ -16,14 +16,15 @@ use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
 use gpumon_common::hook::RankSteps;
 use openraft::ServerState;
 
+use crate::api::raft_status::{lag, peers_matched};
 use crate::api::AppState;
 use crate::notify::NotifyCounts;
 
 /// Most ranks given series in one scrape (the first, by job then rank);
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
 pub const MAX_RANK_SERIES: usize = 16_384;
-/// Most step sections given a series per rank, by name.
-pub const MAX_SECTIONS_PER_RANK: usize = 16;
+/// Most step sections given a series per rank, by name: all the state keeps.
+pub use gpumon_common::hook::MAX_SECTIONS_PER_RANK;
 /// An agent is up while its newest window ended at most this long before the
 /// cluster's newest one (data time), ms.
 pub const AGENT_STALE_MS: u64 = 30_000;
@@ -365,19 +366,9 @@ fn raft_row(state: &AppState) -> RaftRow {
     let commit_index = inner.committed.get().unwrap_or(0);
     let applied_index = m.last_applied.map_or(0, |l| l.index);
     let membership = m.membership_config.membership();
-    let replication_lag = m
-        .replication
-        .as_ref()
-        .map(|r| {
-            r.iter()
-                .filter(|(id, _)| **id != inner.id)
-                .map(|(id, matched)| {
-                    let behind = matched.map_or(0, |l| l.index + 1);
-                    (*id, (last_log_index + 1).saturating_sub(behind))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let replication_lag = peers_matched(&m, inner.id)
+        .map(|(id, matched)| (id, lag(Some(last_log_index), matched)))
+        .collect();
     RaftRow {
         id: inner.id,
         term: m.current_term,

@@ -1,24 +1,30 @@
-//! One delivery attempt of an agent message, following leader hints.
+//! One delivery attempt of an encoded agent message to the coordinators,
+//! and the rules for where it goes: the agent's [`crate::uplink`] and
+//! `gpumon bench`'s simulated agents both push through [`Pusher::attempt`].
 //!
-//! The same rules as the real agent's uplink (`agent/src/uplink.rs`), minus
-//! its exponential backoff: a follower's `NotLeader { leader_url: Some(u) }`
-//! is followed to `u`, at most [`MAX_LEADER_HOPS`] times per attempt; any
-//! other failure ends the attempt, and the agent's [`Route`] moves on to the
-//! next URL in the list (round-robin) for the next one. A 4xx is a refusal:
-//! the coordinator will never take this message.
+//! An attempt posts to `/api/v1/ingest` on the [`Route`]'s target: the
+//! leader when known, else the route's turn in the URL list. A follower's
+//! `NotLeader { leader_url: Some(u) }` is followed to `u`, at most
+//! [`MAX_LEADER_HOPS`] times per attempt. A 4xx is a refusal for good
+//! ([`Attempt::Rejected`]: the coordinators will never take this message).
+//! Anything else that does not commit (no leader known, a hint back to the
+//! same URL or past the hops, a 5xx, a transport error, a reply that does
+//! not decode) fails the attempt and rotates the route to the next URL, so
+//! the next attempt asks someone else. Backoff between attempts is the
+//! caller's.
 
 use gpumon_proto::wire;
-use gpumon_proto::{CoordinatorReply, PushOutcome};
+use gpumon_proto::{CoordinatorReply, PendingAction, PushOutcome};
 
 /// Leader hints followed in one attempt.
 pub const MAX_LEADER_HOPS: u32 = 3;
 /// Largest reply accepted from a coordinator.
 const MAX_REPLY_BYTES: usize = 1 << 20;
 /// Longest refusal text kept.
-const MAX_REASON_BYTES: usize = 512;
+const MAX_REASON_BYTES: usize = 1024;
 
 /// Where one agent sends: the leader when known, else its turn in the list.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     leader: Option<String>,
     next: usize,
@@ -33,7 +39,8 @@ impl Route {
         }
     }
 
-    fn target<'a>(&'a self, urls: &'a [String]) -> &'a str {
+    /// The URL the next post goes to.
+    pub fn target<'a>(&'a self, urls: &'a [String]) -> &'a str {
         self.leader
             .as_deref()
             .unwrap_or(&urls[self.next % urls.len()])
@@ -53,14 +60,16 @@ pub enum Attempt {
     Committed {
         /// The coordinator had applied it before.
         duplicate: bool,
+        /// Actions for this agent's training processes, from the reply.
+        actions: Vec<PendingAction>,
     },
-    /// Worth retrying elsewhere: no leader, 5xx, transport error, bad reply.
+    /// Worth retrying elsewhere, and why (`URL: reason`).
     Failed(String),
-    /// Refused for good (4xx).
+    /// Refused for good (4xx), and why (`URL: HTTP status: text`).
     Rejected(String),
 }
 
-/// The shared HTTP client and the coordinators' URLs.
+/// The HTTP client and the coordinators' base URLs.
 #[derive(Debug)]
 pub struct Pusher {
     client: reqwest::Client,
@@ -68,24 +77,36 @@ pub struct Pusher {
 }
 
 impl Pusher {
-    /// A pusher over `urls` (base URLs without a trailing slash, at least one).
+    /// A pusher over `urls` (base URLs; a trailing slash is dropped; at
+    /// least one). The client's timeouts bound each post.
     pub fn new(client: reqwest::Client, urls: Vec<String>) -> Self {
+        assert!(!urls.is_empty(), "a pusher needs a coordinator URL");
+        let urls = urls
+            .into_iter()
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .collect();
         Self { client, urls }
     }
 
+    /// The coordinators' base URLs.
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
     /// Sends `body` (an encoded `AgentMessage`) along `route`, following up
-    /// to [`MAX_LEADER_HOPS`] leader hints; `on_hop` is called for each.
+    /// to [`MAX_LEADER_HOPS`] leader hints; `on_hop` is called with each
+    /// leader followed.
     pub async fn attempt(
         &self,
         route: &mut Route,
         body: &[u8],
-        mut on_hop: impl FnMut(),
+        mut on_hop: impl FnMut(&str),
     ) -> Attempt {
         let mut hops = 0;
         loop {
             let url = route.target(&self.urls).to_owned();
-            let outcome = match self.post(&url, body).await {
-                Ok(o) => o,
+            let (outcome, actions) = match self.post(&url, body).await {
+                Ok(reply) => reply,
                 Err(Failure::Retry(why)) => {
                     route.rotate(&self.urls);
                     return Attempt::Failed(format!("{url}: {why}"));
@@ -94,14 +115,15 @@ impl Pusher {
             };
             match outcome {
                 PushOutcome::Committed { duplicate, .. } => {
-                    return Attempt::Committed { duplicate };
+                    return Attempt::Committed { duplicate, actions };
                 }
                 PushOutcome::NotLeader {
                     leader_url: Some(leader),
-                } if leader != url && hops < MAX_LEADER_HOPS => {
+                } if leader.trim_end_matches('/') != url && hops < MAX_LEADER_HOPS => {
                     hops += 1;
-                    on_hop();
-                    route.leader = Some(leader.trim_end_matches('/').to_owned());
+                    let leader = leader.trim_end_matches('/').to_owned();
+                    on_hop(&leader);
+                    route.leader = Some(leader);
                 }
                 PushOutcome::NotLeader { leader_url } => {
                     route.rotate(&self.urls);
@@ -115,7 +137,11 @@ impl Pusher {
         }
     }
 
-    async fn post(&self, url: &str, body: &[u8]) -> Result<PushOutcome, Failure> {
+    async fn post(
+        &self,
+        url: &str,
+        body: &[u8],
+    ) -> Result<(PushOutcome, Vec<PendingAction>), Failure> {
         let resp = self
             .client
             .post(format!("{url}/api/v1/ingest"))
@@ -139,7 +165,7 @@ impl Pusher {
         let reply: CoordinatorReply = wire::decode(&bytes, MAX_REPLY_BYTES)
             .map_err(|e| Failure::Retry(format!("bad reply: {e}")))?;
         let CoordinatorReply::V1(reply) = reply;
-        Ok(reply.outcome)
+        Ok((reply.outcome, reply.actions))
     }
 }
 
@@ -183,16 +209,16 @@ mod tests {
     async fn an_unreachable_url_fails_and_rotates() {
         // Port 1 on loopback: connection refused, at once.
         let urls = vec![
-            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:1/".to_owned(),
             "http://127.0.0.1:2".to_owned(),
         ];
         let pusher = Pusher::new(reqwest::Client::new(), urls);
         let mut route = Route::new(0);
-        let got = pusher.attempt(&mut route, b"x", || {}).await;
+        let got = pusher.attempt(&mut route, b"x", |_| {}).await;
         assert!(
-            matches!(&got, Attempt::Failed(why) if why.starts_with("http://127.0.0.1:1")),
+            matches!(&got, Attempt::Failed(why) if why.starts_with("http://127.0.0.1:1: ")),
             "{got:?}"
         );
-        assert_eq!(route.target(&pusher.urls), "http://127.0.0.1:2");
+        assert_eq!(route.target(pusher.urls()), "http://127.0.0.1:2");
     }
 }

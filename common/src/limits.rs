@@ -1,0 +1,36 @@
+//! The bounds every gpumon process applies to what it is sent, written once.
+//!
+//! The agent checks its hooks' records and its own discovery against these,
+//! the coordinator's state checks pushed windows and records against the
+//! same numbers, and the trace reader believes no more bytes than they do.
+//! The Python hook mirrors the record limits in `gpumon/_settings.py`; the
+//! agent's tests parse that file and fail when a number differs.
+//!
+//! Two kinds of names with two limits, on purpose: an identity (job, node,
+//! agent, GPU) may be up to [`MAX_NAME_BYTES`] (256, a torchrun run id or a
+//! `MASTER_ADDR:PORT` fits), a label the user writes in a training script
+//! (marker, snapshot, section) up to [`MAX_LABEL_BYTES`] (128): labels go
+//! into every alert and dashboard row that names them.
+//!
+//! Sections, three bounds on purpose: a step record may carry up to
+//! [`MAX_SECTIONS`] (32, what the hook and agent have always accepted); the
+//! coordinator keeps the times of at most 16 section names per rank
+//! ([`crate::hook::MAX_SECTIONS_PER_RANK`], which `/metrics` shows in
+//! full); the straggler detector compares at most 8 names per job
+//! ([`crate::engine::straggler::MAX_SECTIONS`]). The later ones bound
+//! state, not input, so a record is never refused for them.
+
+/// Longest job, node, agent or GPU name, bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest marker, snapshot or section name in a hook record, bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
+/// Longest free-text detail of a marker, bytes.
+pub const MAX_DETAIL_BYTES: usize = 1024;
+/// Most sections in one step record.
+pub const MAX_SECTIONS: usize = 32;
+/// Largest world size believed (about a million ranks); a rank is below it.
+pub const MAX_WORLD_SIZE: u32 = 1 << 20;
+/// Largest device capacity or allocator byte count believed (1 PiB).
+pub const MAX_DEVICE_BYTES: u64 = 1 << 50;
+/// Longest step or section believed, ms (one day).
+pub const MAX_STEP_MS: f64 = 86_400_000.0;

@@ -1,0 +1,205 @@
+//! What agents push, as trace records: the one mapping from a pushed window
+//! (and its node) to `rank` and `gpu` records, and from a hook record to an
+//! `alloc`, `step` or `event` record. The coordinator's stream writes these
+//! and `gpumon record` copies them into a trace file, so a recorded trace
+//! replays as the coordinator's engine saw the windows live
+//! ([`crate::engine::Engine::observe_window`]): `used` is the window's peak,
+//! `used_min` and `used_last` its least and newest sample (left out when
+//! they equal the peak, which is what a reader assumes then).
+//!
+//! `t` here is absolute: the window's end or the record's time, in seconds
+//! since the Unix epoch; `gpumon record` rebases it to the trace's start.
+
+use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
+
+use super::record::{
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
+};
+
+/// A `rank` record for each process of the window with a known job and rank.
+pub fn rank_records<'a>(node: &'a str, w: &'a GpuWindow) -> impl Iterator<Item = RankRecord> + 'a {
+    let t = w.end_ms as f64 / 1000.0;
+    w.procs.iter().filter_map(move |p| {
+        let r = p.rank.as_ref()?;
+        Some(RankRecord {
+            t,
+            job: r.job.clone(),
+            rank: r.rank,
+            local_rank: r.local_rank,
+            world_size: r.world_size,
+            node: node.to_owned(),
+            gpu: w.gpu.index,
+            pid: p.pid,
+        })
+    })
+}
+
+/// The window's `gpu` record: memory from its peak, least and newest
+/// sample, per process its peak; `util`, `sm_clock_mhz` and `power_w` its
+/// means.
+pub fn gpu_record(node: &str, w: &GpuWindow) -> GpuRecord {
+    let used = w.used_bytes.max;
+    let unless_peak = |v: u64| (v != used).then_some(v);
+    GpuRecord {
+        t: w.end_ms as f64 / 1000.0,
+        node: node.to_owned(),
+        gpu: w.gpu.index,
+        uuid: w.gpu.uuid.clone(),
+        name: w.gpu.name.clone(),
+        total: w.gpu.total_bytes,
+        used,
+        used_min: unless_peak(w.used_bytes.min),
+        used_last: unless_peak(w.used_bytes.last),
+        util: mean(w.util_pct.as_ref()),
+        sm_clock_mhz: mean(w.sm_clock_mhz.as_ref()),
+        power_w: mean(w.power_w.as_ref()),
+        procs: w
+            .procs
+            .iter()
+            .map(|p| ProcRecord {
+                pid: p.pid,
+                used: p.used_bytes.max,
+            })
+            .collect(),
+    }
+}
+
+/// A gauge's window mean as the f32's shortest decimal (`42.7`, not
+/// `42.70000076293945`, which `f64::from` gives); none when not finite.
+fn mean(g: Option<&GaugeStat>) -> Option<f64> {
+    let m = g?.mean;
+    if !m.is_finite() {
+        return None;
+    }
+    Some(m.to_string().parse().unwrap_or(f64::from(m)))
+}
+
+/// A hook record as its trace record; a named snapshot has no trace form
+/// and is left out.
+pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
+    let t = r.t_ms() as f64 / 1000.0;
+    Some(match r {
+        HookRecord::Alloc(a) => TraceRecord::Alloc(AllocRecord {
+            t,
+            job: a.job.clone(),
+            rank: a.rank,
+            allocated: a.stats.allocated,
+            reserved: a.stats.reserved,
+            peak_allocated: a.stats.peak_allocated,
+            inactive_split: a.stats.inactive_split,
+            alloc_retries: a.stats.alloc_retries,
+            ooms: a.stats.ooms,
+        }),
+        HookRecord::Step(s) => TraceRecord::Step(StepRecord {
+            t,
+            job: s.job.clone(),
+            rank: s.rank,
+            step: s.step,
+            duration_ms: s.duration_ms,
+            sections: s.sections.iter().cloned().collect(),
+        }),
+        HookRecord::Event(e) if e.snapshot.is_none() => TraceRecord::Event(EventRecord {
+            t,
+            job: e.job.clone(),
+            rank: e.rank,
+            name: e.name.clone(),
+            detail: e.detail.clone(),
+        }),
+        HookRecord::Event(_) => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, EngineConfig};
+    use crate::replay::Replay;
+    use crate::trace::RecordRef;
+    use gpumon_proto::{BytesStat, GpuInfo, ProcWindow, RankInfo};
+
+    /// Window `i` of a GPU whose memory swings within each window: the peak,
+    /// the trough and the newest sample all differ.
+    fn window(i: u64) -> GpuWindow {
+        const GIB: u64 = 1 << 30;
+        let peak = 40 * GIB + i * (GIB / 8);
+        GpuWindow {
+            gpu: GpuInfo {
+                uuid: "GPU-0".into(),
+                index: 0,
+                name: "H100".into(),
+                total_bytes: 80 * GIB,
+            },
+            start_ms: 1_700_000_000_000 + i * 2_000,
+            end_ms: 1_700_000_000_000 + i * 2_000 + 1_500,
+            samples: 4,
+            used_bytes: BytesStat {
+                min: peak - 6 * GIB,
+                max: peak,
+                last: peak - 2 * GIB,
+                mean: peak - 3 * GIB,
+            },
+            reserved_bytes: None,
+            util_pct: Some(GaugeStat {
+                min: 50.0,
+                max: 100.0,
+                last: 90.0,
+                mean: 92.5,
+            }),
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: vec![ProcWindow {
+                pid: 42,
+                used_bytes: BytesStat::single(peak - GIB),
+                rank: Some(RankInfo {
+                    job: "job".into(),
+                    rank: 0,
+                    local_rank: 0,
+                    world_size: 1,
+                    master_addr: None,
+                    master_port: None,
+                }),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_recorded_window_replays_as_the_engine_saw_it_live() {
+        let config = EngineConfig::default();
+        let (mut live, mut replay) = (Engine::new(config.clone()), Replay::new(&config));
+        for i in 0..200 {
+            let w = window(i);
+            live.observe_window("node-0", &w);
+            let gpu = gpu_record("node-0", &w);
+            assert_eq!(
+                (gpu.used_min, gpu.used_last),
+                (Some(w.used_bytes.min), Some(w.used_bytes.last))
+            );
+            let records = rank_records("node-0", &w)
+                .map(TraceRecord::Rank)
+                .chain([TraceRecord::Gpu(gpu)]);
+            // Through the file format and back, as `gpumon record` and replay do.
+            for r in records {
+                let line = serde_json::to_string(&r).unwrap();
+                let read: TraceRecord = serde_json::from_str(&line).unwrap();
+                replay.feed(&RecordRef::from(&read));
+            }
+        }
+        replay.finish();
+        let seen = |e: &Engine| {
+            let alerts: Vec<_> = e.alerts().collect();
+            serde_json::to_value((e.devices(), e.jobs(), alerts)).unwrap()
+        };
+        assert_eq!(seen(&live), seen(&replay.state().engine));
+    }
+
+    #[test]
+    fn a_flat_window_writes_only_used() {
+        let mut w = window(0);
+        w.used_bytes = BytesStat::single(7);
+        let line = serde_json::to_string(&TraceRecord::Gpu(gpu_record("n", &w))).unwrap();
+        assert!(
+            !line.contains("used_min") && !line.contains("used_last"),
+            "{line}"
+        );
+    }
+}
