@@ -26,7 +26,7 @@ use gpumon_proto::wire::{self, DecodeError, Versioned};
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
 };
-use kit::{mutate, varint, Rng};
+use kit::{varint, Rng};
 
 /// The most a coordinator accepts in one push.
 const MAX_BYTES: usize = 16 << 20;
@@ -92,14 +92,7 @@ fn fuzz<T: Versioned + std::fmt::Debug>(target: &str, seeds: &[Vec<u8>]) -> u64 
     }
     let mut accepted = 0;
     kit::run(target, CASES, |rng| {
-        let input = if rng.one_in(16) {
-            let len = rng.below(256);
-            rng.bytes(len)
-        } else {
-            let seed = &seeds[rng.below(seeds.len())];
-            mutate(rng, seed, seeds, &[], &[])
-        };
-        accepted += u64::from(check::<T>(&input));
+        accepted += u64::from(check::<T>(&kit::binary_input(rng, seeds, 256)));
     });
     accepted
 }

@@ -115,6 +115,18 @@ pub fn run(target: &str, default_cases: u64, mut case: impl FnMut(&mut Rng)) -> 
     (n, took)
 }
 
+/// An input for a binary decoder: one time in 16 up to `max_random`
+/// random bytes, else one of `seeds` mutated (see [`mutate`]).
+pub fn binary_input(rng: &mut Rng, seeds: &[Vec<u8>], max_random: usize) -> Vec<u8> {
+    if rng.one_in(16) {
+        let len = rng.below(max_random + 1);
+        rng.bytes(len)
+    } else {
+        let seed = &seeds[rng.below(seeds.len())];
+        mutate(rng, seed, seeds, &[], &[])
+    }
+}
+
 /// Damages `input` with one to four random mutations: bit flips, byte
 /// overwrites (with extremes), truncation, insertion (random bytes, a
 /// dictionary token, or a varint claiming a huge length), deletion,
