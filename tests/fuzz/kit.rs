@@ -77,6 +77,49 @@ impl Rng {
     }
 }
 
+/// Tokens of JSON for [`mutate`]'s dictionary: structure, escapes that
+/// decode to nothing valid, numbers beyond every type, bytes that are not
+/// UTF-8. Targets add the names of their own format.
+pub const JSON_TOKENS: &[&[u8]] = &[
+    b"\"",
+    b"\\",
+    b"\\u0000",
+    b"\\ud800",
+    b"\\uDFFF",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b":",
+    b",",
+    b" ",
+    b"\r",
+    b"\t",
+    b"null",
+    b"true",
+    b"NaN",
+    b"Infinity",
+    b"-1",
+    b"-0",
+    b"1e400",
+    b"-1e400",
+    b"1e-400",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"4294967296",
+    b"0.1e1",
+    b"\xff",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x00",
+];
+
+/// [`JSON_TOKENS`] and `more`.
+pub fn json_dict(more: &[&'static [u8]]) -> Vec<&'static [u8]> {
+    JSON_TOKENS.iter().chain(more).copied().collect()
+}
+
 /// How many cases a target runs: `GPUMON_FUZZ_CASES`, else `default`.
 pub fn cases(default: u64) -> u64 {
     env_u64("GPUMON_FUZZ_CASES").unwrap_or(default)
