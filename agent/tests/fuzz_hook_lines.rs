@@ -17,8 +17,8 @@
 //! gives at most `MAX_REASONS` reasons; the hub's counters agree with the
 //! answers (refusals, accepted and skipped records).
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below), seed `GPUMON_FUZZ_SEED`;
-//! see docs/testing.md.
+//! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
+//! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
 #[path = "../../tests/fuzz/kit.rs"]
 mod kit;

@@ -13,8 +13,12 @@
 //! job); `HookState::apply` never panics, applies exactly the records
 //! `check_record` passes and counts the rest as skipped.
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below); proptest's own seed is
-//! deterministic here (no persistence file); see docs/testing.md.
+//! Cases: `GPUMON_FUZZ_CASES` or `GPUMON_FUZZ_SCALE` (default below);
+//! proptest's generator is seeded from `GPUMON_FUZZ_SEED` (fixed by
+//! default, no persistence file); see docs/testing.md.
+
+#[path = "../../tests/fuzz/kit.rs"]
+mod kit;
 
 use std::cell::RefCell;
 
@@ -25,19 +29,18 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// Default cases of each property.
-const CASES: u32 = 2_000;
+const CASES: u64 = 2_000;
 
+/// A runner of the kit's case count, seeded from the kit's seed.
 fn runner() -> TestRunner {
-    let cases = std::env::var("GPUMON_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
     let config = Config {
-        cases,
+        cases: u32::try_from(kit::cases(CASES)).unwrap_or(u32::MAX),
         failure_persistence: None,
         ..Config::default()
     };
-    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&kit::seed().to_le_bytes());
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed))
 }
 
 fn extreme_f64() -> impl Strategy<Value = f64> {

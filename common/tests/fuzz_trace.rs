@@ -14,8 +14,8 @@
 //! stream may end the read with an I/O error. What the reader accepts,
 //! the writer writes and the reader accepts again, all of it.
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below), seed `GPUMON_FUZZ_SEED`;
-//! see docs/testing.md.
+//! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
+//! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
 #[path = "../../tests/fuzz/kit.rs"]
 mod kit;

@@ -11,8 +11,8 @@
 //! Property: decoding never panics; it is `Ok` or a postcard error, and
 //! what it accepts re-encodes to bytes that decode to the same encoding.
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below), seed `GPUMON_FUZZ_SEED`;
-//! see docs/testing.md.
+//! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
+//! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
 #[path = "../../tests/fuzz/kit.rs"]
 mod kit;

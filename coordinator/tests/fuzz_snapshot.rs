@@ -11,8 +11,8 @@
 //! current format (whose data decodes again), or a `LoadSnapshotError`
 //! naming the file. `decode_applied` returns the state or an error.
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below), seed `GPUMON_FUZZ_SEED`;
-//! see docs/testing.md.
+//! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
+//! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
 #[path = "../../tests/fuzz/kit.rs"]
 mod kit;

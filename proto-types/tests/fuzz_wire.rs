@@ -12,8 +12,8 @@
 //! encoding. A tiny input claiming a huge sequence or string length is
 //! refused at once, without reserving memory for the claim.
 //!
-//! Cases: `GPUMON_FUZZ_CASES` (default below), seed `GPUMON_FUZZ_SEED`;
-//! see docs/testing.md.
+//! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
+//! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
 #[path = "../../tests/fuzz/kit.rs"]
 mod kit;

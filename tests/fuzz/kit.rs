@@ -4,8 +4,8 @@
 //! runs a fixed number of deterministic cases, included by each crate's
 //! fuzz test with `#[path = "../../tests/fuzz/kit.rs"] mod kit;`.
 //!
-//! - `GPUMON_FUZZ_CASES=N` runs N cases per target instead of its default
-//!   (e.g. 20 times the default for a longer run by hand);
+//! - `GPUMON_FUZZ_SCALE=K` runs K times each target's default cases (e.g.
+//!   20 for a longer run by hand); `GPUMON_FUZZ_CASES=N` runs exactly N;
 //! - `GPUMON_FUZZ_SEED=S` starts from another seed (default fixed, so CI is
 //!   deterministic). A case that panics is named with its seed and index.
 //!
@@ -120,9 +120,16 @@ pub fn json_dict(more: &[&'static [u8]]) -> Vec<&'static [u8]> {
     JSON_TOKENS.iter().chain(more).copied().collect()
 }
 
-/// How many cases a target runs: `GPUMON_FUZZ_CASES`, else `default`.
+/// How many cases a target runs: `GPUMON_FUZZ_CASES`, else `default`
+/// times `GPUMON_FUZZ_SCALE` (default 1).
 pub fn cases(default: u64) -> u64 {
-    env_u64("GPUMON_FUZZ_CASES").unwrap_or(default)
+    env_u64("GPUMON_FUZZ_CASES")
+        .unwrap_or_else(|| default.saturating_mul(env_u64("GPUMON_FUZZ_SCALE").unwrap_or(1)))
+}
+
+/// The seed: `GPUMON_FUZZ_SEED`, else [`DEFAULT_SEED`].
+pub fn seed() -> u64 {
+    env_u64("GPUMON_FUZZ_SEED").unwrap_or(DEFAULT_SEED)
 }
 
 fn env_u64(key: &str) -> Option<u64> {
@@ -139,7 +146,7 @@ fn env_u64(key: &str) -> Option<u64> {
 /// from the seed and the case index; a panicking case is named (target,
 /// seed, index) before the panic goes on. Returns the count and the time.
 pub fn run(target: &str, default_cases: u64, mut case: impl FnMut(&mut Rng)) -> (u64, Duration) {
-    let seed = env_u64("GPUMON_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let seed = seed();
     let n = cases(default_cases);
     let started = Instant::now();
     for i in 0..n {
