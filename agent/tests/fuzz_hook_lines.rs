@@ -10,6 +10,8 @@
 //! (never a line break: one line in, one answer out), and random bytes; on
 //! a registered connection, so that reports and acks get past `register
 //! first`, with actions offered now and then so that some acks match one.
+//! First, hostile lines: nested past serde_json's depth limit, just under
+//! the 1 MiB line limit, a report over its record limit.
 //!
 //! Property: every line gets exactly one answer, a JSON object with `ok`
 //! true, or false and an `error` sentence; the connection stays open; a
@@ -24,7 +26,7 @@
 mod kit;
 mod support;
 
-use gpumon_agent::hook::{MAX_REASONS, MAX_RECORDS_PER_REPORT};
+use gpumon_agent::hook::{MAX_LINE_BYTES, MAX_REASONS, MAX_RECORDS_PER_REPORT};
 use gpumon_proto::{ActionKind, PendingAction};
 use serde_json::{json, Value};
 use support::{assert_ok, now_s, register, report, Client, Server};
@@ -238,6 +240,28 @@ fn hook_line(rng: &mut kit::Rng, seeds: &[Vec<u8>], dict: &[&[u8]]) -> Vec<u8> {
     }
 }
 
+/// Lines just under the 1 MiB limit and nested past serde_json's depth limit.
+fn hostile_lines() -> Vec<Vec<u8>> {
+    let t = now_s();
+    let mut out = Vec::new();
+    for depth in [127, 128, 129, 100_000] {
+        let nested = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        out.push(format!(r#"{{"v":1,"op":"report","records":{nested}}}"#));
+        out.push(format!(r#"{{"v":1,"op":"report","records":[{{"type":"step","t":{t},"step":1,"duration_ms":1,"sections":{nested}}}]}}"#));
+        out.push("[".repeat(depth));
+    }
+    let long = "x".repeat(MAX_LINE_BYTES - 100);
+    out.push(format!(
+        r#"{{"v":1,"op":"report","records":[{{"type":"event","t":{t},"name":"{long}"}}]}}"#
+    ));
+    let many = vec![format!(r#"{{"type":"step","t":{t},"step":1,"duration_ms":1}}"#); 1025];
+    out.push(format!(
+        r#"{{"v":1,"op":"report","records":[{}]}}"#,
+        many.join(",")
+    ));
+    out.into_iter().map(String::into_bytes).collect()
+}
+
 #[tokio::test]
 async fn damaged_requests_get_one_answer_each() {
     let proc_root = tempfile::tempdir().unwrap();
@@ -262,6 +286,12 @@ async fn damaged_requests_get_one_answer_each() {
         lines.push((offer, hook_line(rng, &seeds, &dict)));
     });
     let mut next_action = 3;
+    let mut answer = None;
+    for line in hostile_lines() {
+        answer = call(&mut client, &line, &mut tally).await;
+    }
+    let error = answer.unwrap()["error"].to_string();
+    assert!(error.contains("at most 1024 records"), "{error}");
     for (offer, line) in &lines {
         if *offer {
             server.hub.offer_actions(vec![action(next_action)], 1);
