@@ -90,7 +90,8 @@ pub fn decode<T: Versioned>(bytes: &[u8], max_bytes: usize) -> Result<T, DecodeE
     if variant >= u64::from(T::MAX_VERSION) {
         return Err(DecodeError::UnsupportedVersion {
             what: T::NAME,
-            got: variant + 1,
+            // Saturating: a variant of u64::MAX must not overflow.
+            got: variant.saturating_add(1),
             max: T::MAX_VERSION,
         });
     }

@@ -1,0 +1,179 @@
+//! Valid agent messages to mutate: the seeds of the fuzz targets that
+//! decode the agent uplink (`gpumon-proto`) and the Raft log entries that
+//! carry it (`gpumon-coordinator`). Every optional field is set in some
+//! seed and every variant appears, so mutations start from every branch
+//! of the decoder. Included with `#[path = "../../tests/fuzz/messages.rs"]`.
+
+#![allow(dead_code)]
+
+use gpumon_proto::{
+    ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, EventRecord,
+    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, PendingAction, ProcWindow, PushBatch,
+    RankInfo, StepRecord,
+};
+
+pub fn gpu(index: u32) -> GpuInfo {
+    GpuInfo {
+        uuid: format!("GPU-5c0a-{index}"),
+        index,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        total_bytes: 80 << 30,
+    }
+}
+
+pub fn hello() -> Hello {
+    Hello {
+        agent_id: "node-7".into(),
+        incarnation: 0x1234_5678_9abc,
+        node: "node-7".into(),
+        agent_version: "0.1.0".into(),
+        source: "sim:leak".into(),
+        gpus: vec![gpu(0), gpu(1)],
+    }
+}
+
+fn gauge(v: f32) -> GaugeStat {
+    GaugeStat {
+        min: v / 2.0,
+        max: v,
+        last: v,
+        mean: v * 0.75,
+    }
+}
+
+fn window(index: u32, gauges: bool) -> GpuWindow {
+    GpuWindow {
+        gpu: gpu(index),
+        start_ms: 1_700_000_000_000,
+        end_ms: 1_700_000_002_000,
+        samples: 4,
+        used_bytes: BytesStat {
+            min: 1 << 30,
+            max: 9 << 30,
+            last: 5 << 30,
+            mean: 4 << 30,
+        },
+        reserved_bytes: gauges.then_some(512 << 20),
+        util_pct: gauges.then(|| gauge(97.5)),
+        sm_clock_mhz: gauges.then(|| gauge(1980.0)),
+        power_w: gauges.then(|| gauge(650.0)),
+        procs: vec![
+            ProcWindow {
+                pid: 4242,
+                used_bytes: BytesStat::single(7 << 30),
+                rank: Some(RankInfo {
+                    job: "run-7".into(),
+                    rank: 3,
+                    local_rank: 3,
+                    world_size: 8,
+                    master_addr: Some("10.0.0.1".into()),
+                    master_port: Some(29500),
+                }),
+            },
+            ProcWindow {
+                pid: 77,
+                used_bytes: BytesStat::single(1 << 20),
+                rank: None,
+            },
+        ],
+    }
+}
+
+fn hook_records() -> Vec<HookRecord> {
+    let stats = AllocStats {
+        allocated: 5 << 30,
+        reserved: 9 << 30,
+        active: Some(6 << 30),
+        inactive_split: Some(1 << 30),
+        peak_allocated: Some(8 << 30),
+        peak_reserved: Some(9 << 30),
+        alloc_retries: Some(2),
+        ooms: Some(0),
+    };
+    vec![
+        HookRecord::Alloc(AllocRecord {
+            t_ms: 1_700_000_002_000,
+            job: "run-7".into(),
+            rank: 3,
+            stats,
+        }),
+        HookRecord::Step(StepRecord {
+            t_ms: 1_700_000_002_001,
+            job: "run-7".into(),
+            rank: 3,
+            step: 120,
+            duration_ms: 212.5,
+            sections: vec![("data".into(), 12.1), ("forward".into(), 80.2)],
+        }),
+        HookRecord::Event(EventRecord {
+            t_ms: 1_700_000_002_002,
+            job: "run-7".into(),
+            rank: 3,
+            name: "before eval".into(),
+            detail: Some("epoch 3".into()),
+            snapshot: Some(stats),
+        }),
+    ]
+}
+
+fn acks() -> Vec<ActionAck> {
+    vec![
+        ActionAck {
+            id: 4,
+            t_ms: 1_700_000_002_003,
+            outcome: ActionOutcome::Done {
+                freed_bytes: 3 << 30,
+                at_step: Some(121),
+            },
+            response: Some("batch size 32 -> 24".into()),
+        },
+        ActionAck {
+            id: 5,
+            t_ms: 1_700_000_002_004,
+            outcome: ActionOutcome::Failed {
+                reason: "no CUDA".into(),
+            },
+            response: None,
+        },
+    ]
+}
+
+/// A full batch: windows with and without gauges, every hook record kind,
+/// both ack outcomes.
+pub fn push() -> PushBatch {
+    PushBatch {
+        agent_id: "node-7".into(),
+        incarnation: 0x1234_5678_9abc,
+        seq: 300,
+        node: "node-7".into(),
+        dropped_batches: 2,
+        windows: vec![window(0, true), window(1, false)],
+        hook: hook_records(),
+        acks: acks(),
+    }
+}
+
+/// A batch with nothing in it.
+pub fn empty_push() -> PushBatch {
+    PushBatch {
+        agent_id: "a".into(),
+        incarnation: 1,
+        seq: 1,
+        node: "n".into(),
+        dropped_batches: 0,
+        windows: vec![],
+        hook: vec![],
+        acks: vec![],
+    }
+}
+
+/// An action as the coordinator hands it to an agent.
+pub fn action() -> PendingAction {
+    PendingAction {
+        id: 9,
+        job: "run-7".into(),
+        rank: 3,
+        kind: ActionKind::ReleaseCache,
+        reason: "reclaimable cache 12 GiB while memory runs short".into(),
+    }
+}
