@@ -1,13 +1,13 @@
 //! The web dashboard in a real browser: `gpumon demo` on loopback, headless
 //! Chromium (Debian's `chromium`) loading the page from the coordinator.
 //!
-//! - the job view of `demo-job` shows a row for every rank, the rank x time
+//! - the job page of `demo-job` shows a row for every rank, the rank x time
 //!   heatmap with a row per rank, the memory chart, and every alert the API
 //!   reports active, with its kind and rank; among them the demo's planted
 //!   leak (rank 2), imbalance (rank 0) and straggler (rank 5);
 //! - the overview shows every node and GPU the API reports, the job, and the
 //!   active alerts; the alerts page lists them too;
-//! - screenshots of the job view and the overview are kept in
+//! - screenshots of the job page and the overview are kept in
 //!   `target/test-artifacts/` for people to look at.
 //!
 //! What the DOM must show is taken from the API at the time of the test,
@@ -102,35 +102,35 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         .filter(|a| after.contains_key(&a.id))
         .collect();
 
-    // The job view.
+    // The job page.
     let tags = parse_tags(&job_dom);
-    assert_live(&tags, "job view");
+    assert_live(&tags, "job page");
     for rank in 0..RANKS {
         assert!(
             find(&tags, |t| t.has_class("rank-row")
                 && t.attr("data-rank") == Some(&rank.to_string()))
             .is_some(),
-            "the job view has no row for rank {rank}"
+            "the job page has no row for rank {rank}"
         );
     }
     let heatmap = find(&tags, |t| {
         t.name == "canvas" && t.attr("id") == Some("heatmap")
     })
-    .expect("the job view has the heatmap");
+    .expect("the job page has the heatmap");
     assert_eq!(heatmap.attr("data-rows"), Some(RANKS.to_string().as_str()));
     assert!(
         find(&tags, |t| t.has_class("uplot")).is_some(),
-        "the job view has the memory chart"
+        "the job page has the memory chart"
     );
     for a in steady.iter().filter(|a| a.job.as_deref() == Some(JOB)) {
-        assert_alert_shown(&tags, a, "job view");
+        assert_alert_shown(&tags, a, "job page");
     }
     for (kind, rank) in PLANTED {
         assert!(
             find(&tags, |t| t.attr("data-alert-kind") == Some(kind)
                 && t.attr("data-rank") == Some(&rank.to_string()))
             .is_some(),
-            "the job view does not show the planted {kind} alert on rank {rank}"
+            "the job page does not show the planted {kind} alert on rank {rank}"
         );
     }
 

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::hook::HookAddr;
+use crate::hook_endpoint::HookAddr;
 use crate::source::sim::Scenario;
 
 /// Default sampling period, ms.

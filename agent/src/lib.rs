@@ -5,7 +5,7 @@
 //! ([`discovery`]), folds samples into windows (`gpumon_common::window`) and
 //! pushes them to the coordinators ([`uplink`], each delivery one [`push`]
 //! attempt). With a hook address it also
-//! serves the in-process hooks of the node's training processes ([`hook`]):
+//! serves the in-process hooks of the node's training processes ([`hook_endpoint`]):
 //! their records travel in the same pushes, and actions come back to them.
 //! It serves its node-level series for Prometheus at `/metrics` ([`metrics`]).
 //! [`run`] wires it together.
@@ -23,7 +23,7 @@
 mod clock;
 pub mod config;
 pub mod discovery;
-pub mod hook;
+pub mod hook_endpoint;
 pub mod metrics;
 pub mod push;
 mod run;
@@ -31,5 +31,5 @@ pub mod source;
 pub mod uplink;
 
 pub use config::{AgentConfig, SimPlacement, SourceSpec};
-pub use hook::{HookAddr, HookAddrError, HookError};
+pub use hook_endpoint::{HookAddr, HookAddrError, HookError};
 pub use run::{run, AgentError};

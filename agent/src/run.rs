@@ -27,7 +27,7 @@ use tokio::time::MissedTickBehavior;
 use crate::clock::now_ms;
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
-use crate::hook::{HookError, HookHub, HookServer, HookSource};
+use crate::hook_endpoint::{HookError, HookHub, HookServer, HookSource};
 use crate::metrics::{AgentMetrics, MetricsServer, Sources};
 use crate::source::nvml::NvmlSource;
 use crate::source::sim::{SimSettings, SimSource};

@@ -32,7 +32,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::clock::now_ms;
-use crate::hook::HookHub;
+use crate::hook_endpoint::HookHub;
 use crate::push::{Attempt, Pusher, Route};
 
 /// Time allowed for one push.

@@ -26,7 +26,7 @@
 mod kit;
 mod support;
 
-use gpumon_agent::hook::{MAX_LINE_BYTES, MAX_REASONS, MAX_RECORDS_PER_REPORT};
+use gpumon_agent::hook_endpoint::{MAX_LINE_BYTES, MAX_REASONS, MAX_RECORDS_PER_REPORT};
 use gpumon_proto::{ActionKind, PendingAction};
 use serde_json::{json, Value};
 use support::{assert_ok, now_s, register, report, Client, Server};

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon_agent::hook::{
+use gpumon_agent::hook_endpoint::{
     HookAddr, HookError, HookHub, HookServer, HookSource, DISCONNECTED_REASON, MAX_LINE_BYTES,
     TAIL_MS,
 };

@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn a_streamed_window_is_recorded_as_the_stream_mapped_it() {
-        use gpumon_common::trace::live::{gpu_record, rank_records};
+        use gpumon_common::trace::from_window::{gpu_record, rank_records};
         use gpumon_proto::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
         let w = GpuWindow {
             gpu: GpuInfo {

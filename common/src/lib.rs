@@ -1,10 +1,12 @@
 //! What the gpumon agent, coordinator and replay share: pure and deterministic.
 //!
 //! - [`window`]: folds raw GPU samples into the windows agents push;
-//! - [`view`]: the cluster view (agents, nodes, GPUs, jobs, ranks, bounded
-//!   histories) that the coordinator's state machine applies batches to and
-//!   that `gpumon replay` will drive over a trace: time comes only from the
-//!   data, never from a clock, so every replica computes the same state;
+//! - [`cluster`]: the cluster view (agents, nodes, GPUs, jobs, ranks, bounded
+//!   histories) that the transition applies pushes to: time comes only from
+//!   the data, never from a clock, so every replica computes the same state;
+//! - [`hook_records`]: what the state keeps of the in-process hooks' records
+//!   (named memory snapshots, step times) and the one check every record
+//!   passes;
 //! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
 //!   imbalance, straggler) that live and replay both run;
 //! - [`notify`]: the replicated book of notifications sent and what is due;
@@ -20,17 +22,18 @@
 //! - [`metric_family`]: label-less families both `/metrics` collectors write.
 //!
 //! ```
-//! use gpumon_common::view::{ClusterState, Limits};
+//! use gpumon_common::cluster::{ClusterState, Limits};
 //! let state = ClusterState::new(Limits::default());
 //! assert_eq!(state.cluster_view().gpus, 0);
 //! ```
 #![deny(missing_docs)]
 
 pub mod actions;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod exposition;
-pub mod hook;
+pub mod hook_records;
 pub mod limits;
 pub mod logging;
 pub mod metric_family;
@@ -39,5 +42,4 @@ pub mod replay;
 pub mod trace;
 pub mod transition;
 pub mod units;
-pub mod view;
 pub mod window;

@@ -15,7 +15,7 @@
 //! Sections, three bounds on purpose: a step record may carry up to
 //! [`MAX_SECTIONS`] (32, what the hook and agent have always accepted); the
 //! coordinator keeps the times of at most 16 section names per rank
-//! ([`crate::hook::MAX_SECTIONS_PER_RANK`], which `/metrics` shows in
+//! ([`crate::hook_records::MAX_SECTIONS_PER_RANK`], which `/metrics` shows in
 //! full); the straggler detector compares at most 8 names per job
 //! ([`crate::engine::straggler::MAX_SECTIONS`]). The later ones bound
 //! state, not input, so a record is never refused for them.

@@ -12,11 +12,11 @@ use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::view::{DeviceSummary, JobSummary};
+use crate::cluster::Limits;
+use crate::engine::summary::{DeviceSummary, JobSummary};
 use crate::engine::{Alert, AlertKind, EngineConfig, EngineCounters};
 use crate::trace::{ReadStats, RecordRef, TraceError, TraceReader};
 use crate::transition::{Replicated, TraceCommands};
-use crate::view::Limits;
 
 /// Report format version, in the report's `gpumon_report` field.
 pub const REPORT_VERSION: u32 = 1;

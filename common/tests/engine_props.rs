@@ -153,7 +153,7 @@ fn feed(e: &mut Engine, o: &Obs) {
             retries,
         } => e.observe_alloc(&AllocObs {
             t,
-            job: "j",
+            job: "j".into(),
             rank,
             allocated,
             reserved,

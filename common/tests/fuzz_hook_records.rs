@@ -1,5 +1,5 @@
 //! Fuzz target of the coordinator's own check of hook records,
-//! `gpumon_common::hook::check_record`, and of `HookState::apply`, which
+//! `gpumon_common::hook_records::check_record`, and of `HookState::apply`, which
 //! feeds the records that pass to the detection engine. A coordinator
 //! trusts no agent, so any `HookRecord` postcard can decode may arrive.
 //!
@@ -23,7 +23,7 @@ mod kit;
 use std::cell::RefCell;
 
 use gpumon_common::engine::{Engine, EngineConfig};
-use gpumon_common::hook::{check_record, HookState};
+use gpumon_common::hook_records::{check_record, HookState};
 use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};

@@ -1,5 +1,5 @@
 // Alert and action lists: the alerts page, the panels on the overview and
-// the job view, and the actions page.
+// the job page, and the actions page.
 
 import { badge, el, fmtBytes, fmtClock, fmtDur, jobLink, placeholder, severityRank } from "./dom.js";
 

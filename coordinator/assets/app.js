@@ -8,7 +8,7 @@
 
 import { actionTable, alertTable, mergeAlerts } from "./alerts.js";
 import { el, fmtClock, placeholder, section } from "./dom.js";
-import { JobView } from "./job.js";
+import { JobPage } from "./job.js";
 import { renderOverview } from "./overview.js";
 
 const POLL_MS = 2000;
@@ -17,14 +17,14 @@ const REQUEST_TIMEOUT_MS = 10000;
 /** Alerts and actions a list fetches (the newest). */
 const LIST_LIMIT = 200;
 
-const root = document.getElementById("view");
+const root = document.getElementById("page");
 const conn = document.getElementById("conn");
 const summary = document.getElementById("summary");
 const banner = document.getElementById("banner");
 
 const state = {
   route: null,
-  jobView: null,
+  jobPage: null,
   failures: 0,
   timer: null,
   inFlight: false,
@@ -68,11 +68,11 @@ function parseRoute() {
     } catch (_) {
       job = h.slice(5);
     }
-    return { view: "job", job, key: "job:" + job };
+    return { page: "job", job, key: "job:" + job };
   }
-  if (h === "alerts") return { view: "alerts", key: "alerts" };
-  if (h === "actions") return { view: "actions", key: "actions" };
-  return { view: "overview", key: "overview" };
+  if (h === "alerts") return { page: "alerts", key: "alerts" };
+  if (h === "actions") return { page: "actions", key: "actions" };
+  return { page: "overview", key: "overview" };
 }
 
 const enc = encodeURIComponent;
@@ -82,10 +82,10 @@ async function load(route) {
   const d = {};
   d.cluster = await getJson("api/v1/cluster");
   d.active = await getJson("api/v1/alerts?active=true");
-  if (route.view === "overview") {
+  if (route.page === "overview") {
     d.nodes = await getJson("api/v1/nodes");
     d.jobs = await getJson("api/v1/jobs");
-  } else if (route.view === "job") {
+  } else if (route.page === "job") {
     try {
       d.detail = await getJson("api/v1/jobs/" + enc(route.job));
     } catch (e) {
@@ -97,9 +97,9 @@ async function load(route) {
     }
     d.jobAlerts = await getJson("api/v1/alerts?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
     d.actions = await getJson("api/v1/actions?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
-  } else if (route.view === "alerts") {
+  } else if (route.page === "alerts") {
     d.recent = await getJson("api/v1/alerts?limit=" + LIST_LIMIT);
-  } else if (route.view === "actions") {
+  } else if (route.page === "actions") {
     d.actions = await getJson("api/v1/actions?limit=" + LIST_LIMIT);
   }
   return d;
@@ -129,43 +129,43 @@ function renderHeader(d) {
 
 function renderNav(route) {
   for (const a of document.querySelectorAll("nav a")) {
-    a.classList.toggle("current", a.dataset.route === (route.view === "job" ? "overview" : route.view));
+    a.classList.toggle("current", a.dataset.route === (route.page === "job" ? "overview" : route.page));
   }
 }
 
 function render(route, d) {
   renderHeader(d);
-  if (route.view !== "job" && state.jobView) {
-    state.jobView.destroy();
-    state.jobView = null;
+  if (route.page !== "job" && state.jobPage) {
+    state.jobPage.destroy();
+    state.jobPage = null;
   }
-  if (route.view === "overview") {
+  if (route.page === "overview") {
     renderOverview(root, d);
-  } else if (route.view === "job") {
+  } else if (route.page === "job") {
     if (d.missing) {
-      if (state.jobView) state.jobView.destroy();
-      state.jobView = null;
+      if (state.jobPage) state.jobPage.destroy();
+      state.jobPage = null;
       const [s, body] = section("Job " + route.job);
       body.append(placeholder(d.missing), el("p", null, el("a", { href: "#/", text: "back to the overview" })));
       root.replaceChildren(s);
       return;
     }
-    if (!state.jobView || state.jobView.job !== route.job) {
-      if (state.jobView) state.jobView.destroy();
-      state.jobView = new JobView(root, route.job);
+    if (!state.jobPage || state.jobPage.job !== route.job) {
+      if (state.jobPage) state.jobPage.destroy();
+      state.jobPage = new JobPage(root, route.job);
     }
-    state.jobView.update({
+    state.jobPage.update({
       detail: d.detail,
       alerts: mergeAlerts(d.jobAlerts.alerts, d.active.alerts),
       actions: d.actions.actions,
       now: d.active.now,
     });
-  } else if (route.view === "alerts") {
+  } else if (route.page === "alerts") {
     const all = mergeAlerts(d.recent.alerts, d.active.alerts);
     const [s, body] = section("Alerts", "Active alerts first, then the " + LIST_LIMIT + " most recent.");
     body.append(alertTable(all, d.active.now));
     root.replaceChildren(s);
-  } else if (route.view === "actions") {
+  } else if (route.page === "actions") {
     const [s, body] = section("Actions", "Actions on training processes, newest first" +
       (d.actions.truncated ? " (" + d.actions.truncated + " older not shown)" : "") + ".");
     body.append(actionTable(d.actions.actions));
@@ -203,7 +203,7 @@ async function poll() {
     // A big job's history takes a while to fetch: keep polling from
     // taking more than about a third of the coordinator's and the page's time.
     delay = Math.max(POLL_MS, 2 * (performance.now() - began));
-    // A route change during the requests: this answer is for the old view.
+    // A route change during the requests: this answer is for the old page.
     if (route === state.route) {
       render(route, d);
       state.rendered = true;
@@ -230,9 +230,9 @@ function onRoute() {
   state.route = route;
   renderNav(route);
   if (changed) {
-    if (state.jobView && (route.view !== "job" || state.jobView.job !== route.job)) {
-      state.jobView.destroy();
-      state.jobView = null;
+    if (state.jobPage && (route.page !== "job" || state.jobPage.job !== route.job)) {
+      state.jobPage.destroy();
+      state.jobPage = null;
     }
     root.replaceChildren(placeholder("Loading…"));
     window.scrollTo(0, 0);
@@ -243,7 +243,7 @@ function onRoute() {
 let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
-  resizeTimer = setTimeout(() => state.jobView && state.jobView.resize(), 150);
+  resizeTimer = setTimeout(() => state.jobPage && state.jobPage.resize(), 150);
 });
 window.addEventListener("hashchange", onRoute);
 conn.dataset.conn = "connecting";

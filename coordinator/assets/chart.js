@@ -1,4 +1,4 @@
-// The job view's two time pictures: a uPlot line chart of each rank's memory
+// The job page's two time pictures: a uPlot line chart of each rank's memory
 // with the capacity, the OOM forecasts ahead of "now" and the markers; and a
 // rank x time heatmap on a canvas. Both are kept across polls so that a
 // zoomed chart stays zoomed while new data arrives.

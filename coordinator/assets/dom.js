@@ -1,4 +1,4 @@
-// DOM building and formatting shared by every view.
+// DOM building and formatting shared by every page.
 //
 // Every piece of text that reaches the page goes through `el` (textContent,
 // setAttribute, dataset): job names, node names and alert messages come from
@@ -34,7 +34,7 @@ function append(n, children) {
   }
 }
 
-/** A link to a job's view; the name is encoded, never interpreted. */
+/** A link to a job's page; the name is encoded, never interpreted. */
 export function jobLink(job, text) {
   return el("a", { href: "#/jobs/" + encodeURIComponent(job), class: "job-link", text: text ?? job });
 }

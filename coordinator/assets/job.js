@@ -1,4 +1,4 @@
-// The job view: memory chart, alerts, a row per rank, the rank x time
+// The job page: memory chart, alerts, a row per rank, the rank x time
 // heatmap, section times and imbalance bars. The page skeleton (and so the
 // chart's zoom) lives as long as the route; each poll refills its sections.
 
@@ -9,14 +9,14 @@ import {
   nameColor, placeholder, rankColor, section,
 } from "./dom.js";
 
-/** Most rows the view draws for ranks never seen (a bogus WORLD_SIZE must not flood the page). */
+/** Most rows the page draws for ranks never seen (a bogus WORLD_SIZE must not flood the page). */
 const MAX_UNSEEN_ROWS = 4096;
 /** Resolved alerts shown before "show all". */
 const RESOLVED_SHOWN = 10;
 /** Markers drawn on the chart, the newest. */
 const MAX_MARKERS = 50;
 
-export class JobView {
+export class JobPage {
   constructor(root, job) {
     this.job = job;
     this.showAllResolved = false;
@@ -53,8 +53,8 @@ export class JobView {
     const analysis = detail.analysis || null;
     const steps = detail.steps || {};
     const summaries = new Map((analysis ? analysis.ranks : []).map((s) => [s.rank, s]));
-    const views = new Map(detail.ranks.map((r) => [r.rank, r]));
-    const rankSet = new Set([...views.keys(), ...summaries.keys()]);
+    const rankViews = new Map(detail.ranks.map((r) => [r.rank, r]));
+    const rankSet = new Set([...rankViews.keys(), ...summaries.keys()]);
     for (let r = 0; r < Math.min(detail.world_size, MAX_UNSEEN_ROWS); r++) rankSet.add(r);
     const ranks = [...rankSet].sort((a, b) => a - b);
     const now = Number.isFinite(d.now) ? d.now : analysis ? analysis.last_t : NaN;
@@ -64,10 +64,10 @@ export class JobView {
     this.title.replaceChildren(...this.titleParts(detail, analysis, now));
     this.renderChart(detail, analysis, summaries, now);
     this.renderAlerts(alerts, now);
-    this.ranksBody.replaceChildren(rankTable(ranks, views, summaries, steps, active, now));
+    this.ranksBody.replaceChildren(rankTable(ranks, rankViews, summaries, steps, active, now));
     this.renderHeatmap(detail);
     this.sectionsBody.replaceChildren(sectionBars(ranks, steps));
-    this.imbalanceBody.replaceChildren(imbalanceBars(ranks, views, summaries));
+    this.imbalanceBody.replaceChildren(imbalanceBars(ranks, rankViews, summaries));
     this.actionsBody.replaceChildren(actionTable(d.actions.filter((a) => a.job === this.job), { empty: "No actions on this job." }));
   }
 
@@ -166,7 +166,7 @@ export class JobView {
   }
 }
 
-function flagChips(s, view, active) {
+function flagChips(s, rankView, active) {
   const chips = [];
   if (s) {
     if (s.leak) chips.push(badge("leak" + (s.leak_bytes_per_s != null ? " " + fmtBytes(s.leak_bytes_per_s) + "/s" : ""), "flag flag-leak"));
@@ -182,15 +182,15 @@ function flagChips(s, view, active) {
       chips.push(badge(k, "flag flag-" + a.kind));
     }
   }
-  if (!view && !s) chips.push(badge("not seen", "state-resolved"));
-  else if (view && view.ended_ms != null) chips.push(badge("ended", "state-resolved"));
+  if (!rankView && !s) chips.push(badge("not seen", "state-resolved"));
+  else if (rankView && rankView.ended_ms != null) chips.push(badge("ended", "state-resolved"));
   return chips;
 }
 
-function rankTable(ranks, views, summaries, steps, active, now) {
+function rankTable(ranks, rankViews, summaries, steps, active, now) {
   const head = ["rank", "node / GPU", "used", "peak", "allocated / reserved", "risk", "OOM forecast", "step", "slowdown", "flags"];
   const rows = ranks.map((rank) => {
-    const v = views.get(rank);
+    const v = rankViews.get(rank);
     const s = summaries.get(rank);
     const st = steps[String(rank)];
     const mine = active.filter((a) => a.rank === rank);
@@ -273,10 +273,10 @@ function sectionBars(ranks, steps) {
   return el("div", null, legend, rows);
 }
 
-function imbalanceBars(ranks, views, summaries) {
+function imbalanceBars(ranks, rankViews, summaries) {
   const reported = [...summaries.values()].some((s) => s.imbalance_excess_bytes != null);
   const used = (rank) => {
-    const v = views.get(rank);
+    const v = rankViews.get(rank);
     if (v && v.ended_ms == null) return v.used_bytes;
     const s = summaries.get(rank);
     return s && s.ended_t == null ? s.used_bytes : null;

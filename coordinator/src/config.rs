@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use gpumon_common::actions::PlannerConfig;
+use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
-use gpumon_common::view::Limits;
 
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};

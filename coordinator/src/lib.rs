@@ -23,8 +23,8 @@ pub mod config;
 mod node;
 pub mod notify;
 pub mod peers;
-mod planner;
 pub mod raft;
+mod release_task;
 mod service;
 
 pub use config::{CoordinatorConfig, Formation};

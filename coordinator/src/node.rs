@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use gpumon_common::view::ViewEvent;
+use gpumon_common::cluster::ClusterEvent;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use thiserror::Error;
@@ -199,7 +199,7 @@ impl Coordinator {
             config.snapshot_every_entries,
             stopped.clone(),
         );
-        let planner = crate::planner::spawn(
+        let planner = crate::release_task::spawn(
             raft.clone(),
             state_machine.clone(),
             config.planner.clone(),
@@ -267,7 +267,7 @@ impl Coordinator {
     }
 
     /// Events from every entry this replica applies.
-    pub fn subscribe(&self) -> broadcast::Receiver<ViewEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
         self.state_machine.subscribe()
     }
 

@@ -24,9 +24,9 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use gpumon_common::actions::{ActionOrigin, ActionRequest, IssueRules};
+use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::transition::{Command, CommandV1};
-use gpumon_common::view::Limits;
 use gpumon_coordinator::raft::{snapshot_file, TypeConfig};
 use gpumon_proto::ActionKind;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};

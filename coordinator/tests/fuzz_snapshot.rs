@@ -19,8 +19,8 @@ mod kit;
 
 use std::path::{Path, PathBuf};
 
+use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
-use gpumon_common::view::Limits;
 use gpumon_coordinator::raft::snapshot_file::{self, Loaded};
 
 /// Default cases of whole files (about two seconds in a debug build).

@@ -12,8 +12,8 @@ mod schema;
 mod support;
 
 use gpumon_proto::api::{
-    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobWithAnalysis, JobsView, NodesView,
-    RaftStatus, SnapshotsAnswer,
+    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobWithAnalysis, JobsView,
+    MemorySnapshotsAnswer, NodesView, RaftStatus,
 };
 use schema::check;
 use serde::de::DeserializeOwned;
@@ -37,7 +37,7 @@ fn typed(path: &str, body: &Value) -> Value {
         "/api/v1/nodes" => back::<NodesView>(body),
         "/api/v1/jobs" => back::<JobsView>(body),
         "/api/v1/jobs/job-x" => back::<JobWithAnalysis>(body),
-        "/api/v1/jobs/job-x/snapshots" => back::<SnapshotsAnswer>(body),
+        "/api/v1/jobs/job-x/snapshots" => back::<MemorySnapshotsAnswer>(body),
         "/api/v1/alerts" => back::<AlertsBody>(body),
         "/api/v1/actions" => back::<ActionsBody>(body),
         "/api/v1/raft" => back::<RaftStatus>(body),

@@ -108,7 +108,7 @@ class Mlp(nn.Module):
 
 class CpuMemory:
     """A gpumon memory source for a CPU rank: the process's resident memory
-    on a stand-in device per local rank (see ``agent/src/hook/source.rs``)."""
+    on a stand-in device per local rank (see ``agent/src/hook_endpoint/source.rs``)."""
 
     def __init__(self, index):
         self.index = index

@@ -33,7 +33,7 @@ use gpumon_proto::GpuWindow;
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 
-use crate::hook::HookHub;
+use crate::hook_endpoint::HookHub;
 use crate::uplink::UplinkStats;
 
 /// GPUs whose newest window is kept for `/metrics`; more are left out.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpumon_agent::hook::{HookAddr, HookHub, HookServer, HookServerOptions};
+use gpumon_agent::hook_endpoint::{HookAddr, HookHub, HookServer, HookServerOptions};
 use gpumon_proto::{wire, AgentMessage, CoordinatorReply, CoordinatorReplyV1, PushOutcome};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};

@@ -21,8 +21,8 @@ use std::time::Duration;
 use gpumon_proto::{wire, AgentMessage, AgentMessageV1};
 use tokio::time::Instant;
 
-use super::stats::Stats;
-use super::window::SimAgent;
+use super::counters::Stats;
+use super::synthetic::SimAgent;
 use gpumon_agent::push::{Attempt, Pusher, Route};
 
 /// Pause after a failed attempt before the next.
@@ -192,7 +192,7 @@ async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd_bench::window::Shape;
+    use crate::cmd_bench::synthetic::Shape;
 
     #[test]
     fn queued_periods_go_out_in_one_push_with_the_next_seq() {

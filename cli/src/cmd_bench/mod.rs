@@ -39,10 +39,10 @@
 //! agent holds one connection, so `ulimit -n` must exceed `--agents`.
 
 mod agent;
+mod counters;
 mod latency;
 mod report;
-mod stats;
-mod window;
+mod synthetic;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -54,11 +54,11 @@ use tokio::time::Instant;
 
 use crate::{usage, Failure};
 use agent::AgentRun;
+use counters::Stats;
 use gpumon_agent::push::Pusher;
 use gpumon_agent::source::sim::rng::hash;
 use report::{Progress, Report};
-use stats::Stats;
-use window::{Shape, SimAgent};
+use synthetic::{Shape, SimAgent};
 
 /// Most simulated agents.
 pub const MAX_AGENTS: u64 = 100_000;

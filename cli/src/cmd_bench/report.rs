@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::counters::{Phase, Stats};
 use super::latency::Snapshot;
-use super::stats::{Phase, Stats};
 use super::IngestConfig;
 
 /// What `gpumon bench ingest --json` prints. Rates are per second of the

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon_agent::{AgentConfig, SimPlacement, SourceSpec};
+use gpumon_common::cluster::ClusterEvent;
 use gpumon_common::units::fmt_bytes;
-use gpumon_common::view::ViewEvent;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch, Mutex};
 
@@ -188,7 +188,7 @@ fn planted(scenario: &str) -> &'static str {
 }
 
 /// Events of some running replica (every replica applies the same entries).
-fn observe(replicas: &Replicas) -> Option<(u64, broadcast::Receiver<ViewEvent>)> {
+fn observe(replicas: &Replicas) -> Option<(u64, broadcast::Receiver<ClusterEvent>)> {
     replicas.running().next().map(|c| (c.id(), c.subscribe()))
 }
 
@@ -201,19 +201,19 @@ async fn live_url(replicas: &Mutex<Replicas>, preferred: u64) -> String {
         .unwrap_or_default()
 }
 
-fn describe(e: &ViewEvent) -> String {
+fn describe(e: &ClusterEvent) -> String {
     match e {
-        ViewEvent::AgentJoined {
+        ClusterEvent::AgentJoined {
             agent_id,
             node,
             restarted: false,
         } => format!("agent {agent_id} joined from {node}"),
-        ViewEvent::AgentJoined {
+        ClusterEvent::AgentJoined {
             agent_id,
             node,
             restarted: true,
         } => format!("agent {agent_id} on {node} restarted"),
-        ViewEvent::GpuAdded { node, gpu } => {
+        ClusterEvent::GpuAdded { node, gpu } => {
             format!(
                 "{node} GPU {}: {} ({})",
                 gpu.index,
@@ -221,7 +221,7 @@ fn describe(e: &ViewEvent) -> String {
                 fmt_bytes(gpu.total_bytes)
             )
         }
-        ViewEvent::RankStarted {
+        ClusterEvent::RankStarted {
             job,
             rank,
             world_size,
@@ -231,10 +231,10 @@ fn describe(e: &ViewEvent) -> String {
         } => {
             format!("job {job} rank {rank}/{world_size} on {node} GPU {gpu} (pid {pid})")
         }
-        ViewEvent::RankEnded { job, rank, .. } => {
+        ClusterEvent::RankEnded { job, rank, .. } => {
             format!("job {job} rank {rank} left its GPU (process ended)")
         }
-        ViewEvent::JobEnded { job, .. } => format!("job {job} ended: no rank left"),
+        ClusterEvent::JobEnded { job, .. } => format!("job {job} ended: no rank left"),
     }
 }
 

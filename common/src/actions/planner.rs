@@ -187,7 +187,7 @@ mod tests {
                 });
                 e.observe_alloc(&AllocObs {
                     t,
-                    job: "job-p",
+                    job: "job-p".into(),
                     rank,
                     allocated,
                     reserved: allocated + cache,

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{median_of, scaled_mad};
+use super::robust_stats::{median_of, scaled_mad};
 
 /// Tuning of the imbalance detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -56,25 +56,7 @@ pub struct RankObs<'a> {
     pub pid: u32,
 }
 
-/// The caching allocator's statistics from the in-process hook.
-#[derive(Debug, Clone, Copy)]
-pub struct AllocObs<'a> {
-    /// Trace time, seconds.
-    pub t: f64,
-    /// Job id.
-    pub job: &'a str,
-    /// Global rank.
-    pub rank: u32,
-    /// Bytes in live tensors.
-    pub allocated: u64,
-    /// Bytes held by the allocator.
-    pub reserved: u64,
-    /// The most bytes in live tensors so far (`max_memory_allocated`).
-    pub peak_allocated: Option<u64>,
-    /// Bytes in split blocks that cannot be released.
-    pub inactive_split: Option<u64>,
-    /// Allocation retries so far (cache flushes after a failed cudaMalloc).
-    pub alloc_retries: Option<u64>,
-    /// OOMs the allocator has seen.
-    pub ooms: Option<u64>,
-}
+/// The caching allocator's statistics from the in-process hook: the trace's
+/// `alloc` record, borrowed (live, a hook record is read through it too; see
+/// [`crate::trace::from_window::alloc_ref`]).
+pub type AllocObs<'a> = crate::trace::AllocRef<'a>;

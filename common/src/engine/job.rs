@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
-use super::stats::median_of;
+use super::robust_stats::median_of;
 use super::straggler::StragglerEvent;
 use super::tracks::{GpuTrack, JobTrack};
 use super::Engine;

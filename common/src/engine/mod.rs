@@ -8,7 +8,7 @@
 //! production decided. Feed it with [`Engine::observe_gpu`],
 //! [`Engine::observe_rank`], [`Engine::observe_alloc`],
 //! [`Engine::observe_step`] and [`Engine::observe_event`]; read alerts from
-//! [`Engine::alerts`] and state from the views in [`view`].
+//! [`Engine::alerts`] and state from the summaries in [`summary`].
 //!
 //! Detectors, one module each, with their method in the module docs:
 //! [`envelope`], [`regime`], [`trend`], [`forecast`], [`early`], [`leak`],
@@ -37,14 +37,14 @@ mod input;
 mod job;
 mod latch;
 pub mod leak;
-mod live;
 mod rank;
 pub mod regime;
-mod stats;
+mod robust_stats;
 pub mod straggler;
+pub mod summary;
 mod tracks;
 pub mod trend;
-pub mod view;
+mod window_input;
 
 use std::collections::BTreeMap;
 

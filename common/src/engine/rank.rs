@@ -167,11 +167,11 @@ impl Engine {
         if !self.tick(a.t) {
             return;
         }
-        let capacity = self.rank_capacity(a.job, a.rank);
+        let capacity = self.rank_capacity(&a.job, a.rank);
         let window_s = self.cfg.window_s;
         let history = self.cfg.regime.max_points.max(2);
         let warmup_s = self.cfg.warmup_s;
-        let Some(r) = self.rank_track(a.t, a.job, a.rank, None) else {
+        let Some(r) = self.rank_track(a.t, &a.job, a.rank, None) else {
             return;
         };
         if r.ended_t.is_some() {
@@ -213,7 +213,7 @@ impl Engine {
             }
             track.retry_history.push_back(track.retries);
             if pa.t - window_s / 2.0 >= track.first_t + warmup_s {
-                self.alloc_window(a.job, a.rank, pa, pr);
+                self.alloc_window(&a.job, a.rank, pa, pr);
             }
         }
         if let (Some(peak), Some(capacity)) = (a.peak_allocated, capacity) {
@@ -229,7 +229,7 @@ impl Engine {
     fn early_leak(&mut self, a: &AllocObs<'_>, peak: u64, capacity: f64) {
         let Some(r) = self
             .jobs
-            .get_mut(a.job)
+            .get_mut(a.job.as_ref())
             .and_then(|j| j.ranks.get_mut(&a.rank))
         else {
             return;
@@ -251,7 +251,7 @@ impl Engine {
         r.leak_rate = Some(f.slope_bytes_per_s);
         let place = (r.node.clone(), r.gpu);
         self.leak_edge(
-            &Subject::Rank(a.job.to_owned(), a.rank),
+            &Subject::Rank(a.job.to_string(), a.rank),
             place,
             a.t,
             edge,

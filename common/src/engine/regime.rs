@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::envelope::EnvelopePoint;
-use super::stats::{median_in_place, Scratch};
+use super::robust_stats::{median_in_place, Scratch};
 
 /// Spikes remembered per series for the margin.
 pub const MAX_SPIKES: usize = 8;

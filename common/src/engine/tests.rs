@@ -78,7 +78,7 @@ impl Scenario {
                 if self.alloc && s >= 3 {
                     e.observe_alloc(&AllocObs {
                         t: t + 0.001,
-                        job: "job",
+                        job: "job".into(),
                         rank,
                         allocated: (used as f64 * 0.9) as u64,
                         reserved: (used as f64 * 0.97) as u64,

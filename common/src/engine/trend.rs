@@ -12,7 +12,7 @@
 //! Cost: O(n²) for `n` points; the detectors keep `n` at a few dozen envelope
 //! points and call this once per envelope window, not per sample.
 
-use super::stats::{median_in_place, normal_upper_tail};
+use super::robust_stats::{median_in_place, normal_upper_tail};
 
 /// A fitted robust trend; time in seconds, values in the series' unit.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,7 +5,7 @@
 //! (`gpu`), ranks found on GPUs (`rank`), allocator statistics (`alloc`),
 //! finished steps (`step`) and user markers (`event`). `gpumon replay` reads
 //! one with [`TraceReader`] and drives the same engine the coordinator runs.
-//! [`live`] is the one mapping from what agents push to trace records.
+//! [`from_window`] is the one mapping from what agents push to trace records.
 //!
 //! Tolerance, as the format asks:
 //! - unknown fields are ignored, unknown record types skipped and counted;
@@ -39,7 +39,7 @@
 //! ```
 
 mod fields;
-pub mod live;
+pub mod from_window;
 mod parse;
 mod reader;
 mod record;

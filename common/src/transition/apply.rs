@@ -3,8 +3,8 @@
 use gpumon_proto::{GpuWindow, HookRecord, PushBatch};
 
 use super::{Command, CommandResult, CommandV1, Replicated};
-use crate::hook::check_record;
-use crate::view::ViewEvent;
+use crate::cluster::ClusterEvent;
+use crate::hook_records::check_record;
 
 /// The windows and hook records of one pushed batch that were applied:
 /// duplicates and invalid ones left out, in the batch's order. Live readers
@@ -25,7 +25,7 @@ pub struct Effects {
     /// The answer for the proposer.
     pub result: CommandResult,
     /// What happened to the view, in order, for logs and live displays.
-    pub events: Vec<ViewEvent>,
+    pub events: Vec<ClusterEvent>,
     /// The push's applied windows and records, when they were asked for and
     /// anything was applied.
     pub applied: Option<AppliedBatch>,

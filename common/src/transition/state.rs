@@ -4,10 +4,10 @@ use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::ActionBook;
+use crate::cluster::{ClusterState, Limits};
 use crate::engine::{Engine, EngineConfig};
-use crate::hook::{check_record, HookState, StepTimes};
+use crate::hook_records::{check_record, HookState, StepTimes};
 use crate::notify::NotifyBook;
-use crate::view::{ClusterState, Limits};
 
 /// The replicated data: the same on every replica that applied the same
 /// commands. The field order is the snapshot encoding's (postcard is

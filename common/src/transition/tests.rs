@@ -8,9 +8,9 @@ use gpumon_proto::{
 };
 
 use super::*;
+use crate::cluster::Limits;
 use crate::engine::EngineConfig;
 use crate::trace::{AllocRef, GpuRef, ProcRecord, RankRef, RecordRef};
-use crate::view::Limits;
 
 const GIB: u64 = 1 << 30;
 

@@ -20,7 +20,7 @@ use gpumon_proto::api::{
     ActionEntry, ActionsBody, ActionsQuery, ApiErrorBody, IssueRequest, IssueResponse,
 };
 
-use super::openapi::{AdminErrors, ReadErrors};
+use super::error_answers::{AdminErrors, ReadErrors};
 use super::params::check_job_name;
 use super::{ApiError, AppState};
 

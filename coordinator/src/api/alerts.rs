@@ -6,7 +6,7 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use gpumon_proto::api::{Alert, AlertsBody, AlertsQuery};
 
-use super::openapi::ReadErrors;
+use super::error_answers::ReadErrors;
 use super::params::check_job_name;
 use super::{ApiError, AppState};
 

@@ -17,7 +17,7 @@ use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
 use gpumon_proto::{AgentMessage, CoordinatorReply};
 
-use super::openapi::Postcard;
+use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
 use crate::service::PushError;
 

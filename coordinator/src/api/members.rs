@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use gpumon_proto::api::{AddMember, ApiErrorBody, RaftStatus};
 
-use super::openapi::AdminErrors;
+use super::error_answers::AdminErrors;
 use super::raft_status::status;
 use super::{ApiError, AppState};
 

@@ -9,7 +9,7 @@
 //! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
 //! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobWithAnalysis`]: the job's detail plus `analysis`, the engine's forecasts and flags per rank |
-//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | [`gpumon_proto::api::SnapshotsAnswer`]: named allocator snapshots; with `a` and `b`, their difference per rank |
+//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | [`gpumon_proto::api::MemorySnapshotsAnswer`]: named allocator snapshots; with `a` and `b`, their difference per rank |
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | [`gpumon_proto::api::AlertsBody`]: alert episodes, oldest first |
 //! | `GET /api/v1/actions?job=&state=&limit=` | | [`gpumon_proto::api::ActionsBody`]: actions on training processes and how they ended |
 //! | `POST /api/v1/actions` | JSON [`gpumon_proto::api::IssueRequest`] | admin, leader: issue actions by hand; [`gpumon_proto::api::IssueResponse`] |
@@ -34,18 +34,20 @@ mod auth;
 mod consistency;
 mod dashboard;
 mod error;
+mod error_answers;
 mod forward;
 mod health;
 mod ingest;
 mod members;
+mod memory_snapshots;
 mod metrics;
 mod openapi;
 mod params;
+mod postcard_schema;
 mod raft_rpc;
 mod raft_status;
 mod read;
 mod routes;
-mod snapshots;
 mod stream;
 
 use std::sync::atomic::AtomicU64;

@@ -5,7 +5,7 @@ use axum::Json;
 use gpumon_proto::api::{PeerReplication, RaftMember, RaftStatus, ReadQuery};
 use openraft::{BasicNode, RaftMetrics, ServerState};
 
-use super::openapi::ReadErrors;
+use super::error_answers::ReadErrors;
 use super::params::OnlyConsistency;
 use super::AppState;
 

@@ -8,7 +8,7 @@ use gpumon_proto::api::{
 };
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::openapi::ReadErrors;
+use super::error_answers::ReadErrors;
 use super::params::{check_job_name, OnlyConsistency};
 use super::{ApiError, AppState};
 

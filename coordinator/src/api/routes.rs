@@ -9,8 +9,8 @@ use axum::routing::{on, MethodFilter, MethodRouter};
 
 use super::auth::Access;
 use super::{
-    actions, alerts, dashboard, health, ingest, members, metrics, openapi, raft_rpc, raft_status,
-    read, snapshots, stream, AppState,
+    actions, alerts, dashboard, health, ingest, members, memory_snapshots, metrics, openapi,
+    raft_rpc, raft_status, read, stream, AppState,
 };
 
 /// Which layers a route sits behind, and whether the API document shows it.
@@ -124,7 +124,7 @@ pub const ROUTES: &[Route] = &[
         Get,
         "/api/v1/jobs/{job}/snapshots",
         (Consistent, Read),
-        |m| on(m, snapshots::snapshots),
+        |m| on(m, memory_snapshots::snapshots),
     ),
     route(Get, "/api/v1/actions", (Consistent, Read), |m| {
         on(m, actions::list)

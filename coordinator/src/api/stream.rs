@@ -12,7 +12,7 @@
 //! (named snapshots have no trace form and are left out).
 //!
 //! Records come from the one mapping of pushed data to trace records
-//! ([`gpumon_common::trace::live`]) and are written with the trace writer's
+//! ([`gpumon_common::trace::from_window`]) and are written with the trace writer's
 //! own serde, so the lines are exactly what
 //! [`gpumon_common::trace::TraceWriter`] writes, except that `t` is absolute:
 //! the window's last sample (`end_ms`, the agent's clock) in seconds since
@@ -42,7 +42,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use gpumon_common::trace::live::{gpu_record, hook_record, rank_records};
+use gpumon_common::trace::from_window::{gpu_record, hook_record, rank_records};
 use gpumon_common::trace::TraceRecord;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};

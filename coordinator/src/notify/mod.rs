@@ -22,9 +22,9 @@
 //! for `/metrics`).
 
 pub mod config;
+pub mod counters;
 mod http;
 pub mod payload;
-pub mod stats;
 mod worker;
 
 use std::collections::HashMap;
@@ -40,8 +40,8 @@ use tokio::time::Instant;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 pub use config::{NotifyConfig, Receiver};
+pub use counters::{NotifyCounts, NotifyStats};
 use payload::Message;
-pub use stats::{NotifyCounts, NotifyStats};
 use worker::{wall_ms, Hold, Holds, Worker};
 
 /// A running notifier: its tasks and counters.
@@ -216,7 +216,7 @@ impl Leader {
                 Ok(()) => {
                     holds.insert(key, Hold::Busy);
                 }
-                Err(_) => self.stats.add(*kind, stats::Count::Dropped),
+                Err(_) => self.stats.add(*kind, counters::Count::Dropped),
             }
         }
     }

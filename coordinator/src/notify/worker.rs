@@ -18,9 +18,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::config::{NotifyConfig, Receiver};
+use super::counters::{Count, NotifyStats};
 use super::http::{NotifyClient, SendError};
 use super::payload::{alertmanager, slack, webhook, Message};
-use super::stats::{Count, NotifyStats};
 use crate::raft::{Command, CommandV1, Raft};
 
 /// Where a key stands on this leader, outside the replicated book.

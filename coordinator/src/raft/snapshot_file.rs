@@ -23,9 +23,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gpumon_common::actions::ActionBook;
+use gpumon_common::cluster::{ClusterState, Limits};
 use gpumon_common::engine::{Engine, EngineConfig};
-use gpumon_common::hook::HookState;
-use gpumon_common::view::{ClusterState, Limits};
+use gpumon_common::hook_records::HookState;
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 

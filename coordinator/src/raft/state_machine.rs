@@ -14,7 +14,7 @@
 //!
 //! Two bounded broadcast channels carry what was applied to live readers, sent
 //! after the write lock is released so a slow reader never holds up apply:
-//! [`ViewEvent`]s ([`StateMachine::subscribe`]) and the windows themselves
+//! [`ClusterEvent`]s ([`StateMachine::subscribe`]) and the windows themselves
 //! ([`StateMachine::subscribe_applied`], behind `GET /api/v1/stream`). A
 //! reader that falls more than [`APPLIED_CHANNEL_CAPACITY`] batches behind
 //! loses the oldest and is told how many (`RecvError::Lagged`).
@@ -24,8 +24,8 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use gpumon_common::cluster::{ClusterEvent, Limits};
 use gpumon_common::engine::EngineConfig;
-use gpumon_common::view::{Limits, ViewEvent};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -61,7 +61,7 @@ pub struct StateMachine {
     snapshot_path: Arc<PathBuf>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
     digest_cache: Arc<Mutex<Option<DigestAt>>>,
-    events: broadcast::Sender<ViewEvent>,
+    events: broadcast::Sender<ClusterEvent>,
     applied_batches: broadcast::Sender<Arc<AppliedBatch>>,
 }
 
@@ -125,7 +125,7 @@ impl StateMachine {
     }
 
     /// Events from every applied entry, for live displays.
-    pub fn subscribe(&self) -> broadcast::Receiver<ViewEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
         self.events.subscribe()
     }
 

@@ -9,7 +9,7 @@
 //! - [`analysis`]: the detection engine's forecasts and flags;
 //! - [`alerts`]: alert episodes;
 //! - [`actions`]: actions on training processes;
-//! - [`snapshots`]: named allocator snapshots and their comparison;
+//! - [`memory_snapshots`]: named memory (allocator) snapshots and their comparison;
 //! - [`raft`]: Raft figures and membership changes;
 //! - [`query`]: the `consistency` parameter every read takes;
 //! - [`error`]: the error body.
@@ -24,9 +24,9 @@ pub mod analysis;
 pub mod cluster;
 pub mod error;
 pub mod jobs;
+pub mod memory_snapshots;
 pub mod query;
 pub mod raft;
-pub mod snapshots;
 
 pub use actions::{
     ActionEntry, ActionOrigin, ActionState, ActionsBody, ActionsQuery, IssueOutcome, IssueRequest,
@@ -45,9 +45,9 @@ pub use jobs::{
     HistoryPoint, JobDetail, JobView, JobWithAnalysis, JobsView, RankDetail, RankSteps, RankView,
     SectionTime,
 };
+pub use memory_snapshots::{
+    MemorySnapshotComparison, MemorySnapshotList, MemorySnapshotsAnswer, MemorySnapshotsQuery,
+    NamedMemorySnapshot, RankMemoryComparison, RankMemorySnapshot, StatsDelta,
+};
 pub use query::{Consistency, ReadQuery};
 pub use raft::{AddMember, PeerReplication, RaftMember, RaftStatus};
-pub use snapshots::{
-    NamedSnapshot, RankComparison, RankSnapshot, SnapshotComparison, SnapshotList, SnapshotsAnswer,
-    SnapshotsQuery, StatsDelta,
-};

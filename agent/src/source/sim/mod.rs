@@ -35,8 +35,8 @@
 
 mod allocator;
 mod gauges;
-mod rank;
-mod report;
+mod hook_reports;
+mod process;
 pub mod rng;
 mod scenario;
 mod timing;
@@ -49,8 +49,8 @@ use std::collections::VecDeque;
 use gpumon_proto::{GpuInfo, GpuSample, HookRecord, ProcSample, RankInfo};
 
 use self::gauges::Activity;
-use self::rank::SimRank;
-use self::report::Tape;
+use self::hook_reports::Tape;
+use self::process::SimRank;
 use self::rng::{fnv1a, hash};
 use self::timing::Pace;
 use self::workload::{Anomalies, JobParams, Workload};

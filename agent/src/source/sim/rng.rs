@@ -5,17 +5,17 @@
 //! that tests and demos can assert on what they see. Two tools cover that, and
 //! neither needs a dependency:
 //!
-//! - [`SplitMix64`], a stateful generator (Steele, Lea and Flood, "Fast
+//! - `SplitMix64`, a stateful generator (Steele, Lea and Flood, "Fast
 //!   splittable pseudorandom number generators", OOPSLA 2014), draws the
 //!   job-wide parameters once, at construction;
-//! - [`hash`] and [`unit`], stateless, give the per-rank, per-step and
+//! - [`hash`] and [`unit()`], stateless, give the per-rank, per-step and
 //!   per-sample noise as a pure function of its coordinates (seed, rank, step,
 //!   time), so noise never depends on how many samples came before. Each
 //!   kind of noise hashes its own stream number (1 to 9, one `STREAM_*`
 //!   constant per use across the simulator) with its coordinates, so that no
 //!   two kinds draw the same numbers.
 //!
-//! `gpumon bench` draws the noise of its load from [`hash`] and [`unit`] too,
+//! `gpumon bench` draws the noise of its load from [`hash`] and [`unit()`] too,
 //! so the simulated numbers of the whole tree come from here.
 //!
 //! Not for cryptography.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use gpumon_agent::source::sim::{Scenario, SimSettings, SimSource};
 use gpumon_agent::source::GpuSource;
 use gpumon_common::engine::{AlertKind, Engine, EngineConfig};
-use gpumon_common::hook::HookState;
+use gpumon_common::hook_records::HookState;
 use gpumon_common::window::WindowFolder;
 
 use super::{demo_config, PROMISED_ALERT_S};

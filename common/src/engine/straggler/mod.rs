@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::latch::{Edge, Latch};
-use super::stats::{median_of, scaled_mad, Scratch};
+use super::robust_stats::{median_of, scaled_mad, Scratch};
 use roles::WaitIn;
 
 /// Section names tracked per job; more are ignored.

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use gpumon_common::actions::ActionState;
-use gpumon_common::engine::view::RankSummary;
+use gpumon_common::engine::summary::RankSummary;
 use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
-use gpumon_common::hook::RankSteps;
+use gpumon_common::hook_records::RankSteps;
 use openraft::ServerState;
 
 use crate::api::raft_status::{lag, peers_matched};
@@ -24,7 +24,7 @@ use crate::notify::NotifyCounts;
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
 pub const MAX_RANK_SERIES: usize = 16_384;
 /// Most step sections given a series per rank, by name: all the state keeps.
-pub use gpumon_common::hook::MAX_SECTIONS_PER_RANK;
+pub use gpumon_common::hook_records::MAX_SECTIONS_PER_RANK;
 /// An agent is up while its newest window ended at most this long before the
 /// cluster's newest one (data time), ms.
 pub const AGENT_STALE_MS: u64 = 30_000;

@@ -5,9 +5,6 @@
 //! the route table: every documented route is served and every served
 //! route but Raft's RPC and the dashboard is documented.
 
-mod postcard;
-mod responses;
-
 use std::sync::LazyLock;
 
 use axum::http::header::CONTENT_TYPE;
@@ -16,11 +13,8 @@ use gpumon_proto::api::Consistency;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-pub use postcard::Postcard;
-pub use responses::{AdminErrors, ReadErrors};
-
 use super::{
-    actions, alerts, health, ingest, members, metrics, raft_status, read, snapshots, stream,
+    actions, alerts, health, ingest, members, memory_snapshots, metrics, raft_status, read, stream,
 };
 
 /// The security scheme admin routes name.
@@ -41,7 +35,7 @@ pub const ADMIN_TOKEN: &str = "adminToken";
         read::nodes,
         read::jobs,
         read::job,
-        snapshots::snapshots,
+        memory_snapshots::snapshots,
         alerts::alerts,
         actions::list,
         actions::issue,

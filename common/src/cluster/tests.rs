@@ -99,7 +99,7 @@ fn shows_every_rank_with_its_gpu_and_memory() {
         .all(|r| r.used_bytes == 20 * GIB && r.total_bytes == 80 * GIB));
     assert!(applied.events.iter().any(|e| matches!(
         e,
-        ViewEvent::RankStarted {
+        ClusterEvent::RankStarted {
             rank: 1,
             gpu: 1,
             ..
@@ -133,7 +133,7 @@ fn applies_a_batch_once_per_agent_incarnation_and_seq() {
     );
     let applied = s.apply_push(&restarted);
     assert!(!applied.duplicate);
-    assert!(applied.events.contains(&ViewEvent::AgentJoined {
+    assert!(applied.events.contains(&ClusterEvent::AgentJoined {
         agent_id: "agent-0".into(),
         node: "node-0".into(),
         restarted: true
@@ -154,7 +154,7 @@ fn ends_a_rank_whose_process_left_its_gpu_and_keeps_its_history() {
         ],
     );
     let applied = s.apply_push(&gone);
-    assert!(applied.events.contains(&ViewEvent::RankEnded {
+    assert!(applied.events.contains(&ClusterEvent::RankEnded {
         job: "job-a".into(),
         rank: 1,
         t_ms: 12_000
@@ -171,7 +171,7 @@ fn ends_a_rank_whose_process_left_its_gpu_and_keeps_its_history() {
 
     let all_gone = batch(3, 1, vec![window(0, 14_000, vec![])]);
     let applied = s.apply_push(&all_gone);
-    assert!(applied.events.contains(&ViewEvent::JobEnded {
+    assert!(applied.events.contains(&ClusterEvent::JobEnded {
         job: "job-a".into(),
         t_ms: 14_000
     }));
@@ -262,7 +262,7 @@ fn hello_registers_gpus_and_is_idempotent() {
     assert_eq!(
         first
             .iter()
-            .filter(|e| matches!(e, ViewEvent::GpuAdded { .. }))
+            .filter(|e| matches!(e, ClusterEvent::GpuAdded { .. }))
             .count(),
         2
     );

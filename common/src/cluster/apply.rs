@@ -11,7 +11,7 @@ use super::{
 
 /// Something that happened to the view, for logs and live displays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ViewEvent {
+pub enum ClusterEvent {
     /// An agent appeared, or came back with a new incarnation.
     AgentJoined {
         /// Agent id.
@@ -73,12 +73,12 @@ pub struct PushApplied {
     /// Indexes (in the batch) of the windows applied, for the engine.
     pub applied_indexes: Vec<u32>,
     /// What happened, in order.
-    pub events: Vec<ViewEvent>,
+    pub events: Vec<ClusterEvent>,
 }
 
 impl ClusterState {
     /// Registers an agent and its GPUs. Idempotent.
-    pub fn apply_hello(&mut self, hello: &Hello) -> Vec<ViewEvent> {
+    pub fn apply_hello(&mut self, hello: &Hello) -> Vec<ClusterEvent> {
         let mut events = Vec::new();
         if check_name("agent id", &hello.agent_id).is_err()
             || check_name("node", &hello.node).is_err()
@@ -166,7 +166,7 @@ impl ClusterState {
         agent_id: &str,
         node: &str,
         incarnation: u64,
-        events: &mut Vec<ViewEvent>,
+        events: &mut Vec<ClusterEvent>,
     ) -> Option<&mut AgentEntry> {
         if !self.agents.contains_key(agent_id) && self.agents.len() >= self.limits.max_agents {
             return None;
@@ -184,7 +184,7 @@ impl ClusterState {
                 seqs: Vec::new(),
             });
         if !agent.seqs.iter().any(|(inc, _)| *inc == incarnation) {
-            events.push(ViewEvent::AgentJoined {
+            events.push(ClusterEvent::AgentJoined {
                 agent_id: agent_id.to_owned(),
                 node: node.to_owned(),
                 restarted: !agent.seqs.is_empty(),
@@ -202,13 +202,13 @@ impl ClusterState {
         &mut self,
         node: &str,
         info: &GpuInfo,
-        events: &mut Vec<ViewEvent>,
+        events: &mut Vec<ClusterEvent>,
     ) -> Option<&mut GpuEntry> {
         if !self.gpus.contains_key(&info.uuid) {
             if self.gpus.len() >= self.limits.max_gpus {
                 return None;
             }
-            events.push(ViewEvent::GpuAdded {
+            events.push(ClusterEvent::GpuAdded {
                 node: node.to_owned(),
                 gpu: info.clone(),
             });
@@ -241,7 +241,7 @@ impl ClusterState {
     }
 
     /// Applies one valid window; false when it was skipped over a bound.
-    fn apply_window(&mut self, node: &str, w: &GpuWindow, events: &mut Vec<ViewEvent>) -> bool {
+    fn apply_window(&mut self, node: &str, w: &GpuWindow, events: &mut Vec<ClusterEvent>) -> bool {
         let history = self.limits.history_windows;
         let Some(gpu) = self.gpu_entry(node, &w.gpu, events) else {
             return false;
@@ -305,7 +305,7 @@ impl ClusterState {
             };
             let moved = entry.pid != p.pid || entry.gpu_uuid != w.gpu.uuid;
             if newest && (moved || entry.ended_ms.is_some()) {
-                events.push(ViewEvent::RankStarted {
+                events.push(ClusterEvent::RankStarted {
                     job: info.job.clone(),
                     rank: info.rank,
                     world_size: info.world_size,
@@ -344,7 +344,13 @@ impl ClusterState {
         true
     }
 
-    fn end_rank(&mut self, key: &RankKey, gpu_uuid: &str, t_ms: u64, events: &mut Vec<ViewEvent>) {
+    fn end_rank(
+        &mut self,
+        key: &RankKey,
+        gpu_uuid: &str,
+        t_ms: u64,
+        events: &mut Vec<ClusterEvent>,
+    ) {
         let Some(entry) = self.ranks.get_mut(key) else {
             return;
         };
@@ -353,7 +359,7 @@ impl ClusterState {
             return;
         }
         entry.ended_ms = Some(t_ms);
-        events.push(ViewEvent::RankEnded {
+        events.push(ClusterEvent::RankEnded {
             job: key.0.clone(),
             rank: key.1,
             t_ms,
@@ -361,7 +367,7 @@ impl ClusterState {
         let job = &key.0;
         let all_ended = self.job_ranks(job).all(|(_, r)| r.ended_ms.is_some());
         if all_ended {
-            events.push(ViewEvent::JobEnded {
+            events.push(ClusterEvent::JobEnded {
                 job: job.clone(),
                 t_ms,
             });

@@ -4,7 +4,7 @@
 //! is trusted: every record is read field by field (each field's JSON type),
 //! stamped with the session's job and rank, and then put through the one
 //! record check the coordinator applies too
-//! ([`gpumon_common::hook::check_record`], bounds in
+//! ([`gpumon_common::hook_records::check_record`], bounds in
 //! [`gpumon_common::limits`]) before it is forwarded. Checked here only:
 //! what never leaves the agent (`t` against the agent's clock, the device
 //! memory of `alloc` records, the step's `clock`). A bad record is skipped
@@ -13,7 +13,7 @@
 //! report, since it means the hook is confused about who it is. Pure: the
 //! agent's clock comes in as `now_ms`.
 
-use gpumon_common::hook::check_record as check_fields;
+use gpumon_common::hook_records::check_record as check_fields;
 use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
 use serde_json::{Map, Value};
 

@@ -24,7 +24,7 @@ use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
 use gpumon_proto::{GpuInfo, RankInfo};
 use serde::{Deserialize, Serialize};
 
-pub use apply::{PushApplied, ViewEvent};
+pub use apply::{ClusterEvent, PushApplied};
 pub use ring::Ring;
 pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 

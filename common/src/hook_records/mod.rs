@@ -4,20 +4,21 @@
 //! (allocator statistics, steps, markers) and keeps snapshots; like the rest
 //! of the state machine it is deterministic and bounded.
 
-mod snapshots;
+mod memory_snapshots;
 mod steps;
 mod validate;
 
 use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
-pub use snapshots::{SnapshotBook, SnapshotSet, MAX_SNAPSHOTS_PER_JOB, MAX_SNAPSHOT_JOBS};
+pub use memory_snapshots::{
+    MemorySnapshotBook, MemorySnapshotSet, MAX_MEMORY_SNAPSHOTS_PER_JOB, MAX_MEMORY_SNAPSHOT_JOBS,
+};
 pub use steps::{RankSteps, SectionTime, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 
-use crate::engine::{AllocObs, Engine};
-use crate::trace::live::hook_record;
-use crate::trace::TraceRecord;
+use crate::engine::Engine;
+use crate::trace::from_window::alloc_ref;
 
 /// Counts of hook records and acknowledgements the state applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,13 +32,13 @@ pub struct HookCounters {
 /// The hook data kept by the state machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HookState {
-    snapshots: SnapshotBook,
+    snapshots: MemorySnapshotBook,
     counters: HookCounters,
 }
 
 impl HookState {
     /// Named snapshots by job.
-    pub fn snapshots(&self) -> &SnapshotBook {
+    pub fn snapshots(&self) -> &MemorySnapshotBook {
         &self.snapshots
     }
 
@@ -56,23 +57,9 @@ impl HookState {
             self.counters.records_applied += 1;
             let t = record.t_ms() as f64 / 1000.0;
             match record {
-                // The engine reads a hook's allocator statistics off their
+                // The engine reads a hook's allocator statistics as their
                 // trace record: one mapping of them, the one the stream writes.
-                HookRecord::Alloc(_) => {
-                    if let Some(TraceRecord::Alloc(r)) = hook_record(record) {
-                        engine.observe_alloc(&AllocObs {
-                            t,
-                            job: &r.job,
-                            rank: r.rank,
-                            allocated: r.allocated,
-                            reserved: r.reserved,
-                            peak_allocated: r.peak_allocated,
-                            inactive_split: r.inactive_split,
-                            alloc_retries: r.alloc_retries,
-                            ooms: r.ooms,
-                        });
-                    }
-                }
+                HookRecord::Alloc(a) => engine.observe_alloc(&alloc_ref(a)),
                 HookRecord::Step(s) => engine.observe_step(
                     t,
                     &s.job,

@@ -10,11 +10,12 @@
 //! `t` here is absolute: the window's end or the record's time, in seconds
 //! since the Unix epoch; `gpumon record` rebases it to the trace's start.
 
+use std::borrow::Cow;
+
 use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 
-use super::record::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
-};
+use super::record::{EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord};
+use super::record_ref::{AllocRef, RecordRef};
 
 /// A `rank` record for each process of the window with a known job and rank.
 pub fn rank_records<'a>(node: &'a str, w: &'a GpuWindow) -> impl Iterator<Item = RankRecord> + 'a {
@@ -74,22 +75,27 @@ fn mean(g: Option<&GaugeStat>) -> Option<f64> {
     Some(m.to_string().parse().unwrap_or(f64::from(m)))
 }
 
+/// A hook's allocator statistics as the trace's `alloc` record, borrowed.
+pub fn alloc_ref(a: &gpumon_proto::AllocRecord) -> AllocRef<'_> {
+    AllocRef {
+        t: a.t_ms as f64 / 1000.0,
+        job: Cow::Borrowed(&a.job),
+        rank: a.rank,
+        allocated: a.stats.allocated,
+        reserved: a.stats.reserved,
+        peak_allocated: a.stats.peak_allocated,
+        inactive_split: a.stats.inactive_split,
+        alloc_retries: a.stats.alloc_retries,
+        ooms: a.stats.ooms,
+    }
+}
+
 /// A hook record as its trace record; a named snapshot has no trace form
 /// and is left out.
 pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
     let t = r.t_ms() as f64 / 1000.0;
     Some(match r {
-        HookRecord::Alloc(a) => TraceRecord::Alloc(AllocRecord {
-            t,
-            job: a.job.clone(),
-            rank: a.rank,
-            allocated: a.stats.allocated,
-            reserved: a.stats.reserved,
-            peak_allocated: a.stats.peak_allocated,
-            inactive_split: a.stats.inactive_split,
-            alloc_retries: a.stats.alloc_retries,
-            ooms: a.stats.ooms,
-        }),
+        HookRecord::Alloc(a) => RecordRef::Alloc(alloc_ref(a)).to_owned(),
         HookRecord::Step(s) => TraceRecord::Step(StepRecord {
             t,
             job: s.job.clone(),

@@ -15,7 +15,9 @@
 use gpumon_proto::RankInfo;
 
 use super::allocator::{CachingAllocator, OutOfMemory};
-use super::report::{alloc_offsets, AllocReading, Tape, OOM_EVENT, WARMUP_MARKER, WARMUP_STEPS};
+use super::hook_reports::{
+    alloc_offsets, AllocReading, Tape, OOM_EVENT, WARMUP_MARKER, WARMUP_STEPS,
+};
 use super::timing::{self, Pace};
 use super::workload::Workload;
 

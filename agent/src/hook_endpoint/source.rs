@@ -213,8 +213,8 @@ impl GpuSource for HookSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::hub::Registration;
-    use crate::hook::records::CheckedReport;
+    use crate::hook_endpoint::hub::Registration;
+    use crate::hook_endpoint::records::CheckedReport;
 
     const T0: u64 = 1_763_700_000_000;
     const GIB: u64 = 1 << 30;

@@ -21,7 +21,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use gpumon_agent::hook::{HookAddr, HookHub, HookServer};
+//! use gpumon_agent::hook_endpoint::{HookAddr, HookHub, HookServer};
 //! let hub = Arc::new(HookHub::new("node-0", "node-0"));
 //! let addr: HookAddr = "unix:/run/gpumon/hook.sock".parse()?;
 //! let server = HookServer::bind(&addr, hub.clone()).await?;

@@ -8,7 +8,7 @@ pub use gpumon_proto::api::{DeviceSummary, JobForecast, JobSummary, RankSummary}
 
 use super::forecast::Risk;
 use super::job::imbalance_levels;
-use super::stats::median_of;
+use super::robust_stats::median_of;
 use super::Engine;
 
 impl Engine {

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use gpumon_common::hook::SnapshotSet;
+use gpumon_common::hook_records::MemorySnapshotSet;
 use gpumon_proto::api::{
-    ApiErrorBody, NamedSnapshot, RankComparison, RankSnapshot, SnapshotComparison, SnapshotList,
-    SnapshotsAnswer, SnapshotsQuery, StatsDelta,
+    ApiErrorBody, MemorySnapshotComparison, MemorySnapshotList, MemorySnapshotsAnswer,
+    MemorySnapshotsQuery, NamedMemorySnapshot, RankMemoryComparison, RankMemorySnapshot,
+    StatsDelta,
 };
 use gpumon_proto::AllocStats;
 
-use super::openapi::ReadErrors;
+use super::error_answers::ReadErrors;
 use super::params::check_job_name;
 use super::{ApiError, AppState};
 
@@ -32,15 +33,15 @@ fn delta(a: &AllocStats, b: &AllocStats) -> StatsDelta {
     }
 }
 
-fn named(name: &str, set: &SnapshotSet) -> NamedSnapshot {
-    NamedSnapshot {
+fn named(name: &str, set: &MemorySnapshotSet) -> NamedMemorySnapshot {
+    NamedMemorySnapshot {
         name: name.to_owned(),
         first_t: set.first_t,
         last_t: set.last_t,
         ranks: set
             .ranks
             .iter()
-            .map(|(&rank, (t, stats))| RankSnapshot {
+            .map(|(&rank, (t, stats))| RankMemorySnapshot {
                 rank,
                 t: *t,
                 stats: *stats,
@@ -54,9 +55,9 @@ fn named(name: &str, set: &SnapshotSet) -> NamedSnapshot {
 #[utoipa::path(
     get,
     path = "/api/v1/jobs/{job}/snapshots",
-    params(("job" = String, Path, description = "The job's name."), SnapshotsQuery),
+    params(("job" = String, Path, description = "The job's name."), MemorySnapshotsQuery),
     responses(
-        (status = 200, description = "The list without `a` and `b`, the comparison with both.", body = SnapshotsAnswer),
+        (status = 200, description = "The list without `a` and `b`, the comparison with both.", body = MemorySnapshotsAnswer),
         (status = 404, description = "No such job, or no such snapshot.", body = ApiErrorBody),
         ReadErrors,
     ),
@@ -65,9 +66,9 @@ pub async fn snapshots(
     State(state): State<AppState>,
     Path(job): Path<String>,
     RawQuery(query): RawQuery,
-) -> Result<Json<SnapshotsAnswer>, ApiError> {
-    let q: SnapshotsQuery = match query.as_deref() {
-        None | Some("") => SnapshotsQuery::default(),
+) -> Result<Json<MemorySnapshotsAnswer>, ApiError> {
+    let q: MemorySnapshotsQuery = match query.as_deref() {
+        None | Some("") => MemorySnapshotsQuery::default(),
         Some(q) => serde_urlencoded::from_str(q).map_err(|e| {
             ApiError::BadRequest(format!(
                 "bad query {q:?}: {e}; known parameters: a=NAME, b=NAME, consistency=local|linearizable"
@@ -83,7 +84,7 @@ pub async fn snapshots(
     let empty = BTreeMap::new();
     let sets = sets.unwrap_or(&empty);
     match (q.a, q.b) {
-        (None, None) => Ok(Json(SnapshotsAnswer::List(SnapshotList {
+        (None, None) => Ok(Json(MemorySnapshotsAnswer::List(MemorySnapshotList {
             job,
             snapshots: sets.iter().map(|(n, s)| named(n, s)).collect(),
         }))),
@@ -109,7 +110,7 @@ pub async fn snapshots(
                         (Some(x), Some(y)) => Some(delta(x, y)),
                         _ => None,
                     };
-                    RankComparison {
+                    RankMemoryComparison {
                         rank,
                         a: ea,
                         b: eb,
@@ -117,12 +118,9 @@ pub async fn snapshots(
                     }
                 })
                 .collect();
-            Ok(Json(SnapshotsAnswer::Comparison(SnapshotComparison {
-                job,
-                a,
-                b,
-                ranks,
-            })))
+            Ok(Json(MemorySnapshotsAnswer::Comparison(
+                MemorySnapshotComparison { job, a, b, ranks },
+            )))
         }
         _ => Err(ApiError::BadRequest(
             "give both a=NAME and b=NAME to compare two snapshots, or neither to list them".into(),

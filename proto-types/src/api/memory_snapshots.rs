@@ -13,7 +13,7 @@ use crate::hook::AllocStats;
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
-pub struct SnapshotsQuery {
+pub struct MemorySnapshotsQuery {
     /// The earlier snapshot's name.
     pub a: Option<String>,
     /// The later snapshot's name.
@@ -25,7 +25,7 @@ pub struct SnapshotsQuery {
 /// One rank's entry in a snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct RankSnapshot {
+pub struct RankMemorySnapshot {
     /// Global rank.
     pub rank: u32,
     /// When it took the snapshot, seconds since the Unix epoch.
@@ -38,7 +38,7 @@ pub struct RankSnapshot {
 /// One named snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NamedSnapshot {
+pub struct NamedMemorySnapshot {
     /// Its name.
     pub name: String,
     /// When the first rank took it.
@@ -46,17 +46,17 @@ pub struct NamedSnapshot {
     /// When the last rank took it.
     pub last_t: f64,
     /// Every rank that took it.
-    pub ranks: Vec<RankSnapshot>,
+    pub ranks: Vec<RankMemorySnapshot>,
 }
 
 /// The list form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SnapshotList {
+pub struct MemorySnapshotList {
     /// The job.
     pub job: String,
     /// Its snapshots by name.
-    pub snapshots: Vec<NamedSnapshot>,
+    pub snapshots: Vec<NamedMemorySnapshot>,
 }
 
 /// `b - a` for each statistic both snapshots carry, bytes or counts.
@@ -90,7 +90,7 @@ pub struct StatsDelta {
 /// One rank compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct RankComparison {
+pub struct RankMemoryComparison {
     /// Global rank.
     pub rank: u32,
     /// Its entry in `a`, when it took that snapshot.
@@ -104,7 +104,7 @@ pub struct RankComparison {
 /// The comparison form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SnapshotComparison {
+pub struct MemorySnapshotComparison {
     /// The job.
     pub job: String,
     /// The earlier snapshot's name.
@@ -112,7 +112,7 @@ pub struct SnapshotComparison {
     /// The later snapshot's name.
     pub b: String,
     /// Every rank in either snapshot.
-    pub ranks: Vec<RankComparison>,
+    pub ranks: Vec<RankMemoryComparison>,
 }
 
 /// `GET /api/v1/jobs/{job}/snapshots`'s answer: the list without `a` and
@@ -120,9 +120,9 @@ pub struct SnapshotComparison {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
-pub enum SnapshotsAnswer {
+pub enum MemorySnapshotsAnswer {
     /// The comparison form (tried first when reading: it has `a` and `b`).
-    Comparison(SnapshotComparison),
+    Comparison(MemorySnapshotComparison),
     /// The list form.
-    List(SnapshotList),
+    List(MemorySnapshotList),
 }
