@@ -62,7 +62,7 @@ const NDJSON: &str = "application/x-ndjson";
 
 /// Every window and hook record applied from now on, as trace v1 lines.
 ///
-/// Chunked newline-delimited JSON; see TRACE_FORMAT.md. Takes no parameters.
+/// Chunked newline-delimited JSON; see docs/trace-format.md. Takes no parameters.
 #[utoipa::path(
     get,
     path = "/api/v1/stream",
