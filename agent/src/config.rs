@@ -4,6 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
+use gpumon_common::secrets::Secret;
+
 use crate::hook_endpoint::HookAddr;
 use crate::source::sim::Scenario;
 
@@ -119,6 +121,25 @@ pub struct AgentConfig {
     /// Where the node-level `/metrics` listens; `None`: not served.
     /// Default [`DEFAULT_METRICS_LISTEN`].
     pub metrics_listen: Option<SocketAddr>,
+    /// This agent's token, sent with every push (`--agent-token-file`).
+    pub token: Option<Secret>,
+    /// Push without a token to coordinators on other hosts.
+    pub insecure: bool,
+}
+
+/// Whether a base URL names a loopback host.
+fn url_is_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl AgentConfig {
@@ -136,6 +157,8 @@ impl AgentConfig {
             sim: SimPlacement::default(),
             hook_listen: None,
             metrics_listen: Some(DEFAULT_METRICS_LISTEN),
+            token: None,
+            insecure: false,
         }
     }
 
@@ -148,6 +171,11 @@ impl AgentConfig {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!(
                     "coordinator URL {url:?} must start with http:// or https://"
+                ));
+            }
+            if self.token.is_none() && !self.insecure && !url_is_loopback(url) {
+                return Err(format!(
+                    "coordinator {url} is on another host: give this agent its token (--agent-token-file), or --insecure to push without one"
                 ));
             }
         }

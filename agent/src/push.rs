@@ -13,6 +13,7 @@
 //! the next attempt asks someone else. Backoff between attempts is the
 //! caller's.
 
+use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{CoordinatorReply, PendingAction, PushOutcome};
 
@@ -74,6 +75,7 @@ pub enum Attempt {
 pub struct Pusher {
     client: reqwest::Client,
     urls: Vec<String>,
+    token: Option<Secret>,
 }
 
 impl Pusher {
@@ -85,7 +87,17 @@ impl Pusher {
             .into_iter()
             .map(|u| u.trim_end_matches('/').to_owned())
             .collect();
-        Self { client, urls }
+        Self {
+            client,
+            urls,
+            token: None,
+        }
+    }
+
+    /// Sends `token`, this agent's token, with every push.
+    pub fn with_token(mut self, token: Option<Secret>) -> Self {
+        self.token = token;
+        self
     }
 
     /// The coordinators' base URLs.
@@ -142,10 +154,14 @@ impl Pusher {
         url: &str,
         body: &[u8],
     ) -> Result<(PushOutcome, Vec<PendingAction>), Failure> {
-        let resp = self
+        let mut request = self
             .client
             .post(format!("{url}/api/v1/ingest"))
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token.expose());
+        }
+        let resp = request
             .body(body.to_vec())
             .send()
             .await

@@ -191,7 +191,8 @@ pub async fn run(
         hello,
         config.max_buffered_batches,
         config.max_batch_bytes,
-    );
+    )
+    .with_token(config.token.clone());
     if let Some(hub) = &hub {
         uplink = uplink.with_hook_hub(hub.clone());
     }

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{
     ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, PendingAction, PushBatch,
@@ -132,6 +133,12 @@ pub struct Uplink {
 }
 
 impl Uplink {
+    /// Sends `token`, this agent's token, with every push.
+    pub fn with_token(mut self, token: Option<Secret>) -> Self {
+        self.pusher = self.pusher.with_token(token);
+        self
+    }
+
     /// An uplink for an agent introduced by `hello`.
     pub fn new(
         coordinators: Vec<String>,

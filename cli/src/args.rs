@@ -118,6 +118,12 @@ pub struct AgentArgs {
     /// Serve the node-level Prometheus /metrics here: IP:PORT, or none [default: 127.0.0.1:9401].
     #[arg(long, env = "GPUMON_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// File holding this agent's token, sent with every push (owner-only) [default: none].
+    #[arg(long, env = "GPUMON_AGENT_TOKEN_FILE", value_name = "FILE")]
+    pub agent_token_file: Option<PathBuf>,
+    /// Push without a token to coordinators on other hosts.
+    #[arg(long, env = "GPUMON_INSECURE")]
+    pub insecure: bool,
     /// Agent identity, stable across restarts [default: the node name].
     #[arg(long, env = "GPUMON_AGENT_ID")]
     pub agent_id: Option<String>,
@@ -186,14 +192,30 @@ pub struct CoordinatorArgs {
     /// Start empty and wait to be added to a running cluster with `gpumon cluster add`.
     #[arg(long, env = "GPUMON_JOIN", conflicts_with = "peers")]
     pub join: bool,
-    /// Token that membership changes must carry (16+ characters) [default: none; membership changes only from loopback].
+    /// File holding the secret replicas send each other on Raft RPC (owner-only, 16+ characters) [default: none; Raft RPC open].
+    #[arg(long, env = "GPUMON_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// File of the agent tokens accepted on pushes, one per line (owner-only) [default: none; pushes open].
+    #[arg(long, env = "GPUMON_AGENT_TOKEN_FILE", value_name = "FILE")]
+    pub agent_token_file: Option<PathBuf>,
+    /// File holding the token admin requests carry; it also reads (owner-only) [default: none; admin requests only from loopback].
+    #[arg(long, env = "GPUMON_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// The admin token itself; prefer --admin-token-file: a flag's value shows in `ps`.
     #[arg(
         long,
         env = "GPUMON_ADMIN_TOKEN",
         value_name = "TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        conflicts_with = "admin_token_file"
     )]
     pub admin_token: Option<String>,
+    /// Reads (the JSON API, /metrics, the stream) need the admin token.
+    #[arg(long, env = "GPUMON_CLOSED_READS")]
+    pub closed_reads: bool,
+    /// Run without secrets on an address other hosts can reach.
+    #[arg(long, env = "GPUMON_INSECURE")]
+    pub insecure: bool,
     #[command(flatten)]
     pub notify: NotifyArgs,
 }
@@ -211,7 +233,7 @@ pub struct ClusterArgs {
         global = true
     )]
     pub coordinators: Vec<String>,
-    /// The admin token the coordinators were started with.
+    /// The admin token the coordinators were started with (it also reads).
     #[arg(
         long,
         env = "GPUMON_ADMIN_TOKEN",
@@ -219,6 +241,15 @@ pub struct ClusterArgs {
         global = true
     )]
     pub admin_token: Option<String>,
+    /// A file holding the admin token (owner-only).
+    #[arg(
+        long,
+        env = "GPUMON_ADMIN_TOKEN_FILE",
+        value_name = "FILE",
+        global = true,
+        conflicts_with = "admin_token"
+    )]
+    pub admin_token_file: Option<PathBuf>,
     #[command(subcommand)]
     pub what: ClusterCommand,
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use gpumon_agent::config::parse_metrics_listen;
 use gpumon_agent::{AgentConfig, AgentError};
 use gpumon_common::config::FileConfig;
+use gpumon_common::secrets::read_secret;
 
 use crate::args::AgentArgs;
 use crate::{shutdown, usage, Failure};
@@ -49,6 +50,14 @@ fn resolve(args: AgentArgs, config_file: Option<&Path>) -> Result<AgentConfig, F
     if let Some(addr) = args.metrics_listen.or(file.metrics_listen) {
         config.metrics_listen = parse_metrics_listen(&addr).map_err(usage)?;
     }
+    if let Some(path) = args
+        .agent_token_file
+        .as_ref()
+        .or(file.agent_token_file.as_ref())
+    {
+        config.token = Some(read_secret(path).map_err(usage)?);
+    }
+    config.insecure = args.insecure || file.insecure.unwrap_or(false);
     if let Some(ms) = args.sample_interval_ms.or(file.sample_interval_ms) {
         config.sample_interval = Duration::from_millis(ms);
     }

@@ -13,6 +13,8 @@ use gpumon_coordinator::peers::check_addr;
 use gpumon_proto::api::{AddMember, ApiErrorBody, RaftStatus};
 use reqwest::{Method, StatusCode};
 
+use gpumon_common::secrets::read_secret;
+
 use crate::args::{ClusterArgs, ClusterCommand};
 use crate::{usage, Failure};
 
@@ -31,16 +33,20 @@ pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
     if urls.is_empty() {
         return Err(usage("--coordinators is empty"));
     }
+    let token = match (&args.admin_token_file, &args.admin_token) {
+        (Some(path), _) => Some(read_secret(path).map_err(usage)?.expose().to_owned()),
+        (None, token) => token.clone(),
+    };
     let client = reqwest::Client::builder()
         .timeout(CHANGE_TIMEOUT)
         .connect_timeout(Duration::from_secs(2))
         .build()?;
     let admin = Admin {
         client: &client,
-        token: args.admin_token.as_deref(),
+        token: token.as_deref(),
     };
     match args.what {
-        ClusterCommand::Status { json } => status(&client, &urls, json).await,
+        ClusterCommand::Status { json } => status(&admin, &urls, json).await,
         ClusterCommand::Add { member, learner } => {
             let (id, addr) = member
                 .split_once('=')
@@ -153,10 +159,13 @@ impl Admin<'_> {
     }
 }
 
-async fn fetch_status(client: &reqwest::Client, base: &str) -> anyhow::Result<RaftStatus> {
+async fn fetch_status(admin: &Admin<'_>, base: &str) -> anyhow::Result<RaftStatus> {
     let url = format!("{base}/api/v1/raft");
-    let resp = client
-        .get(&url)
+    let mut req = admin.client.get(&url);
+    if let Some(token) = admin.token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req
         .timeout(Duration::from_secs(5))
         .send()
         .await
@@ -169,11 +178,11 @@ async fn fetch_status(client: &reqwest::Client, base: &str) -> anyhow::Result<Ra
         .with_context(|| format!("{url} answered unexpected JSON"))
 }
 
-async fn status(client: &reqwest::Client, urls: &[String], json: bool) -> Result<(), Failure> {
+async fn status(admin: &Admin<'_>, urls: &[String], json: bool) -> Result<(), Failure> {
     let mut first = None;
     let mut errors = Vec::new();
     for url in urls {
-        match fetch_status(client, url).await {
+        match fetch_status(admin, url).await {
             Ok(s) => {
                 first = Some(s);
                 break;
@@ -189,7 +198,7 @@ async fn status(client: &reqwest::Client, urls: &[String], json: bool) -> Result
         let got = if m.id == first.id {
             Ok(first.clone())
         } else {
-            fetch_status(client, &format!("http://{}", m.addr)).await
+            fetch_status(admin, &format!("http://{}", m.addr)).await
         };
         rows.push((m.id, m.addr.clone(), got));
     }

@@ -1,12 +1,13 @@
 //! `gpumon coordinator`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use gpumon_common::config::FileConfig;
+use gpumon_common::config::{CoordinatorFile, FileConfig};
 use gpumon_common::notify::{NotifyFile, ReceiverKind};
+use gpumon_common::secrets::{read_secret, read_tokens, Secret};
 use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
-use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation, StartError};
+use gpumon_coordinator::{Coordinator, CoordinatorConfig, Credentials, Formation, StartError};
 
 use crate::args::{CoordinatorArgs, NotifyArgs};
 use crate::{shutdown, usage, Failure};
@@ -23,6 +24,7 @@ fn resolve(
         None => FileConfig::default(),
     };
     let file = whole.coordinator;
+    let credentials = credentials(&args, &file)?;
     let id = args.id.or(file.id).unwrap_or(1);
     let data_dir = args
         .data_dir
@@ -46,7 +48,7 @@ fn resolve(
     if let Some(v) = args.snapshot_chunk_bytes.or(file.snapshot_chunk_bytes) {
         config.snapshot_chunk_bytes = v;
     }
-    config.admin_token = args.admin_token.or(file.admin_token);
+    config.credentials = credentials;
     config.engine = whole.engine;
     config.planner = whole.actions;
     config.notify = notify_config(&args.notify, &whole.notify);
@@ -68,6 +70,39 @@ fn resolve(
     }
     config.validate().map_err(usage)?;
     Ok(config)
+}
+
+/// The secrets, read from their files: flags and the environment first,
+/// then the `[coordinator]` table.
+fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credentials, Failure> {
+    let either = |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.clone().or(key.clone());
+    let one = |path: Option<PathBuf>| -> Result<Option<Secret>, Failure> {
+        path.as_deref().map(read_secret).transpose().map_err(usage)
+    };
+    let cluster_secret = one(either(&args.cluster_secret_file, &file.cluster_secret_file))?;
+    let agent_tokens = either(&args.agent_token_file, &file.agent_token_file)
+        .as_deref()
+        .map(read_tokens)
+        .transpose()
+        .map_err(usage)?;
+    let admin_token = match (
+        one(either(&args.admin_token_file, &file.admin_token_file))?,
+        args.admin_token.as_ref().or(file.admin_token.as_ref()),
+    ) {
+        (Some(token), _) => Some(token),
+        (None, Some(text)) => {
+            tracing::warn!("the admin token is given as a value, which other users may see (ps, a shared config file); prefer --admin-token-file");
+            Some(Secret::new(text).map_err(|e| usage(format!("the admin token {e}")))?)
+        }
+        (None, None) => None,
+    };
+    Ok(Credentials {
+        cluster_secret,
+        agent_tokens,
+        admin_token,
+        open_reads: !args.closed_reads && file.open_reads.unwrap_or(true),
+        insecure: args.insecure || file.insecure.unwrap_or(false),
+    })
 }
 
 /// The notifier's config: the `[notify]` table, each kind's list replaced

@@ -85,6 +85,10 @@ pub struct AgentFile {
     pub sim_seed: Option<u64>,
     /// Simulator: job id of the simulated job.
     pub sim_job: Option<String>,
+    /// `--agent-token-file`: this agent's token.
+    pub agent_token_file: Option<PathBuf>,
+    /// `--insecure`.
+    pub insecure: Option<bool>,
 }
 
 /// `[coordinator]`: see `gpumon coordinator --help`.
@@ -111,8 +115,18 @@ pub struct CoordinatorFile {
     pub join: Option<bool>,
     /// `--snapshot-chunk-bytes`.
     pub snapshot_chunk_bytes: Option<u64>,
-    /// `--admin-token`.
+    /// `--admin-token` (prefer `admin_token_file`).
     pub admin_token: Option<String>,
+    /// `--cluster-secret-file`.
+    pub cluster_secret_file: Option<PathBuf>,
+    /// `--agent-token-file`: the accepted agent tokens, one per line.
+    pub agent_token_file: Option<PathBuf>,
+    /// `--admin-token-file`.
+    pub admin_token_file: Option<PathBuf>,
+    /// Reads without a token (`--closed-reads` sets it false).
+    pub open_reads: Option<bool>,
+    /// `--insecure`.
+    pub insecure: Option<bool>,
 }
 
 /// Why the file could not be used.

@@ -12,6 +12,7 @@
 //! - [`notify`]: the replicated book of notifications sent and what is due;
 //! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
+//! - [`secrets`]: secrets and tokens read from owner-only files;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
 //! - [`transition`]: the one state transition, `apply(state, command)`,
@@ -39,6 +40,7 @@ pub mod logging;
 pub mod metric_family;
 pub mod notify;
 pub mod replay;
+pub mod secrets;
 pub mod trace;
 pub mod transition;
 pub mod units;

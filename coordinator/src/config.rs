@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use gpumon_common::actions::PlannerConfig;
 use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
+use gpumon_common::secrets::Secret;
 
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
@@ -39,6 +40,77 @@ pub enum Formation {
     Join,
 }
 
+/// The secrets a replica checks requests against (`Authorization: Bearer`),
+/// read from owner-only files (see `gpumon_common::secrets`).
+///
+/// With none configured a replica is open, which [`Credentials::validate`]
+/// allows only on a loopback address or with `insecure`.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    /// What replicas send each other on `/raft/*`.
+    pub cluster_secret: Option<Secret>,
+    /// The agent tokens accepted on `/api/v1/ingest`; one per agent, so one
+    /// leaked token is revoked alone.
+    pub agent_tokens: Option<Vec<Secret>>,
+    /// What admin requests carry; it also reads. Without one, only loopback
+    /// clients may make admin requests.
+    pub admin_token: Option<Secret>,
+    /// Reads (the JSON API, `/metrics`, the stream) without a token.
+    pub open_reads: bool,
+    /// Run without secrets on a non-loopback address.
+    pub insecure: bool,
+}
+
+impl Default for Credentials {
+    fn default() -> Self {
+        Self {
+            cluster_secret: None,
+            agent_tokens: None,
+            admin_token: None,
+            open_reads: true,
+            insecure: false,
+        }
+    }
+}
+
+impl Credentials {
+    /// Refuses an open replica on a non-loopback `listen` address (unless
+    /// `insecure`), and closed reads without an admin token.
+    pub fn validate(&self, listen: &str) -> Result<(), String> {
+        if !self.open_reads && self.admin_token.is_none() {
+            return Err("closed reads (open_reads = false) need an admin token (--admin-token-file) to read with".into());
+        }
+        if self.insecure || is_loopback(listen) {
+            return Ok(());
+        }
+        let missing: Vec<&str> = [
+            (self.cluster_secret.is_none(), "--cluster-secret-file"),
+            (self.agent_tokens.is_none(), "--agent-token-file"),
+            (self.admin_token.is_none(), "--admin-token-file"),
+        ]
+        .into_iter()
+        .filter_map(|(gone, flag)| gone.then_some(flag))
+        .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "--listen {listen} is reachable from other hosts, and anyone who reaches it could forge pushes and Raft messages: give {} (or --insecure to run open on a trusted network)",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// Whether `host:port` names a loopback address only.
+pub fn is_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Everything a coordinator needs to run.
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
@@ -61,9 +133,8 @@ pub struct CoordinatorConfig {
     pub formation: Formation,
     /// Bytes per snapshot chunk sent to a peer.
     pub snapshot_chunk_bytes: u64,
-    /// Token that membership changes must carry (`Authorization: Bearer`);
-    /// without one, only loopback clients may change membership.
-    pub admin_token: Option<String>,
+    /// Who may call what; see [`Credentials`].
+    pub credentials: Credentials,
     /// The detection engine's tunables; the same on every replica.
     pub engine: EngineConfig,
     /// The release planner the leader runs.
@@ -85,7 +156,7 @@ impl CoordinatorConfig {
             limits: Limits::default(),
             formation: Formation::Single,
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
-            admin_token: None,
+            credentials: Credentials::default(),
             engine: EngineConfig::default(),
             planner: PlannerConfig::default(),
             notify: NotifyConfig::default(),
@@ -140,11 +211,7 @@ impl CoordinatorConfig {
         if let Some(a) = &self.advertise {
             check_addr(a).map_err(|e| format!("--advertise: {e}"))?;
         }
-        if let Some(t) = &self.admin_token {
-            if t.len() < 16 {
-                return Err("the admin token must be at least 16 characters".into());
-            }
-        }
+        self.credentials.validate(&self.listen)?;
         if let Formation::Peers(peers) = &self.formation {
             let Some(own) = peers.get(&self.id) else {
                 let ids: Vec<String> = peers.keys().map(u64::to_string).collect();

@@ -27,5 +27,5 @@ pub mod raft;
 mod release_task;
 mod service;
 
-pub use config::{CoordinatorConfig, Formation};
+pub use config::{CoordinatorConfig, Credentials, Formation};
 pub use node::{Coordinator, StartError};

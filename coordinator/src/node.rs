@@ -184,7 +184,7 @@ impl Coordinator {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            HttpNetwork::new(),
+            HttpNetwork::new(config.credentials.cluster_secret.clone()),
             log_store,
             state_machine.clone(),
         )
@@ -218,7 +218,7 @@ impl Coordinator {
             state_machine: state_machine.clone(),
             committed,
             max_push_bytes: config.max_push_bytes,
-            admin_token: config.admin_token.clone(),
+            credentials: config.credentials.clone(),
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),

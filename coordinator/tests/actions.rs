@@ -179,7 +179,7 @@ fn ranks_of(actions: &[Value]) -> Vec<u64> {
 }
 
 fn tune(c: &mut CoordinatorConfig) {
-    c.admin_token = Some(TOKEN.into());
+    c.credentials.admin_token = gpumon_common::secrets::Secret::new(TOKEN).ok();
     c.planner = PlannerConfig {
         horizon_s: 3600.0,
         min_reclaimable_bytes: 256 * MIB,

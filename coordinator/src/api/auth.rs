@@ -2,24 +2,34 @@
 //! names the [`Access`] it needs, and [`router`](super::router) puts this
 //! layer in front of it; handlers never check credentials themselves.
 //!
-//! Today's rules:
-//! - [`Access::Admin`] (membership changes, issuing actions): the admin
-//!   token as `Authorization: Bearer <token>`; with no token configured,
-//!   clients on loopback only. Refusals are 401 with what is missing.
-//! - [`Access::Open`], [`Access::Read`], [`Access::Agent`], [`Access::Peer`]:
-//!   answered to anyone who can reach the replica; bind it to a network
-//!   only the cluster can reach (see docs/operations.md, "Security").
-//!   The kinds stay apart so a credential for each can be required here
-//!   without touching a handler.
+//! Credentials are bearer secrets (`Authorization: Bearer <secret>`, see
+//! [`Credentials`]):
+//! - [`Access::Peer`] (Raft RPC, `/raft/*`): the cluster secret. A vote,
+//!   an append or a snapshot without it never reaches openraft, so no term,
+//!   index or membership from an unauthenticated peer touches the log.
+//! - [`Access::Agent`] (pushes): one of the accepted agent tokens.
+//! - [`Access::Admin`] (membership, issuing actions): the admin token;
+//!   with none configured, loopback clients only.
+//! - [`Access::Read`]: anyone while reads are open; else the admin token.
+//! - [`Access::Open`]: liveness and the dashboard's files.
+//!
+//! Where a secret is not configured its check is open (a replica refuses
+//! to start that way on a non-loopback address unless told `--insecure`).
+//! A refusal is a 401 saying what is missing, a warning in the log, and a
+//! count in `gpumon_api_requests_unauthorized_total{access}`; nothing of
+//! the request is read.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use gpumon_common::secrets::Secret;
 
 use super::{ApiError, AppState};
+use crate::config::Credentials;
 
 /// Who a route is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +46,38 @@ pub enum Access {
     Peer,
 }
 
+impl Access {
+    /// Its label in `/metrics`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Open => "open",
+            Access::Read => "read",
+            Access::Agent => "agent",
+            Access::Admin => "admin",
+            Access::Peer => "peer",
+        }
+    }
+
+    const REFUSABLE: [Access; 4] = [Access::Read, Access::Agent, Access::Admin, Access::Peer];
+}
+
+/// Requests refused, per kind of access.
+#[derive(Debug, Default)]
+pub struct Refused([AtomicU64; 4]);
+
+impl Refused {
+    fn add(&self, access: Access) {
+        if let Some(i) = Access::REFUSABLE.iter().position(|a| *a == access) {
+            self.0[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `(access, refused)` for each kind that can be refused.
+    pub fn counts(&self) -> [(&'static str, u64); 4] {
+        std::array::from_fn(|i| (Access::REFUSABLE[i].name(), self.0[i].load(Relaxed)))
+    }
+}
+
 /// The layer: lets the request through when the caller may have `access`.
 pub async fn require(
     State((state, access)): State<(AppState, Access)>,
@@ -48,68 +90,135 @@ pub async fn require(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0);
-    let allowed = match access {
-        Access::Admin => admin(&state, peer, &request),
-        Access::Open | Access::Read | Access::Agent | Access::Peer => Ok(()),
-    };
-    match allowed {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => {
-            tracing::warn!(peer = %peer.ip(), path = request.uri().path(), reason = %refusal_text(&refusal), "refused a request");
-            refusal.into_response()
-        }
-    }
-}
-
-fn refusal_text(e: &ApiError) -> &str {
-    match e {
-        ApiError::Unauthorized(m) => m,
-        _ => "refused",
-    }
-}
-
-/// An admin: the token, or loopback when none is configured.
-fn admin(state: &AppState, peer: SocketAddr, request: &Request) -> Result<(), ApiError> {
-    let Some(token) = &state.inner.admin_token else {
-        if peer.ip().is_loopback() {
-            return Ok(());
-        }
-        return Err(ApiError::Unauthorized(format!(
-            "admin requests from {} need an admin token; start the coordinators with --admin-token (GPUMON_ADMIN_TOKEN)",
-            peer.ip()
-        )));
-    };
     let given = request
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError::Unauthorized("wrong admin token".into())),
-        None => Err(ApiError::Unauthorized(
-            "this request needs `Authorization: Bearer <admin token>`".into(),
-        )),
+    match check(&state.inner.credentials, access, peer, given) {
+        Ok(()) => next.run(request).await,
+        Err(reason) => {
+            state.inner.refused.add(access);
+            tracing::warn!(peer = %peer.ip(), path = request.uri().path(), access = access.name(), %reason, "refused a request");
+            ApiError::Unauthorized(reason).into_response()
+        }
     }
 }
 
-/// Compares without stopping at the first difference, so the time taken
-/// does not tell how much of a guess was right.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Whether a caller at `peer` holding `given` may have `access`; the error
+/// says what is missing.
+fn check(
+    credentials: &Credentials,
+    access: Access,
+    peer: SocketAddr,
+    given: Option<&str>,
+) -> Result<(), String> {
+    let one_of = |accepted: &[Secret], what: &str| match given {
+        Some(g) if accepted.iter().any(|s| s.matches(g.as_bytes())) => Ok(()),
+        Some(_) => Err(format!("wrong {what}")),
+        None => Err(format!(
+            "this request needs `Authorization: Bearer <{what}>`"
+        )),
+    };
+    let admin = credentials.admin_token.as_slice();
+    match access {
+        Access::Open => Ok(()),
+        Access::Read if credentials.open_reads => Ok(()),
+        Access::Read => one_of(admin, "admin token"),
+        Access::Agent => match &credentials.agent_tokens {
+            Some(tokens) => one_of(tokens, "agent token"),
+            None => Ok(()),
+        },
+        Access::Peer => match &credentials.cluster_secret {
+            Some(secret) => one_of(std::slice::from_ref(secret), "cluster secret"),
+            None => Ok(()),
+        },
+        Access::Admin if admin.is_empty() => {
+            if peer.ip().is_loopback() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "admin requests from {} need an admin token; start the coordinators with --admin-token-file",
+                    peer.ip()
+                ))
+            }
+        }
+        Access::Admin => one_of(admin, "admin token"),
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
 mod tests {
-    use super::same;
+    use super::*;
+
+    fn secret(s: &str) -> Secret {
+        Secret::new(s).unwrap()
+    }
+
+    fn closed() -> Credentials {
+        Credentials {
+            cluster_secret: Some(secret("cluster-secret-0123456789")),
+            agent_tokens: Some(vec![
+                secret("agent-token-of-node-a-01"),
+                secret("agent-token-of-node-b-02"),
+            ]),
+            admin_token: Some(secret("admin-token-0123456789")),
+            open_reads: false,
+            insecure: false,
+        }
+    }
+
+    const REMOTE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(10, 0, 0, 9),
+        40000,
+    ));
+    const LOCAL: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::LOCALHOST,
+        40000,
+    ));
 
     #[test]
-    fn compares_whole_tokens() {
-        assert!(same(b"abcdefgh", b"abcdefgh"));
-        assert!(!same(b"abcdefgh", b"abcdefgX"));
-        assert!(!same(b"abc", b"abcd"));
+    fn each_kind_of_access_takes_its_own_secret_and_no_other() {
+        let c = closed();
+        let ok = |access, given| check(&c, access, REMOTE, given).is_ok();
+        assert!(ok(Access::Peer, Some("cluster-secret-0123456789")));
+        assert!(!ok(Access::Peer, Some("agent-token-of-node-a-01")));
+        assert!(!ok(Access::Peer, None));
+        assert!(ok(Access::Agent, Some("agent-token-of-node-b-02")));
+        assert!(!ok(Access::Agent, Some("cluster-secret-0123456789")));
+        assert!(!ok(Access::Agent, Some("agent-token-of-node-c-03")));
+        assert!(ok(Access::Admin, Some("admin-token-0123456789")));
+        assert!(!ok(Access::Admin, Some("agent-token-of-node-a-01")));
+        assert!(ok(Access::Read, Some("admin-token-0123456789")));
+        assert!(!ok(Access::Read, None));
+        assert!(ok(Access::Open, None));
+        assert!(
+            check(&c, Access::Admin, LOCAL, None).is_err(),
+            "loopback is no credential once a token exists"
+        );
+    }
+
+    #[test]
+    fn without_secrets_only_admin_is_limited_to_loopback() {
+        let open = Credentials::default();
+        for access in [Access::Peer, Access::Agent, Access::Read, Access::Open] {
+            assert!(check(&open, access, REMOTE, None).is_ok(), "{access:?}");
+        }
+        assert!(check(&open, Access::Admin, LOCAL, None).is_ok());
+        let err = check(&open, Access::Admin, REMOTE, None).unwrap_err();
+        assert!(err.contains("10.0.0.9"), "{err}");
+    }
+
+    #[test]
+    fn refusals_are_counted_per_kind() {
+        let r = Refused::default();
+        r.add(Access::Agent);
+        r.add(Access::Agent);
+        r.add(Access::Peer);
+        r.add(Access::Open);
+        assert_eq!(
+            r.counts(),
+            [("read", 0), ("agent", 2), ("admin", 0), ("peer", 1)]
+        );
     }
 }

@@ -62,7 +62,7 @@ pub use error::ApiError;
 
 use gpumon_common::actions::IssueRules;
 
-use crate::config::MAX_RAFT_RPC_BYTES;
+use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
 use crate::notify::NotifyStats;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
@@ -88,8 +88,8 @@ pub struct AppParts {
     pub committed: CommittedIndex,
     /// Largest push accepted, bytes.
     pub max_push_bytes: usize,
-    /// Token membership changes must carry; `None`: loopback clients only.
-    pub admin_token: Option<String>,
+    /// Who may call what.
+    pub credentials: Credentials,
     /// Expiry and rate limit given to actions an admin issues.
     pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
@@ -104,7 +104,8 @@ struct Inner {
     state_machine: StateMachine,
     committed: CommittedIndex,
     max_push_bytes: usize,
-    admin_token: Option<String>,
+    credentials: Credentials,
+    refused: auth::Refused,
     service: Service,
     notify_stats: NotifyStats,
     rejected: Rejected,
@@ -147,7 +148,8 @@ impl AppState {
                 state_machine: parts.state_machine,
                 committed: parts.committed,
                 max_push_bytes: parts.max_push_bytes,
-                admin_token: parts.admin_token,
+                credentials: parts.credentials,
+                refused: auth::Refused::default(),
                 service,
                 notify_stats: parts.notify_stats,
                 rejected: Rejected::default(),

@@ -18,6 +18,7 @@ use openraft::error::{
 use std::error::Error;
 use std::time::Duration;
 
+use gpumon_common::secrets::Secret;
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -39,24 +40,21 @@ type NodeId = u64;
 #[derive(Debug, Clone)]
 pub struct HttpNetwork {
     client: reqwest::Client,
+    secret: Option<Secret>,
 }
 
 impl HttpNetwork {
-    /// A network on its own connection pool (separate from client forwarding).
-    pub fn new() -> Self {
+    /// A network on its own connection pool (separate from client
+    /// forwarding) that sends `secret`, the cluster secret, with every RPC.
+    pub fn new(secret: Option<Secret>) -> Self {
         Self {
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(4)
                 .connect_timeout(Duration::from_secs(1))
                 .build()
                 .expect("reqwest client builds"),
+            secret,
         }
-    }
-}
-
-impl Default for HttpNetwork {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -68,6 +66,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             target,
             addr: node.addr.clone(),
             client: self.client.clone(),
+            secret: self.secret.clone(),
         }
     }
 }
@@ -78,6 +77,7 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     client: reqwest::Client,
+    secret: Option<Secret>,
 }
 
 impl PeerClient {
@@ -95,10 +95,14 @@ impl PeerClient {
         let body =
             postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let url = format!("http://{}/raft/{route}", self.addr);
-        let resp = self
+        let mut request = self
             .client
             .post(url)
-            .header(RAFT_VERSION_HEADER, RAFT_VERSION)
+            .header(RAFT_VERSION_HEADER, RAFT_VERSION);
+        if let Some(secret) = &self.secret {
+            request = request.bearer_auth(secret.expose());
+        }
+        let resp = request
             .timeout(option.hard_ttl())
             .body(body)
             .send()

@@ -387,6 +387,14 @@ fn encode_cluster(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
             .iter()
             .map(|(r, n)| ([("reason", *r)], *n)),
     )?;
+    counters(
+        enc,
+        "gpumon_api_requests_unauthorized",
+        "Requests this replica refused for a missing or wrong secret, by kind of access",
+        s.requests_unauthorized
+            .iter()
+            .map(|(a, n)| ([("access", *a)], *n)),
+    )?;
     counter(
         enc,
         "gpumon_hook_records_applied",

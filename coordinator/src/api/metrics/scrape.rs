@@ -165,6 +165,8 @@ pub struct Scrape {
     pub observations_ignored: [(&'static str, u64); 2],
     /// Pushes this replica refused, by reason.
     pub pushes_rejected: [(&'static str, u64); 3],
+    /// Requests the authorization layer refused, by kind of access.
+    pub requests_unauthorized: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
     pub notifications: Vec<(&'static str, NotifyCounts)>,
     /// Newest window end applied, seconds since the epoch (0: none).
@@ -304,6 +306,7 @@ impl Scrape {
                 ("invalid", engine_counters.invalid),
             ],
             pushes_rejected,
+            requests_unauthorized: inner.refused.counts(),
             notifications,
             data_time_s: cluster.now_ms as f64 / 1000.0,
             raft,
