@@ -219,6 +219,7 @@ impl Coordinator {
             committed,
             max_push_bytes: config.max_push_bytes,
             credentials: config.credentials.clone(),
+            data_dir: config.data_dir.clone(),
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),

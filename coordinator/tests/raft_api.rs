@@ -117,3 +117,47 @@ async fn a_peer_of_another_raft_protocol_version_is_refused() {
     assert!(text.contains("version 99 is not supported"), "{text}");
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn ready_says_why_not_and_a_dead_address_is_never_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let c = start_with_token(&data).await;
+    let url = c.api_url();
+    push(&url, &hello()).await;
+    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
+    assert_eq!(reqwest::get(format!("{url}/healthz")).await.unwrap().status(), 200);
+
+    // A replica whose address nothing answers at is refused, and the
+    // membership stays as it was.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/api/v1/cluster/members"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"id": 4, "addr": addr, "learner": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: ApiErrorBody = resp.json().await.unwrap();
+    assert!(body.message.contains("nothing answers"), "{body:?}");
+    let s: RaftStatus = reqwest::get(format!("{url}/api/v1/raft"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((s.voters.len(), s.learners.len()), (1, 0), "{s:?}");
+
+    // Storage that no longer takes writes makes the replica unready and
+    // says so (the data directory gone from under it).
+    std::fs::remove_dir_all(&data).unwrap();
+    let unready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(unready.status(), 503);
+    let why = unready.text().await.unwrap();
+    assert!(why.contains("does not take writes"), "{why}");
+    c.shutdown().await;
+}

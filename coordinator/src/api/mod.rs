@@ -19,7 +19,8 @@
 //! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
 //! | `GET /metrics` | | Prometheus: OpenMetrics text, or the classic text format for `Accept: text/plain`; see `metrics` |
 //! | `GET /api/v1/openapi.json` | | the OpenAPI 3.1 document of these routes, generated from the `gpumon_proto::api` types; see `openapi` |
-//! | `GET /healthz` | | `ok` |
+//! | `GET /healthz` | | `ok` while the Raft core runs; 503 with the error once it has stopped |
+//! | `GET /readyz` | | `ready`: a leader is known, applying, the data directory takes writes; else 503 with the reasons |
 //! | `GET /`, `GET /assets/{*path}` | | the web dashboard, compiled in; see `dashboard` |
 //!
 //! Every read is served from this replica's own state; adding
@@ -90,6 +91,8 @@ pub struct AppParts {
     pub max_push_bytes: usize,
     /// Who may call what.
     pub credentials: Credentials,
+    /// The data directory, which readiness checks takes writes.
+    pub data_dir: std::path::PathBuf,
     /// Expiry and rate limit given to actions an admin issues.
     pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
@@ -105,6 +108,7 @@ struct Inner {
     committed: CommittedIndex,
     max_push_bytes: usize,
     credentials: Credentials,
+    data_dir: std::path::PathBuf,
     refused: auth::Refused,
     service: Service,
     notify_stats: NotifyStats,
@@ -149,6 +153,7 @@ impl AppState {
                 committed: parts.committed,
                 max_push_bytes: parts.max_push_bytes,
                 credentials: parts.credentials,
+                data_dir: parts.data_dir,
                 refused: auth::Refused::default(),
                 service,
                 notify_stats: parts.notify_stats,

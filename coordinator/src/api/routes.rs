@@ -155,6 +155,7 @@ pub const ROUTES: &[Route] = &[
     }),
     route(Get, "/metrics", (Api, Read), |m| on(m, metrics::metrics)),
     route(Get, "/healthz", (Api, Open), |m| on(m, health::healthz)),
+    route(Get, "/readyz", (Api, Open), |m| on(m, health::readyz)),
     route(Get, "/", (Dashboard, Open), |m| on(m, dashboard::index)),
     route(Get, "/assets/{*path}", (Dashboard, Open), |m| {
         on(m, dashboard::asset)

@@ -42,6 +42,9 @@ impl Service {
             )));
         }
         let is_voter = current.voter_ids().any(|v| v == req.id);
+        if current.get_node(&req.id).is_none() {
+            self.answers(&req.addr).await?;
+        }
         tracing::info!(id = req.id, addr = %req.addr, "adding a replica as a learner");
         let node = BasicNode {
             addr: req.addr.clone(),
@@ -98,6 +101,22 @@ impl Service {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Refuses an address where no live replica answers: a voter that can
+    /// never vote would cost the cluster its majority.
+    async fn answers(&self, addr: &str) -> Result<(), ServiceError> {
+        let url = format!("http://{addr}/healthz");
+        match self.probe.get(&url).send().await {
+            Ok(resp) if resp.status().is_success() => Ok(()),
+            Ok(resp) => Err(ServiceError::Unavailable(format!(
+                "the replica at {addr} answers {} on /healthz; add it once it is up (started with --join)",
+                resp.status()
+            ))),
+            Err(e) => Err(ServiceError::Invalid(format!(
+                "nothing answers at {addr} ({e}); start the new replica with --join first"
+            ))),
+        }
     }
 
     async fn change(&self, change: ChangeMembers<u64, BasicNode>) -> Result<(), ServiceError> {

@@ -31,6 +31,8 @@ pub struct Service {
     raft: Raft,
     state_machine: StateMachine,
     admin_rules: IssueRules,
+    /// For probing a replica before it is added.
+    probe: reqwest::Client,
 }
 
 impl std::fmt::Debug for Service {
@@ -49,6 +51,11 @@ impl Service {
             raft,
             state_machine,
             admin_rules,
+            probe: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(2))
+                .timeout(std::time::Duration::from_secs(3))
+                .build()
+                .expect("reqwest client builds"),
         }
     }
 

@@ -47,6 +47,7 @@ pub const ADMIN_TOKEN: &str = "adminToken";
         openapi,
         metrics::metrics,
         health::healthz,
+        health::readyz,
     ),
     components(schemas(Consistency)),
     modifiers(&AdminTokenScheme),
