@@ -125,6 +125,9 @@ pub struct CoordinatorConfig {
     pub data_dir: PathBuf,
     /// Largest push accepted, bytes.
     pub max_push_bytes: usize,
+    /// Pushes between decoding and commit at once; more are answered 429
+    /// with `Retry-After`.
+    pub max_pushes_in_flight: usize,
     /// Log entries between snapshots.
     pub snapshot_every_entries: u64,
     /// Bounds on the cluster view.
@@ -152,6 +155,7 @@ impl CoordinatorConfig {
             advertise: None,
             data_dir,
             max_push_bytes: DEFAULT_MAX_PUSH_BYTES,
+            max_pushes_in_flight: crate::service::DEFAULT_MAX_PUSHES_IN_FLIGHT,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             limits: Limits::default(),
             formation: Formation::Single,
@@ -198,6 +202,9 @@ impl CoordinatorConfig {
                 "[engine] window_s ({}) must be positive and warmup_s ({}) zero or more",
                 e.window_s, e.warmup_s
             ));
+        }
+        if self.max_pushes_in_flight == 0 {
+            return Err("max_pushes_in_flight must be at least 1".into());
         }
         if self.snapshot_every_entries == 0 {
             return Err("snapshot_every_entries must be at least 1".into());

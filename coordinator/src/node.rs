@@ -218,6 +218,7 @@ impl Coordinator {
             state_machine: state_machine.clone(),
             committed,
             max_push_bytes: config.max_push_bytes,
+            max_pushes_in_flight: config.max_pushes_in_flight,
             credentials: config.credentials.clone(),
             data_dir: config.data_dir.clone(),
             planner_rules: config.planner.rules(),

@@ -127,7 +127,13 @@ async fn ready_says_why_not_and_a_dead_address_is_never_added() {
     push(&url, &hello()).await;
     let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
-    assert_eq!(reqwest::get(format!("{url}/healthz")).await.unwrap().status(), 200);
+    assert_eq!(
+        reqwest::get(format!("{url}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 
     // A replica whose address nothing answers at is refused, and the
     // membership stays as it was.

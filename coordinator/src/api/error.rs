@@ -24,6 +24,8 @@ pub enum ApiError {
     NotLeader(Option<String>),
     /// 503: no leader, or the Raft core is unavailable; try again.
     Unavailable(String),
+    /// 429: too much in flight; retry after the duration.
+    Busy(std::time::Duration),
 }
 
 impl From<ServiceError> for ApiError {
@@ -56,6 +58,23 @@ impl IntoResponse for ApiError {
                 (StatusCode::MISDIRECTED_REQUEST, "not_leader", m)
             }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+            ApiError::Busy(after) => {
+                let body = ApiErrorBody {
+                    error: "busy".into(),
+                    message: format!(
+                        "too many pushes in flight on this replica; retry after {} s",
+                        after.as_secs().max(1)
+                    ),
+                    leader_url: None,
+                };
+                let retry_after = after.as_secs().max(1).to_string();
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(axum::http::header::RETRY_AFTER, retry_after)],
+                    Json(body),
+                )
+                    .into_response();
+            }
         };
         (
             status,

@@ -19,7 +19,7 @@ use gpumon_proto::{AgentMessage, CoordinatorReply};
 
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::PushError;
+use crate::service::{PushError, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(
@@ -31,6 +31,7 @@ use crate::service::PushError;
         (status = 400, description = "An unknown protocol version, or an undecodable body.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
+        (status = 429, description = "Too many pushes in flight on this replica; retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),
         (status = 503, description = "No leader, or the push could not be committed; retry.", body = ApiErrorBody),
     ),
 )]
@@ -70,6 +71,10 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         Err(PushError::Refused(refused)) => {
             inner.rejected.malformed.fetch_add(1, Relaxed);
             return Err(ApiError::BadRequest(refused.to_string()));
+        }
+        Err(PushError::Busy) => {
+            inner.rejected.busy.fetch_add(1, Relaxed);
+            return Err(ApiError::Busy(RETRY_AFTER));
         }
         Err(PushError::Service(e)) => return Err(e.into()),
     };

@@ -68,7 +68,7 @@ use crate::notify::NotifyStats;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
-use crate::service::Service;
+use crate::service::{Admission, Service};
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
@@ -89,6 +89,8 @@ pub struct AppParts {
     pub committed: CommittedIndex,
     /// Largest push accepted, bytes.
     pub max_push_bytes: usize,
+    /// Pushes between decoding and commit at once; more are answered 429.
+    pub max_pushes_in_flight: usize,
     /// Who may call what.
     pub credentials: Credentials,
     /// The data directory, which readiness checks takes writes.
@@ -134,6 +136,7 @@ struct Rejected {
     too_large: AtomicU64,
     bad_version: AtomicU64,
     malformed: AtomicU64,
+    busy: AtomicU64,
 }
 
 impl AppState {
@@ -144,6 +147,7 @@ impl AppState {
             parts.raft.clone(),
             parts.state_machine.clone(),
             parts.planner_rules,
+            Admission::new(parts.max_pushes_in_flight),
         );
         Self {
             inner: Arc::new(Inner {

@@ -18,6 +18,9 @@ impl Service {
     /// a committed push.
     pub async fn push(&self, message: AgentMessage) -> Result<CoordinatorReplyV1, PushError> {
         let AgentMessage::V1(message) = message;
+        let Some(_slot) = self.admission.admit() else {
+            return Err(PushError::Busy);
+        };
         let (acked_seq, node, command) = match message {
             AgentMessageV1::Hello(hello) => (0, None, CommandV1::Hello(hello)),
             AgentMessageV1::Push(batch) => {
@@ -47,6 +50,10 @@ pub enum PushError {
     /// It broke a bound; it never reached the log.
     #[error(transparent)]
     Refused(PushRefused),
+    /// Too many pushes are in flight; retry after
+    /// [`RETRY_AFTER`](super::RETRY_AFTER).
+    #[error("too many pushes in flight; retry shortly")]
+    Busy,
     /// The cluster could not commit it.
     #[error(transparent)]
     Service(ServiceError),

@@ -10,6 +10,7 @@
 //! authorization layer.
 
 mod actions;
+mod admission;
 mod error;
 mod ingest;
 mod members;
@@ -18,6 +19,7 @@ use gpumon_common::actions::IssueRules;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
+pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, RETRY_AFTER};
 pub use error::ServiceError;
 pub use ingest::PushError;
 
@@ -33,6 +35,8 @@ pub struct Service {
     admin_rules: IssueRules,
     /// For probing a replica before it is added.
     probe: reqwest::Client,
+    /// The bound on pushes in flight.
+    admission: Admission,
 }
 
 impl std::fmt::Debug for Service {
@@ -44,8 +48,15 @@ impl std::fmt::Debug for Service {
 }
 
 impl Service {
-    /// The service of replica `id`; actions an admin issues get `admin_rules`.
-    pub fn new(id: u64, raft: Raft, state_machine: StateMachine, admin_rules: IssueRules) -> Self {
+    /// The service of replica `id`; actions an admin issues get
+    /// `admin_rules`; pushes are admitted by `admission`.
+    pub fn new(
+        id: u64,
+        raft: Raft,
+        state_machine: StateMachine,
+        admin_rules: IssueRules,
+        admission: Admission,
+    ) -> Self {
         Self {
             id,
             raft,
@@ -56,6 +67,7 @@ impl Service {
                 .timeout(std::time::Duration::from_secs(3))
                 .build()
                 .expect("reqwest client builds"),
+            admission,
         }
     }
 

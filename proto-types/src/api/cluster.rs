@@ -56,6 +56,9 @@ pub struct RejectedPushes {
     pub bad_version: u64,
     /// Undecodable, or over a per-message bound.
     pub malformed: u64,
+    /// Refused for backpressure (429): too many pushes in flight.
+    #[serde(default)]
+    pub busy: u64,
 }
 
 /// One agent as the cluster knows it.

@@ -164,7 +164,7 @@ pub struct Scrape {
     /// Engine observations ignored, by reason.
     pub observations_ignored: [(&'static str, u64); 2],
     /// Pushes this replica refused, by reason.
-    pub pushes_rejected: [(&'static str, u64); 3],
+    pub pushes_rejected: [(&'static str, u64); 4],
     /// Requests the authorization layer refused, by kind of access.
     pub requests_unauthorized: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
@@ -188,6 +188,7 @@ impl Scrape {
             ("too_large", inner.rejected.too_large.load(Relaxed)),
             ("bad_version", inner.rejected.bad_version.load(Relaxed)),
             ("malformed", inner.rejected.malformed.load(Relaxed)),
+            ("busy", inner.rejected.busy.load(Relaxed)),
         ];
         let raft = raft_row(state);
         let notifications = inner
