@@ -39,6 +39,9 @@ fn resolve(
     if let Some(v) = args.max_push_bytes.or(file.max_push_bytes) {
         config.max_push_bytes = v;
     }
+    if let Some(v) = args.max_pushes_in_flight.or(file.max_pushes_in_flight) {
+        config.max_pushes_in_flight = v;
+    }
     if let Some(v) = args.history_windows.or(file.history_windows) {
         config.limits.history_windows = v;
     }

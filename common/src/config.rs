@@ -105,6 +105,8 @@ pub struct CoordinatorFile {
     pub data_dir: Option<PathBuf>,
     /// Largest push accepted, bytes.
     pub max_push_bytes: Option<usize>,
+    /// `--max-pushes-in-flight`.
+    pub max_pushes_in_flight: Option<usize>,
     /// Windows kept per memory series.
     pub history_windows: Option<usize>,
     /// Log entries between snapshots.
