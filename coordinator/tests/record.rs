@@ -21,6 +21,7 @@ const GIB: u64 = 1 << 30;
 const T0_MS: u64 = 1_700_000_000_000;
 /// The stream's limit (`MAX_STREAM_CLIENTS`).
 const MAX_STREAMS: usize = 64;
+const MAX_STREAMS_PER_CLIENT: usize = 4;
 /// Bound on every wait.
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -101,6 +102,14 @@ async fn push(url: &str, msg: &AgentMessage) -> bool {
 }
 
 /// A stream client reading whole lines.
+/// A client whose connections come from the loopback address `from`.
+fn from_address(from: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .build()
+        .unwrap()
+}
+
 struct StreamClient {
     resp: reqwest::Response,
     buf: Vec<u8>,
@@ -108,7 +117,16 @@ struct StreamClient {
 
 impl StreamClient {
     async fn connect(url: &str) -> Self {
-        let resp = reqwest::get(format!("{url}/api/v1/stream")).await.unwrap();
+        Self::connect_from(url, [127, 0, 0, 1]).await
+    }
+
+    /// A stream opened from the loopback address `from` (any 127.x.y.z).
+    async fn connect_from(url: &str, from: [u8; 4]) -> Self {
+        let resp = from_address(from)
+            .get(format!("{url}/api/v1/stream"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(
             resp.headers()["content-type"],
@@ -287,25 +305,37 @@ async fn streams_are_bounded_and_a_closed_one_frees_its_slot() {
     let c = start(dir.path(), 1000).await;
     let url = c.api_url();
 
+    // One client gets its share, and no more.
     let mut open = Vec::new();
-    for _ in 0..MAX_STREAMS {
+    for _ in 0..MAX_STREAMS_PER_CLIENT {
         open.push(StreamClient::connect(&url).await);
     }
     let resp = reqwest::get(format!("{url}/api/v1/stream")).await.unwrap();
+    assert_eq!(resp.status(), 429, "a fifth stream from one client");
+    // Other clients (other loopback addresses) fill the replica's slots.
+    for i in 0..(MAX_STREAMS - MAX_STREAMS_PER_CLIENT) {
+        let from = [127, 0, 1, 1 + (i / MAX_STREAMS_PER_CLIENT) as u8];
+        open.push(StreamClient::connect_from(&url, from).await);
+    }
+    let resp = from_address([127, 0, 2, 1])
+        .get(format!("{url}/api/v1/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 503);
     let err: ApiErrorBody = resp.json().await.unwrap();
     assert_eq!(err.error, "unavailable");
     assert!(err.message.contains("64"), "{err:?}");
 
     // A client that hangs up frees its slot, even while nothing streams.
-    drop(open.pop());
+    drop(open.remove(0));
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
         let resp = reqwest::get(format!("{url}/api/v1/stream")).await.unwrap();
         if resp.status() == 200 {
             break;
         }
-        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.status(), 429, "the client still holds its share");
         assert!(
             tokio::time::Instant::now() < deadline,
             "the slot of a closed stream was not freed"

@@ -50,6 +50,7 @@ mod raft_status;
 mod read;
 mod routes;
 mod stream;
+mod stream_slots;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -57,7 +58,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::Router;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 pub use error::ApiError;
 
@@ -116,8 +117,8 @@ struct Inner {
     notify_stats: NotifyStats,
     rejected: Rejected,
     shutdown: watch::Receiver<bool>,
-    /// One permit per open `/api/v1/stream` response.
-    stream_slots: Arc<Semaphore>,
+    /// The slots of `/api/v1/stream` responses.
+    stream_slots: stream_slots::StreamSlots,
     /// Client requests forwarded to the leader; its own pool, apart from Raft RPC.
     forward: reqwest::Client,
 }
@@ -163,7 +164,7 @@ impl AppState {
                 notify_stats: parts.notify_stats,
                 rejected: Rejected::default(),
                 shutdown: parts.shutdown,
-                stream_slots: Arc::new(Semaphore::new(stream::MAX_STREAM_CLIENTS)),
+                stream_slots: stream_slots::StreamSlots::default(),
                 forward: forward::client(),
             }),
         }

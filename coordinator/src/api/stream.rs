@@ -30,28 +30,37 @@
 //! streams can slow down apply.
 //!
 //! At most [`MAX_STREAM_CLIENTS`] streams are open at once per replica (503
-//! beyond). Every stream ends when the coordinator shuts down. The stream
+//! beyond) and `MAX_STREAMS_PER_CLIENT` per client address (429 beyond;
+//! see `stream_slots`). A client that stops reading is dropped, not kept:
+//! chunks wait for it in a buffer of [`STREAM_BUFFER_CHUNKS`], and once that
+//! is full the stream ends and frees its slot. Every stream ends when the
+//! coordinator shuts down. The stream
 //! takes no query parameters; any is refused (400) so typos do not pass
 //! silently.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use gpumon_common::trace::from_window::{gpu_record, hook_record, rank_records};
 use gpumon_common::trace::TraceRecord;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, mpsc, watch};
 
+use super::stream_slots::{NoSlot, StreamSlot};
 use super::{ApiError, AppState};
 use crate::raft::state_machine::AppliedBatch;
 
-/// Most `/api/v1/stream` responses one replica serves at once.
-pub const MAX_STREAM_CLIENTS: usize = 64;
+use super::stream_slots::MAX_STREAM_CLIENTS;
+
+/// Chunks (one per applied batch) that wait for a slow client before it is
+/// dropped.
+pub const STREAM_BUFFER_CHUNKS: usize = 256;
 
 /// (job, rank) pairs a connection remembers to leave out repeated `rank`
 /// records; past it, it forgets them all and repeats each once.
@@ -69,11 +78,13 @@ const NDJSON: &str = "application/x-ndjson";
     responses(
         (status = 200, description = "A never-ending stream, one trace record per line.", body = String, content_type = "application/x-ndjson"),
         (status = 400, description = "A query parameter was given; the stream takes none.", body = gpumon_proto::api::ApiErrorBody),
+        (status = 429, description = "This client holds its share of streams; close one.", body = gpumon_proto::api::ApiErrorBody),
         (status = 503, description = "Too many open streams; retry later.", body = gpumon_proto::api::ApiErrorBody),
     ),
 )]
 pub async fn stream(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     if let Some(q) = query.filter(|q| !q.is_empty()) {
@@ -82,35 +93,67 @@ pub async fn stream(
         )));
     }
     let inner = &state.inner;
-    let permit = Arc::clone(&inner.stream_slots)
-        .try_acquire_owned()
-        .map_err(|_| {
-            ApiError::Unavailable(format!(
-                "{MAX_STREAM_CLIENTS} streams are open on this replica, the most it serves; \
-                 close one or stream from another replica"
-            ))
-        })?;
+    let slot = inner.stream_slots.claim(peer.ip()).map_err(|no| match no {
+        NoSlot::Replica => ApiError::Unavailable(format!(
+            "{MAX_STREAM_CLIENTS} streams are open on this replica, the most it serves; \
+             close one or stream from another replica"
+        )),
+        NoSlot::Client => ApiError::Busy(std::time::Duration::from_secs(10)),
+    })?;
     // Subscribe before answering, so that everything applied after the
     // client has the response head is in the stream.
     let applied = inner.state_machine.subscribe_applied();
-    let open = MAX_STREAM_CLIENTS - inner.stream_slots.available_permits();
-    tracing::info!(open, "stream client connected");
+    tracing::info!(open = inner.stream_slots.open(), client = %peer.ip(), "stream client connected");
     let stream = Stream {
         applied,
         shutdown: inner.shutdown.clone(),
         encoder: Encoder::default(),
-        _permit: permit,
     };
-    let body = Body::from_stream(futures_util::stream::unfold(stream, next_chunk));
+    let (chunks, waiting) = mpsc::channel(STREAM_BUFFER_CHUNKS);
+    tokio::spawn(feed(stream, chunks, slot, peer));
+    let body = Body::from_stream(futures_util::stream::unfold(waiting, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    }));
     Ok(([(CONTENT_TYPE, NDJSON), (CACHE_CONTROL, "no-cache")], body).into_response())
 }
 
-/// One open stream; dropping it (client gone, or the end) frees its slot.
+/// Moves chunks to the client's buffer until the stream ends, the client
+/// goes away, or the buffer is full (the client stopped reading); the slot
+/// is freed then.
+async fn feed(
+    mut stream: Stream,
+    chunks: mpsc::Sender<Bytes>,
+    _slot: StreamSlot,
+    peer: SocketAddr,
+) {
+    loop {
+        let next = tokio::select! {
+            // The client went away while nothing was applied.
+            _ = chunks.closed() => return,
+            next = next_chunk(stream) => next,
+        };
+        let Some((Ok(chunk), next)) = next else {
+            return;
+        };
+        stream = next;
+        match chunks.try_send(chunk) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(client = %peer, buffered = STREAM_BUFFER_CHUNKS, "stream client stopped reading; dropping it");
+                return;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+        }
+    }
+}
+
+/// One open stream's source: the applied batches and their encoding.
 struct Stream {
     applied: broadcast::Receiver<Arc<AppliedBatch>>,
     shutdown: watch::Receiver<bool>,
     encoder: Encoder,
-    _permit: OwnedSemaphorePermit,
 }
 
 /// The lines of the next applied batch, or `None` once the coordinator stops.
@@ -437,5 +480,43 @@ mod tests {
             assert!(enc.remember("job", r, seen(1)));
         }
         assert!(enc.ranks_remembered <= MAX_RANKS_REMEMBERED);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_dropped_and_its_slot_freed() {
+        let (applied_tx, applied) = broadcast::channel(64);
+        let (_stop, shutdown) = watch::channel(false);
+        let slots = crate::api::stream_slots::StreamSlots::default();
+        let slot = slots.claim([127, 0, 0, 1].into()).unwrap();
+        let (chunks, mut waiting) = mpsc::channel(2);
+        let stream = Stream {
+            applied,
+            shutdown,
+            encoder: Encoder::default(),
+        };
+        let peer: SocketAddr = ([127, 0, 0, 1], 5000).into();
+        let feeding = tokio::spawn(feed(stream, chunks, slot, peer));
+        for i in 0..3u64 {
+            applied_tx
+                .send(Arc::new(AppliedBatch {
+                    node: "n0".into(),
+                    windows: vec![window(1_000 * (i + 1), 0, 100)],
+                    hook: Vec::new(),
+                }))
+                .unwrap();
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), feeding)
+            .await
+            .expect("the feeder gives up on a full buffer")
+            .unwrap();
+        assert_eq!(slots.open(), 0, "the slot is free again");
+        let mut got = 0;
+        while waiting.recv().await.is_some() {
+            got += 1;
+        }
+        assert_eq!(
+            got, 2,
+            "what was buffered is still delivered, then the stream ends"
+        );
     }
 }
