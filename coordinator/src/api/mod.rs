@@ -129,6 +129,7 @@ struct Rejected {
     too_large: AtomicU64,
     bad_version: AtomicU64,
     malformed: AtomicU64,
+    out_of_bounds: AtomicU64,
 }
 
 impl AppState {

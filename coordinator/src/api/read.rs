@@ -32,6 +32,7 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
             too_large: inner.rejected.too_large.load(Relaxed),
             bad_version: inner.rejected.bad_version.load(Relaxed),
             malformed: inner.rejected.malformed.load(Relaxed),
+            out_of_bounds: inner.rejected.out_of_bounds.load(Relaxed),
         },
     });
     Json(view)

@@ -13,13 +13,14 @@ mod actions;
 mod error;
 mod ingest;
 mod members;
+mod push_bounds;
 
 use gpumon_common::actions::IssueRules;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
 pub use error::ServiceError;
-pub use ingest::PushError;
+pub use ingest::{PushError, Refusal};
 
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, CommandResult, Raft};

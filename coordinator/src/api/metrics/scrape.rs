@@ -164,7 +164,7 @@ pub struct Scrape {
     /// Engine observations ignored, by reason.
     pub observations_ignored: [(&'static str, u64); 2],
     /// Pushes this replica refused, by reason.
-    pub pushes_rejected: [(&'static str, u64); 3],
+    pub pushes_rejected: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
     pub notifications: Vec<(&'static str, NotifyCounts)>,
     /// Newest window end applied, seconds since the epoch (0: none).
@@ -186,6 +186,7 @@ impl Scrape {
             ("too_large", inner.rejected.too_large.load(Relaxed)),
             ("bad_version", inner.rejected.bad_version.load(Relaxed)),
             ("malformed", inner.rejected.malformed.load(Relaxed)),
+            ("out_of_bounds", inner.rejected.out_of_bounds.load(Relaxed)),
         ];
         let raft = raft_row(state);
         let notifications = inner
