@@ -14,7 +14,7 @@ use gpumon_common::limits::MAX_SEQ_GAP;
 use gpumon_proto::api::{ApiErrorBody, ClusterView};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, EventRecord, GpuInfo, GpuWindow, HookRecord,
+    AgentMessage, AgentMessageV1, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello, HookRecord,
     PushBatch, PushOutcome,
 };
 
@@ -193,6 +193,18 @@ async fn a_restarted_agent_is_taken_from_seq_one_and_a_resend_stays_a_duplicate(
     for seq in 1..=5 {
         applied(&url, push_of("a", 1, seq, wall_ms())).await;
     }
+    // Between a restart's hello and its first push, a forged seq is bounded
+    // too: the hello is the new incarnation's history.
+    let hello = AgentMessage::V1(AgentMessageV1::Hello(Hello {
+        agent_id: "a".into(),
+        incarnation: 2,
+        node: "node-a".into(),
+        agent_version: "test".into(),
+        source: "test".into(),
+        gpus: Vec::new(),
+    }));
+    push(&url, &hello).await;
+    refused(&url, push_of("a", 2, u64::MAX, wall_ms()), &["seq", "4096"]).await;
     applied(&url, push_of("a", 2, 1, wall_ms())).await;
     let view = cluster(&url).await;
     let agent = &view.agents[0];

@@ -108,10 +108,12 @@ impl ClusterState {
     /// Applies a batch of windows, once per `(agent_id, incarnation, seq)`.
     pub fn apply_push(&mut self, batch: &PushBatch) -> PushApplied {
         let mut out = PushApplied::default();
-        let last = self.last_seq(&batch.agent_id, batch.incarnation);
-        if batch.seq > last.saturating_add(MAX_SEQ_GAP) {
-            out.refused = true;
-        }
+        // An incarnation without a record has no history to poison: any
+        // seq starts it (after lost state, or when forged incarnations
+        // pushed the real one out of the few remembered).
+        let known = self.last_seq(&batch.agent_id, batch.incarnation);
+        out.refused = known.is_some_and(|last| batch.seq > last.saturating_add(MAX_SEQ_GAP));
+        let last = known.unwrap_or(0);
         if out.refused
             || check_name("agent id", &batch.agent_id).is_err()
             || check_name("node", &batch.node).is_err()
@@ -173,13 +175,13 @@ impl ClusterState {
         out
     }
 
-    /// The last seq applied for this incarnation of the agent; 0 when none
-    /// was (an agent or incarnation not seen, or seen only in its hello).
-    pub fn last_seq(&self, agent_id: &str, incarnation: u64) -> u64 {
+    /// The last seq applied for this incarnation of the agent: 0 when it
+    /// was seen in its hello alone, `None` when it is not remembered.
+    pub fn last_seq(&self, agent_id: &str, incarnation: u64) -> Option<u64> {
         self.agents
             .get(agent_id)
             .and_then(|a| a.seqs.iter().find(|(inc, _)| *inc == incarnation))
-            .map_or(0, |(_, last)| *last)
+            .map(|(_, last)| *last)
     }
 
     /// The latest window end a batch may apply: [`MAX_CLOCK_LEAP_MS`] past

@@ -19,13 +19,13 @@ fn a_forged_seq_far_ahead_is_refused_and_the_real_agent_goes_on() {
     let forged = s.apply_push(&two_ranks(u64::MAX, T0 + 1_000, 1 << 30));
     assert!(forged.refused && !forged.duplicate);
     assert_eq!(forged.windows_skipped, 2);
-    assert_eq!(s.last_seq("agent-0", 1), 1);
+    assert_eq!(s.last_seq("agent-0", 1), Some(1));
     assert_eq!(s.counters().windows_skipped, 2);
 
     let next = s.apply_push(&two_ranks(2, T0 + 2_000, 1 << 30));
     assert!(!next.duplicate && !next.refused);
     assert_eq!(next.windows_applied, 2);
-    assert_eq!(s.last_seq("agent-0", 1), 2);
+    assert_eq!(s.last_seq("agent-0", 1), Some(2));
 }
 
 #[test]
@@ -39,12 +39,19 @@ fn a_seq_gap_up_to_the_bound_applies_and_one_past_it_is_refused() {
 }
 
 #[test]
-fn a_refused_new_incarnation_leaves_the_agent_as_it_was() {
+fn forged_incarnations_cannot_shut_out_the_real_one() {
     let mut s = started();
-    let forged = batch(u64::MAX, 9, vec![window(0, T0 + 1_000, vec![])]);
-    assert!(s.apply_push(&forged).refused);
-    let agent = &s.cluster_view().agents[0];
-    assert_eq!((agent.incarnation, agent.last_seq), (1, 1));
+    // Enough new incarnations to push the real one out of those remembered:
+    // each takes any seq, having no history to poison.
+    for incarnation in 100..100 + INCARNATIONS_REMEMBERED as u64 {
+        let forged = batch(u64::MAX, incarnation, vec![window(0, T0 + 1_000, vec![])]);
+        assert!(!s.apply_push(&forged).refused);
+    }
+    assert_eq!(s.last_seq("agent-0", 1), None);
+    // The real agent, far along its own numbering, is taken again.
+    let real = s.apply_push(&two_ranks(2 * MAX_SEQ_GAP, T0 + 2_000, 1 << 30));
+    assert_eq!((real.refused, real.windows_applied), (false, 2));
+    assert_eq!(s.last_seq("agent-0", 1), Some(2 * MAX_SEQ_GAP));
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //!
 //! One entry cannot poison an agent or the clock: a `seq` more than
 //! [`MAX_SEQ_GAP`](crate::limits::MAX_SEQ_GAP) past its incarnation's last
-//! one is refused and counted (its windows as skipped), and a window ending
+//! one is refused and counted (its windows as skipped; an incarnation not
+//! remembered has no last one, and any seq starts it), and a window ending
 //! more than [`MAX_CLOCK_LEAP_MS`](crate::limits::MAX_CLOCK_LEAP_MS) past
 //! the clock (`now_ms`, the newest applied window end) is skipped and moves
 //! the clock by that much only. Both are relative to the state alone; the

@@ -76,7 +76,7 @@ impl Service {
     fn check_push(&self, batch: &PushBatch) -> Result<(), PushRefused> {
         check_sizes(batch)?;
         let last = (self.state_machine.read().state).last_seq(&batch.agent_id, batch.incarnation);
-        if batch.seq != 0 && batch.seq <= last {
+        if batch.seq != 0 && last.is_some_and(|last| batch.seq <= last) {
             return Ok(());
         }
         check_seq(batch, last)?;

@@ -5,7 +5,8 @@
 //! - **here, the leader, before the log**: sizes (windows, hook records,
 //!   acks per batch); the seq against the last one applied for the
 //!   batch's `(agent, incarnation)` (0 is no seq, more than
-//!   [`MAX_SEQ_GAP`] ahead is refused); every time the batch carries
+//!   [`MAX_SEQ_GAP`] ahead is refused; an incarnation the state does not
+//!   remember takes any seq but 0, having no history to poison); every time the batch carries
 //!   (window start and end, hook record) against the leader's wall clock:
 //!   at most [`MAX_FUTURE_SKEW_MS`] ahead, not before [`MIN_PUSH_TIME_MS`].
 //!   A refusal is a 400 that names the field, the value and the bound, and
@@ -50,10 +51,12 @@ pub(super) fn check_sizes(batch: &PushBatch) -> Result<(), PushRefused> {
 }
 
 /// Checks the seq against `last`, the last one applied for the batch's
-/// incarnation (0: none yet).
-pub(super) fn check_seq(batch: &PushBatch, last: u64) -> Result<(), PushRefused> {
-    let bound = last.saturating_add(MAX_SEQ_GAP);
+/// incarnation (0: its hello alone; `None`: not remembered, so any seq but
+/// 0 starts it: there is no history to poison).
+pub(super) fn check_seq(batch: &PushBatch, last: Option<u64>) -> Result<(), PushRefused> {
+    let bound = last.map_or(u64::MAX, |last| last.saturating_add(MAX_SEQ_GAP));
     if batch.seq == 0 || batch.seq > bound {
+        let last = last.unwrap_or(0);
         return Err(PushRefused::new(
             Refusal::OutOfBounds,
             format!(
