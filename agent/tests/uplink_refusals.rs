@@ -1,7 +1,9 @@
 //! The uplink against a coordinator that refuses one batch as out of bounds
 //! (a 400 with the reason, as the leader answers a seq or a time it will
-//! not take): the batch is counted as rejected and never sent again, and
-//! the batches after it are still delivered.
+//! not take): the batch is counted as rejected and never sent again, the
+//! batches after it are still delivered, and the next one takes the refused
+//! batch's seq (it never reached the log), so the agent's seqs never run
+//! ahead of what the coordinators applied.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,9 +20,10 @@ use gpumon_proto::{
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-/// Serves ingest: refuses seq `refuse` with a 400, commits everything else,
-/// and records every batch's seq in arrival order.
-async fn coordinator(refuse: u64) -> (String, Arc<Mutex<Vec<u64>>>) {
+/// Serves ingest: refuses a batch whose window ends at `refuse` with a
+/// 400, commits everything else, and records every batch's seq and window
+/// end in arrival order.
+async fn coordinator(refuse: u64) -> (String, Arc<Mutex<Vec<(u64, u64)>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let app = Router::new().route(
@@ -30,8 +33,9 @@ async fn coordinator(refuse: u64) -> (String, Arc<Mutex<Vec<u64>>>) {
             let AgentMessage::V1(AgentMessageV1::Push(batch)) = msg else {
                 return committed(0);
             };
-            log.lock().unwrap().push(batch.seq);
-            if batch.seq == refuse {
+            let end_ms = batch.windows[0].end_ms;
+            log.lock().unwrap().push((batch.seq, end_ms));
+            if end_ms == refuse {
                 let reason = "windows[0].end_ms 18446744073709551615 is ahead of the coordinator's clock; at most 300000 ms is accepted";
                 return (StatusCode::BAD_REQUEST, reason.as_bytes().to_vec()).into_response();
             }
@@ -77,7 +81,8 @@ fn window(end_ms: u64) -> GpuWindow {
 
 #[tokio::test]
 async fn a_refused_batch_is_counted_not_resent_and_the_rest_follow() {
-    let (url, seen) = coordinator(2).await;
+    let end = |i: u64| 1_700_000_000_000 + i * 2_000;
+    let (url, seen) = coordinator(end(2)).await;
     let hello = Hello {
         agent_id: "a".into(),
         incarnation: 5,
@@ -90,7 +95,7 @@ async fn a_refused_batch_is_counted_not_resent_and_the_rest_follow() {
     let stats = uplink.stats();
     let (tx, rx) = mpsc::channel(8);
     for i in 1..=4u64 {
-        let windows = vec![window(1_700_000_000_000 + i * 2_000)];
+        let windows = vec![window(end(i))];
         tx.send(Outgoing {
             windows,
             ..Outgoing::default()
@@ -103,7 +108,8 @@ async fn a_refused_batch_is_counted_not_resent_and_the_rest_follow() {
         .await
         .expect("the uplink drains its buffer and stops");
 
-    assert_eq!(*seen.lock().unwrap(), vec![1, 2, 3, 4]);
+    let sent = vec![(1, end(1)), (2, end(2)), (2, end(3)), (3, end(4))];
+    assert_eq!(*seen.lock().unwrap(), sent);
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
         (count(&stats.acked), count(&stats.rejected)),
