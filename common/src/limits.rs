@@ -36,11 +36,13 @@ pub const MAX_DEVICE_BYTES: u64 = 1 << 50;
 pub const MAX_STEP_MS: f64 = 86_400_000.0;
 
 /// Furthest a pushed batch's `seq` may run ahead of the last seq applied for
-/// its `(agent, incarnation)`: four times the agent's default buffer
-/// (`max_buffered_batches`, 1024), so an agent that dropped a full buffer
-/// during an outage and kept numbering still lands inside it, while a
-/// forged seq can shadow at most this many of the real agent's batches
-/// (about two hours at 2 s windows) instead of all of them.
+/// its `(agent, incarnation)`. An agent's seqs count what it sent, so its
+/// next one is the last applied plus one; the slack, four times the
+/// agent's default buffer (`max_buffered_batches`, 1024), covers agents
+/// from before that rule, whose dropped batches used up seqs, through
+/// several full buffers of outage. A forged seq can shadow at most this
+/// many of the real agent's batches (about two hours at 2 s windows)
+/// instead of all of them.
 pub const MAX_SEQ_GAP: u64 = 4_096;
 /// Furthest a pushed time (window start and end, hook record) may lie
 /// ahead of the leader's wall clock, ms. Five minutes is far beyond any
