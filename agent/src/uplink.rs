@@ -5,8 +5,16 @@
 //! Raft (or refused them for good with a 4xx). Delivery is in order, one
 //! batch at a time, so the state machine's "seq already applied" check is
 //! enough for exactly-once effect. When the coordinators are unreachable the
-//! buffer fills; past `max_buffered_batches` the oldest batch is dropped and
-//! counted, and the count travels in every later batch.
+//! buffer fills; past `max_buffered_batches` the oldest unsent batch is
+//! dropped and counted, and the count travels in every later batch.
+//!
+//! Sequence numbers count what was sent, so they never run far ahead of
+//! what the coordinators applied (they refuse a seq more than
+//! `gpumon_common::limits::MAX_SEQ_GAP` past it): a batch once sent keeps
+//! its seq until it is acknowledged (it may have been committed), so a full
+//! buffer drops the oldest batch not yet sent and the later ones close the
+//! gap it leaves; a refused batch never reached the log, so the next batch
+//! takes its seq.
 //!
 //! Any coordinator URL will do: each delivery is one [`Pusher::attempt`],
 //! which follows a follower's leader hint and, when it fails, moves on to the
@@ -126,6 +134,8 @@ pub struct Uplink {
     max_buffered: usize,
     max_batch_bytes: usize,
     next_seq: u64,
+    /// The front batch was sent at least once: its seq is spent.
+    front_sent: bool,
     attempt: u32,
     jitter: u64,
     stats: Arc<UplinkStats>,
@@ -161,6 +171,7 @@ impl Uplink {
             max_buffered,
             max_batch_bytes,
             next_seq: 1,
+            front_sent: false,
             attempt: 0,
             stats: Arc::default(),
             hub: None,
@@ -179,7 +190,7 @@ impl Uplink {
     }
 
     /// Stamps windows, hook records and acks into batches of at most
-    /// `max_batch_bytes` and buffers them, dropping the oldest batches past
+    /// `max_batch_bytes` and buffers them, dropping the oldest unsent batches past
     /// `max_buffered` (and counting what they held). Nothing to send: no batch.
     pub fn enqueue(
         &mut self,
@@ -202,7 +213,9 @@ impl Uplink {
         } in self.split(out)
         {
             while self.buffer.len() >= self.max_buffered {
-                if let Some(old) = self.buffer.pop_front() {
+                let oldest_unsent = usize::from(self.front_sent && self.buffer.len() > 1);
+                let seq_spent = self.front_sent && oldest_unsent == 0;
+                if let Some(old) = self.take_out(oldest_unsent, seq_spent) {
                     self.stats.dropped.fetch_add(1, Relaxed);
                     self.count_lost(&old.hook, &old.acks);
                 }
@@ -221,6 +234,23 @@ impl Uplink {
             self.buffer.push_back(batch);
         }
         self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
+    }
+
+    /// Takes the batch at `at` out of the buffer. Unless its seq is spent
+    /// (sent, maybe committed), the batches after it move down one seq so
+    /// that none is skipped.
+    fn take_out(&mut self, at: usize, seq_spent: bool) -> Option<PushBatch> {
+        let batch = self.buffer.remove(at)?;
+        if at == 0 {
+            self.front_sent = false;
+        }
+        if !seq_spent {
+            for later in self.buffer.range_mut(at..) {
+                later.seq -= 1;
+            }
+            self.next_seq -= 1;
+        }
+        Some(batch)
     }
 
     fn count_lost(&self, hook: &[HookRecord], acks: &[ActionAck]) {
@@ -322,14 +352,15 @@ impl Uplink {
             return Ok(false);
         };
         let msg = AgentMessage::V1(AgentMessageV1::Push(batch.clone()));
+        self.front_sent = true;
         match self.deliver(&msg).await {
             Ok(()) => {
-                self.buffer.pop_front();
+                self.take_out(0, true);
                 self.stats.acked.fetch_add(1, Relaxed);
                 self.stats.last_acked_ms.store(now_ms(), Relaxed);
             }
             Err(DeliveryError::Refused(why)) => {
-                let seq = self.buffer.pop_front().map_or(0, |b| b.seq);
+                let seq = self.take_out(0, false).map_or(0, |b| b.seq);
                 self.stats.rejected.fetch_add(1, Relaxed);
                 tracing::error!(seq, %why, "a coordinator refused a batch; dropped it");
             }
@@ -457,22 +488,46 @@ mod tests {
         }
     }
 
+    fn seqs_and_gpus(u: &Uplink) -> Vec<(u64, u32)> {
+        let gpu = |b: &PushBatch| b.windows[0].gpu.index;
+        u.buffer.iter().map(|b| (b.seq, gpu(b))).collect()
+    }
+
     #[test]
     fn stamps_consecutive_seqs_and_drops_the_oldest_when_full() {
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 3, 1 << 20);
         for i in 0..5 {
             u.enqueue(vec![window(i)], vec![], vec![]);
         }
-        assert_eq!(
-            u.buffer.iter().map(|b| b.seq).collect::<Vec<_>>(),
-            vec![3, 4, 5]
-        );
+        assert_eq!(seqs_and_gpus(&u), vec![(1, 2), (2, 3), (3, 4)]);
         assert_eq!(u.stats().dropped.load(Relaxed), 2);
         assert_eq!(
             u.buffer.back().unwrap().dropped_batches,
             2,
             "the drop count travels with later batches"
         );
+    }
+
+    #[test]
+    fn a_sent_batch_keeps_its_seq_and_a_long_outage_skips_none() {
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 3, 1 << 20);
+        for i in 0..3 {
+            u.enqueue(vec![window(i)], vec![], vec![]);
+        }
+        u.front_sent = true;
+        for i in 3..100 {
+            u.enqueue(vec![window(i)], vec![], vec![]);
+        }
+        assert_eq!(seqs_and_gpus(&u), vec![(1, 0), (2, 98), (3, 99)]);
+        assert_eq!(u.stats().dropped.load(Relaxed), 97);
+
+        // Acknowledged, the front's seq is spent; refused, it is taken again.
+        u.take_out(0, true);
+        u.enqueue(vec![window(100)], vec![], vec![]);
+        assert_eq!(seqs_and_gpus(&u), vec![(2, 98), (3, 99), (4, 100)]);
+        u.take_out(0, false);
+        u.enqueue(vec![window(101)], vec![], vec![]);
+        assert_eq!(seqs_and_gpus(&u), vec![(2, 99), (3, 100), (4, 101)]);
     }
 
     #[test]

@@ -34,3 +34,28 @@ pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 pub const MAX_DEVICE_BYTES: u64 = 1 << 50;
 /// Longest step or section believed, ms (one day).
 pub const MAX_STEP_MS: f64 = 86_400_000.0;
+
+/// Furthest a pushed batch's `seq` may run ahead of the last seq applied for
+/// its `(agent, incarnation)`. An agent's seqs count what it sent, so its
+/// next one is the last applied plus one; the slack, four times the
+/// agent's default buffer (`max_buffered_batches`, 1024), covers agents
+/// from before that rule, whose dropped batches used up seqs, through
+/// several full buffers of outage. A forged seq can shadow at most this
+/// many of the real agent's batches (about two hours at 2 s windows)
+/// instead of all of them.
+pub const MAX_SEQ_GAP: u64 = 4_096;
+/// Furthest a pushed time (window start and end, hook record) may lie
+/// ahead of the leader's wall clock, ms. Five minutes is far beyond any
+/// NTP-kept host's skew and short enough that a window from the future
+/// cannot make every other agent look stale for long.
+pub const MAX_FUTURE_SKEW_MS: u64 = 5 * 60_000;
+/// Earliest pushed time believed, ms since the Unix epoch (2020-01-01
+/// UTC): an agent before it has no clock set.
+pub const MIN_PUSH_TIME_MS: u64 = 1_577_836_800_000;
+/// Furthest one window may move the cluster's clock (newest applied window
+/// end) ahead, ms. The state reads no wall clock, so this is how far a
+/// window from a log written before the leader checked times can push
+/// "now": a window further ahead is skipped and counted, and moves the
+/// clock by this much only, so a cluster whose agents all stopped for a
+/// while still catches up, a few windows at a time.
+pub const MAX_CLOCK_LEAP_MS: u64 = 10 * 60_000;

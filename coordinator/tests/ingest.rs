@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 mod support;
-use support::{push, start};
+use support::{push, start, T0_MS};
 
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use gpumon_proto::api::{ApiErrorBody, ClusterView, JobDetail, JobsView};
@@ -25,8 +25,8 @@ fn batch(seq: u64, used: u64) -> AgentMessage {
                 name: "H100".into(),
                 total_bytes: 80 * GIB,
             },
-            start_ms: 1_000 * seq,
-            end_ms: 1_000 * seq + 1_500,
+            start_ms: T0_MS + 1_000 * seq,
+            end_ms: T0_MS + 1_000 * seq + 1_500,
             samples: 4,
             used_bytes: BytesStat::single(used + GIB),
             reserved_bytes: None,

@@ -8,6 +8,7 @@ use super::validate::{check_name, check_window};
 use super::{
     AgentEntry, ClusterState, GpuEntry, RankEntry, RankKey, Ring, INCARNATIONS_REMEMBERED,
 };
+use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
 
 /// Something that happened to the view, for logs and live displays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +67,9 @@ pub enum ClusterEvent {
 pub struct PushApplied {
     /// The batch had been applied before; nothing changed.
     pub duplicate: bool,
+    /// The batch's seq ran more than [`MAX_SEQ_GAP`] past the last one
+    /// applied for its incarnation; nothing changed but the counters.
+    pub refused: bool,
     /// Windows applied.
     pub windows_applied: usize,
     /// Windows skipped as invalid or over a bound.
@@ -104,7 +108,14 @@ impl ClusterState {
     /// Applies a batch of windows, once per `(agent_id, incarnation, seq)`.
     pub fn apply_push(&mut self, batch: &PushBatch) -> PushApplied {
         let mut out = PushApplied::default();
-        if check_name("agent id", &batch.agent_id).is_err()
+        // An incarnation without a record has no history to poison: any
+        // seq starts it (after lost state, or when forged incarnations
+        // pushed the real one out of the few remembered).
+        let known = self.last_seq(&batch.agent_id, batch.incarnation);
+        out.refused = known.is_some_and(|last| batch.seq > last.saturating_add(MAX_SEQ_GAP));
+        let last = known.unwrap_or(0);
+        if out.refused
+            || check_name("agent id", &batch.agent_id).is_err()
             || check_name("node", &batch.node).is_err()
         {
             out.windows_skipped = batch.windows.len();
@@ -121,13 +132,6 @@ impl ClusterState {
             self.counters.windows_skipped += batch.windows.len() as u64;
             return out;
         };
-        // `agent_entry` has just recorded this incarnation (newest first), so
-        // the slot exists; a state machine must not panic, so no unwrap.
-        let last = agent
-            .seqs
-            .iter()
-            .find(|(inc, _)| *inc == batch.incarnation)
-            .map_or(0, |(_, last)| *last);
         if batch.seq <= last {
             self.counters.batches_duplicate += 1;
             out.duplicate = true;
@@ -142,21 +146,54 @@ impl ClusterState {
             None => agent.seqs.insert(0, (batch.incarnation, batch.seq)),
         }
         agent.dropped_batches = agent.dropped_batches.max(batch.dropped_batches);
-        if let Some(end) = batch.windows.iter().map(|w| w.end_ms).max() {
-            agent.last_seen_ms = agent.last_seen_ms.max(end);
-        }
         self.counters.batches_applied += 1;
+        let mut seen_ms = None;
+        let leap_bound = self.leap_bound();
+        let mut leapt = false;
         for (i, w) in batch.windows.iter().enumerate() {
-            if check_window(w).is_ok() && self.apply_window(&batch.node, w, &mut out.events) {
+            let leaps = w.end_ms > leap_bound;
+            leapt |= leaps;
+            if !leaps
+                && check_window(w).is_ok()
+                && self.apply_window(&batch.node, w, &mut out.events)
+            {
                 out.windows_applied += 1;
                 out.applied_indexes.push(i as u32);
+                seen_ms = seen_ms.max(Some(w.end_ms));
             } else {
                 out.windows_skipped += 1;
             }
         }
+        if leapt {
+            self.now_ms = self.now_ms.max(leap_bound);
+        }
+        if let (Some(end), Some(agent)) = (seen_ms, self.agents.get_mut(&batch.agent_id)) {
+            agent.last_seen_ms = agent.last_seen_ms.max(end);
+        }
         self.counters.windows_applied += out.windows_applied as u64;
         self.counters.windows_skipped += out.windows_skipped as u64;
         out
+    }
+
+    /// The last seq applied for this incarnation of the agent: 0 when it
+    /// was seen in its hello alone, `None` when it is not remembered.
+    pub fn last_seq(&self, agent_id: &str, incarnation: u64) -> Option<u64> {
+        self.agents
+            .get(agent_id)
+            .and_then(|a| a.seqs.iter().find(|(inc, _)| *inc == incarnation))
+            .map(|(_, last)| *last)
+    }
+
+    /// The latest window end a batch may apply: [`MAX_CLOCK_LEAP_MS`] past
+    /// the clock (no bound while there is no clock yet). A batch with a
+    /// window past it has that window skipped and moves the clock to the
+    /// bound at most, so a cluster that heard nothing for longer than the
+    /// leap catches up a leap per batch, and one bad batch moves it no further.
+    fn leap_bound(&self) -> u64 {
+        match self.now_ms {
+            0 => u64::MAX,
+            now => now.saturating_add(MAX_CLOCK_LEAP_MS),
+        }
     }
 
     /// Finds or creates the agent, recording `incarnation` as seen. `None` when

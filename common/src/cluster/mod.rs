@@ -9,6 +9,17 @@
 //! batch whose `seq` was already applied for its `(agent_id, incarnation)`,
 //! which makes the effect exactly-once.
 //!
+//! One entry cannot poison an agent or the clock: a `seq` more than
+//! [`MAX_SEQ_GAP`](crate::limits::MAX_SEQ_GAP) past its incarnation's last
+//! one is refused and counted (its windows as skipped; an incarnation not
+//! remembered has no last one, and any seq starts it), and a window ending
+//! more than [`MAX_CLOCK_LEAP_MS`](crate::limits::MAX_CLOCK_LEAP_MS) past
+//! the clock (`now_ms`, the newest applied window end) is skipped and moves
+//! the clock by that much only. Both are relative to the state alone; the
+//! leader checks the same seq, and times against its wall clock, before it
+//! proposes (the coordinator's `service::push_bounds`), so these catch what
+//! an older leader let into the log.
+//!
 //! Everything is bounded by [`Limits`]: history per series, ended jobs kept
 //! for post-mortems, ranks, GPUs and agents; past a bound the state skips and
 //! counts rather than grows.
@@ -157,5 +168,7 @@ impl ClusterState {
     }
 }
 
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,11 @@ fn rank(job: &str, r: u32) -> RankInfo {
     }
 }
 
-fn window(index: u32, end_ms: u64, procs: Vec<(u32, u64, Option<RankInfo>)>) -> GpuWindow {
+pub(super) fn window(
+    index: u32,
+    end_ms: u64,
+    procs: Vec<(u32, u64, Option<RankInfo>)>,
+) -> GpuWindow {
     let used: u64 = procs.iter().map(|p| p.1).sum::<u64>() + GIB / 2;
     GpuWindow {
         gpu: gpu(index),
@@ -52,7 +56,7 @@ fn window(index: u32, end_ms: u64, procs: Vec<(u32, u64, Option<RankInfo>)>) -> 
     }
 }
 
-fn batch(seq: u64, incarnation: u64, windows: Vec<GpuWindow>) -> PushBatch {
+pub(super) fn batch(seq: u64, incarnation: u64, windows: Vec<GpuWindow>) -> PushBatch {
     PushBatch {
         agent_id: "agent-0".into(),
         incarnation,
@@ -65,7 +69,7 @@ fn batch(seq: u64, incarnation: u64, windows: Vec<GpuWindow>) -> PushBatch {
     }
 }
 
-fn two_ranks(seq: u64, end_ms: u64, used: u64) -> PushBatch {
+pub(super) fn two_ranks(seq: u64, end_ms: u64, used: u64) -> PushBatch {
     batch(
         seq,
         1,

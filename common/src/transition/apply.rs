@@ -80,7 +80,8 @@ impl Replicated {
                 self.engine.observe_window(&batch.node, w);
             }
         }
-        if !out.duplicate {
+        let fresh = !out.duplicate && !out.refused;
+        if fresh {
             self.hook.apply(&mut self.engine, &batch.hook);
             self.observe_steps(&batch.hook);
             let t = self.now_t();
@@ -95,11 +96,12 @@ impl Replicated {
         }
         let result = CommandResult {
             duplicate: out.duplicate,
+            refused: out.refused,
             windows_applied: out.windows_applied as u32,
             windows_skipped: out.windows_skipped as u32,
             issued: Vec::new(),
         };
-        let hook_applied = !out.duplicate && !batch.hook.is_empty();
+        let hook_applied = fresh && !batch.hook.is_empty();
         let applied = (keep_applied && (!out.applied_indexes.is_empty() || hook_applied))
             .then(|| applied_part(batch, &out.applied_indexes, hook_applied));
         Effects {

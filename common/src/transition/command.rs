@@ -56,6 +56,10 @@ pub enum CommandV1 {
 pub struct CommandResult {
     /// The batch had been applied before.
     pub duplicate: bool,
+    /// The batch's seq ran too far past its incarnation's last one
+    /// ([`crate::limits::MAX_SEQ_GAP`]); nothing of it was applied.
+    #[serde(default)]
+    pub refused: bool,
     /// Windows applied.
     pub windows_applied: u32,
     /// Windows skipped as invalid.

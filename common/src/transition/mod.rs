@@ -25,4 +25,6 @@ pub use from_trace::TraceCommands;
 pub use state::Replicated;
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use crate::trace::{AllocRef, GpuRef, ProcRecord, RankRef, RecordRef};
 
 const GIB: u64 = 1 << 30;
 
-fn fresh() -> Replicated {
+pub(super) fn fresh() -> Replicated {
     Replicated::new(Limits::default(), &EngineConfig::default())
 }
 
@@ -29,7 +29,7 @@ fn rank_info(rank: u32) -> RankInfo {
     }
 }
 
-fn window(index: u32, end_ms: u64, used: u64) -> GpuWindow {
+pub(super) fn window(index: u32, end_ms: u64, used: u64) -> GpuWindow {
     GpuWindow {
         gpu: GpuInfo {
             uuid: format!("GPU-{index}"),
@@ -53,7 +53,7 @@ fn window(index: u32, end_ms: u64, used: u64) -> GpuWindow {
     }
 }
 
-fn alloc(t_ms: u64, rank: u32, allocated: u64) -> HookRecord {
+pub(super) fn alloc(t_ms: u64, rank: u32, allocated: u64) -> HookRecord {
     HookRecord::Alloc(AllocRecord {
         t_ms,
         job: "job-1".into(),
@@ -66,7 +66,7 @@ fn alloc(t_ms: u64, rank: u32, allocated: u64) -> HookRecord {
     })
 }
 
-fn push(seq: u64, windows: Vec<GpuWindow>, hook: Vec<HookRecord>) -> Command {
+pub(super) fn push(seq: u64, windows: Vec<GpuWindow>, hook: Vec<HookRecord>) -> Command {
     Command::V1(CommandV1::Push(PushBatch {
         agent_id: "node-a".into(),
         incarnation: 1,

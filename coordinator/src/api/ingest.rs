@@ -1,8 +1,9 @@
 //! `POST /api/v1/ingest`: agent messages in, through Raft, replies out.
 //!
 //! Refusals never reach the log: an oversized body is 413, an unknown
-//! protocol version or an undecodable body 400, each with the reason in the
-//! body and counted per replica (`/api/v1/cluster` → `coordinator.rejected_pushes`).
+//! protocol version, an undecodable body or a push out of the service's
+//! bounds 400, each with the reason in the body and counted per replica
+//! (`/api/v1/cluster` → `coordinator.rejected_pushes`).
 //! What happens to a decoded message (bounds, the commit, `NotLeader` with
 //! the leader's URL, the actions handed to the agent) is the service's
 //! (`crate::service`, `Service::push`).
@@ -19,7 +20,7 @@ use gpumon_proto::{AgentMessage, CoordinatorReply};
 
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::{PushError, RETRY_AFTER};
+use crate::service::{PushError, Refusal, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(
@@ -28,7 +29,7 @@ use crate::service::{PushError, RETRY_AFTER};
     request_body(content = Postcard, description = "postcard `AgentMessage`.", content_type = "application/octet-stream"),
     responses(
         (status = 200, description = "postcard `CoordinatorReply`: acknowledged sequence numbers and actions for the agent.", body = Postcard, content_type = "application/octet-stream"),
-        (status = 400, description = "An unknown protocol version, or an undecodable body.", body = ApiErrorBody),
+        (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
         (status = 429, description = "Too many pushes in flight on this replica; retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),
@@ -69,8 +70,13 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
     let reply = match inner.service.push(msg).await {
         Ok(reply) => reply,
         Err(PushError::Refused(refused)) => {
-            inner.rejected.malformed.fetch_add(1, Relaxed);
-            return Err(ApiError::BadRequest(refused.to_string()));
+            let counter = match refused.kind {
+                Refusal::TooMany => &inner.rejected.malformed,
+                Refusal::OutOfBounds => &inner.rejected.out_of_bounds,
+            };
+            counter.fetch_add(1, Relaxed);
+            tracing::warn!(error = %refused, "refused a push");
+            return Err(ApiError::BadRequest(refused.message));
         }
         Err(PushError::Busy) => {
             inner.rejected.busy.fetch_add(1, Relaxed);

@@ -1,16 +1,39 @@
 //! Agent messages through Raft: the bounds a push must keep, the commit,
 //! and the actions handed to the pushing agent in the reply.
 
-use gpumon_proto::{AgentMessage, AgentMessageV1, CoordinatorReplyV1, PushOutcome};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use gpumon_proto::{AgentMessage, AgentMessageV1, CoordinatorReplyV1, PushBatch, PushOutcome};
+
+use super::push_bounds::{check_seq, check_sizes, check_times};
 use super::{Service, ServiceError};
-use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
 use crate::raft::{Command, CommandV1};
 
-/// Why a decoded push was refused before it reached the log: the bound it broke.
+/// Why a decoded push was refused: the bound it broke, in words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PushRefused(pub String);
+#[error("{message}")]
+pub struct PushRefused {
+    /// Which kind of bound.
+    pub kind: Refusal,
+    /// The field, its value and the bound.
+    pub message: String,
+}
+
+impl PushRefused {
+    pub(super) fn new(kind: Refusal, message: String) -> Self {
+        Self { kind, message }
+    }
+}
+
+/// The kinds of bound a push can break (the counters of refused pushes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// More windows, hook records or acks than one batch may carry.
+    TooMany,
+    /// A seq or a time outside what the agent's history and the leader's
+    /// clock allow (`service::push_bounds`).
+    OutOfBounds,
+}
 
 impl Service {
     /// Commits an agent's message and answers it: `NotLeader` with the
@@ -24,11 +47,17 @@ impl Service {
         let (acked_seq, node, command) = match message {
             AgentMessageV1::Hello(hello) => (0, None, CommandV1::Hello(hello)),
             AgentMessageV1::Push(batch) => {
-                check_bounds(&batch).map_err(PushError::Refused)?;
+                self.check_push(&batch).map_err(PushError::Refused)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
         };
         let outcome = match self.write(Command::V1(command), "the push").await {
+            Ok(result) if result.refused => {
+                return Err(PushError::Refused(PushRefused::new(
+                    Refusal::OutOfBounds,
+                    format!("seq {acked_seq} ran too far ahead of its incarnation's last applied seq; nothing was applied"),
+                )))
+            }
             Ok(result) => PushOutcome::Committed {
                 acked_seq,
                 duplicate: result.duplicate,
@@ -44,6 +73,26 @@ impl Service {
     }
 }
 
+impl Service {
+    /// The bounds of [`crate::service::push_bounds`]; a re-sent batch (its
+    /// seq already applied) passes, to be acknowledged as a duplicate.
+    fn check_push(&self, batch: &PushBatch) -> Result<(), PushRefused> {
+        check_sizes(batch)?;
+        let last = (self.state_machine.read().state).last_seq(&batch.agent_id, batch.incarnation);
+        if batch.seq != 0 && last.is_some_and(|last| batch.seq <= last) {
+            return Ok(());
+        }
+        check_seq(batch, last)?;
+        check_times(batch, wall_ms())
+    }
+}
+
+/// The leader's clock, ms since the Unix epoch.
+fn wall_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Why a push was not committed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PushError {
@@ -57,21 +106,4 @@ pub enum PushError {
     /// The cluster could not commit it.
     #[error(transparent)]
     Service(ServiceError),
-}
-
-fn check_bounds(batch: &gpumon_proto::PushBatch) -> Result<(), PushRefused> {
-    if batch.windows.len() > MAX_WINDOWS_PER_PUSH {
-        return Err(PushRefused(format!(
-            "push has {} windows; at most {MAX_WINDOWS_PER_PUSH} are accepted in one batch",
-            batch.windows.len()
-        )));
-    }
-    if batch.hook.len() > MAX_HOOK_RECORDS_PER_PUSH || batch.acks.len() > MAX_ACKS_PER_PUSH {
-        return Err(PushRefused(format!(
-            "push has {} hook records and {} acks; at most {MAX_HOOK_RECORDS_PER_PUSH} and {MAX_ACKS_PER_PUSH} are accepted in one batch",
-            batch.hook.len(),
-            batch.acks.len()
-        )));
-    }
-    Ok(())
 }

@@ -14,6 +14,7 @@ mod admission;
 mod error;
 mod ingest;
 mod members;
+mod push_bounds;
 
 use gpumon_common::actions::IssueRules;
 use openraft::error::{ClientWriteError, RaftError};
@@ -21,7 +22,7 @@ use openraft::BasicNode;
 
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, RETRY_AFTER};
 pub use error::ServiceError;
-pub use ingest::PushError;
+pub use ingest::{PushError, Refusal};
 
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, CommandResult, Raft};

@@ -59,6 +59,11 @@ pub struct RejectedPushes {
     /// Refused for backpressure (429): too many pushes in flight.
     #[serde(default)]
     pub busy: u64,
+    /// A seq or a time out of bounds: seq 0 or too far past the agent's
+    /// last one, a time too far ahead of the coordinator's clock or before
+    /// 2020 (absent from older coordinators).
+    #[serde(default)]
+    pub out_of_bounds: u64,
 }
 
 /// One agent as the cluster knows it.

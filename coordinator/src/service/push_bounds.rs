@@ -1,0 +1,99 @@
+//! The bounds a decoded push must keep before the leader proposes it.
+//!
+//! Three layers share the work, each doing what only it can:
+//!
+//! - **here, the leader, before the log**: sizes (windows, hook records,
+//!   acks per batch); the seq against the last one applied for the
+//!   batch's `(agent, incarnation)` (0 is no seq, more than
+//!   [`MAX_SEQ_GAP`] ahead is refused; an incarnation the state does not
+//!   remember takes any seq but 0, having no history to poison); every time the batch carries
+//!   (window start and end, hook record) against the leader's wall clock:
+//!   at most [`MAX_FUTURE_SKEW_MS`] ahead, not before [`MIN_PUSH_TIME_MS`].
+//!   A refusal is a 400 that names the field, the value and the bound, and
+//!   nothing reaches the log. A seq at or below the last applied one passes
+//!   untouched: it is a re-send, acknowledged as a duplicate.
+//! - **the transition** (`gpumon_common::cluster`, the same on every
+//!   replica, no clock): it refuses and counts the same seq gap (an entry
+//!   from a log written before these checks, or two pushes racing here),
+//!   and skips and counts a window that would move its own clock more than
+//!   `MAX_CLOCK_LEAP_MS` ahead.
+//! - **the agent** (`gpumon_agent::uplink`): a 4xx is final; it counts the
+//!   refused batch, logs the reason and sends the next one.
+
+use gpumon_common::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
+use gpumon_proto::PushBatch;
+
+use super::ingest::{PushRefused, Refusal};
+use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
+
+/// Checks the batch's sizes.
+pub(super) fn check_sizes(batch: &PushBatch) -> Result<(), PushRefused> {
+    if batch.windows.len() > MAX_WINDOWS_PER_PUSH {
+        return Err(PushRefused::new(
+            Refusal::TooMany,
+            format!(
+                "push has {} windows; at most {MAX_WINDOWS_PER_PUSH} are accepted in one batch",
+                batch.windows.len()
+            ),
+        ));
+    }
+    if batch.hook.len() > MAX_HOOK_RECORDS_PER_PUSH || batch.acks.len() > MAX_ACKS_PER_PUSH {
+        return Err(PushRefused::new(
+            Refusal::TooMany,
+            format!(
+                "push has {} hook records and {} acks; at most {MAX_HOOK_RECORDS_PER_PUSH} and {MAX_ACKS_PER_PUSH} are accepted in one batch",
+                batch.hook.len(),
+                batch.acks.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the seq against `last`, the last one applied for the batch's
+/// incarnation (0: its hello alone; `None`: not remembered, so any seq but
+/// 0 starts it: there is no history to poison).
+pub(super) fn check_seq(batch: &PushBatch, last: Option<u64>) -> Result<(), PushRefused> {
+    let bound = last.map_or(u64::MAX, |last| last.saturating_add(MAX_SEQ_GAP));
+    if batch.seq == 0 || batch.seq > bound {
+        let last = last.unwrap_or(0);
+        return Err(PushRefused::new(
+            Refusal::OutOfBounds,
+            format!(
+                "seq {} of agent {:?} incarnation {} is out of bounds: the last applied is {last}, so it must be 1 to {bound}",
+                batch.seq, batch.agent_id, batch.incarnation
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every time in the batch against `wall_ms`, the leader's clock.
+pub(super) fn check_times(batch: &PushBatch, wall_ms: u64) -> Result<(), PushRefused> {
+    let latest = wall_ms.saturating_add(MAX_FUTURE_SKEW_MS);
+    let windows = batch.windows.iter().enumerate().flat_map(|(i, w)| {
+        [
+            ("windows", i, "start_ms", w.start_ms),
+            ("windows", i, "end_ms", w.end_ms),
+        ]
+    });
+    let hook = (batch.hook.iter().enumerate()).map(|(i, r)| ("hook", i, "t_ms", r.t_ms()));
+    for (list, i, name, t) in windows.chain(hook) {
+        if t > latest {
+            return Err(PushRefused::new(
+                Refusal::OutOfBounds,
+                format!(
+                    "{list}[{i}].{name} {t} is {} ms ahead of the coordinator's clock ({wall_ms}); at most {MAX_FUTURE_SKEW_MS} ms is accepted",
+                    t - wall_ms
+                ),
+            ));
+        }
+        if t < MIN_PUSH_TIME_MS {
+            return Err(PushRefused::new(
+                Refusal::OutOfBounds,
+                format!("{list}[{i}].{name} {t} is before {MIN_PUSH_TIME_MS} (2020-01-01 UTC): is the agent's clock set?"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! The attacks of issue 15 replayed over HTTP against one replica: a
+//! forged seq that would shadow a real agent, windows and records from the
+//! future or before any clock was set, and the agent restart that must
+//! still be taken. Each refusal is a 400 that names the field and the
+//! bound, counted under `rejected_pushes.out_of_bounds`, and the real
+//! agents' next pushes still apply with the clock and liveness right.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+mod support;
+use support::{push, start, GIB};
+
+use gpumon_common::limits::MAX_SEQ_GAP;
+use gpumon_proto::api::{ApiErrorBody, ClusterView};
+use gpumon_proto::wire;
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello, HookRecord,
+    PushBatch, PushOutcome,
+};
+
+/// Up while the newest window ended at most this long before the
+/// cluster's clock (the coordinator's `AGENT_STALE_MS`).
+const AGENT_STALE_MS: u64 = 30_000;
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// One window of GPU-0 on `agent`'s node, ending at `end_ms`.
+fn push_of(agent: &str, incarnation: u64, seq: u64, end_ms: u64) -> PushBatch {
+    PushBatch {
+        agent_id: agent.into(),
+        incarnation,
+        seq,
+        node: format!("node-{agent}"),
+        dropped_batches: 0,
+        windows: vec![GpuWindow {
+            gpu: GpuInfo {
+                uuid: format!("GPU-{agent}-0"),
+                index: 0,
+                name: "H100".into(),
+                total_bytes: 80 * GIB,
+            },
+            start_ms: end_ms.saturating_sub(2_000),
+            end_ms,
+            samples: 4,
+            used_bytes: BytesStat::single(GIB),
+            reserved_bytes: None,
+            util_pct: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: Vec::new(),
+        }],
+        hook: Vec::new(),
+        acks: Vec::new(),
+    }
+}
+
+fn msg(batch: PushBatch) -> AgentMessage {
+    AgentMessage::V1(AgentMessageV1::Push(batch))
+}
+
+/// Posts `batch` and expects a 400 whose reason contains every one of `words`.
+async fn refused(url: &str, batch: PushBatch, words: &[&str]) {
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/api/v1/ingest"))
+        .body(wire::encode(&msg(batch)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: ApiErrorBody = resp.json().await.unwrap();
+    for w in words {
+        assert!(body.message.contains(w), "{w:?} not in {:?}", body.message);
+    }
+}
+
+async fn cluster(url: &str) -> ClusterView {
+    reqwest::get(format!("{url}/api/v1/cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn applied(url: &str, batch: PushBatch) {
+    let seq = batch.seq;
+    assert_eq!(
+        push(url, &msg(batch)).await,
+        PushOutcome::Committed {
+            acked_seq: seq,
+            duplicate: false
+        }
+    );
+}
+
+/// Every agent is up, by the cluster's own clock, and that clock is not
+/// ahead of the wall.
+fn assert_all_up(view: &ClusterView) {
+    assert!(view.now_ms <= wall_ms(), "clock ahead: {}", view.now_ms);
+    for a in &view.agents {
+        assert!(
+            view.now_ms - a.last_seen_ms <= AGENT_STALE_MS,
+            "{} looks down: {view:?}",
+            a.agent_id
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_forged_seq_is_refused_and_the_real_agent_keeps_applying() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    applied(&url, push_of("a", 7, 1, wall_ms())).await;
+    applied(&url, push_of("a", 7, 2, wall_ms())).await;
+
+    let max = u64::MAX.to_string();
+    refused(
+        &url,
+        push_of("a", 7, u64::MAX, wall_ms()),
+        &[&max, "seq", "4098"],
+    )
+    .await;
+    let past_gap = 2 + MAX_SEQ_GAP + 1;
+    refused(&url, push_of("a", 7, past_gap, wall_ms()), &["seq", "4098"]).await;
+    refused(&url, push_of("a", 7, 0, wall_ms()), &["seq 0"]).await;
+
+    let before = cluster(&url).await.ingest.windows_applied;
+    applied(&url, push_of("a", 7, 3, wall_ms())).await;
+    let after = cluster(&url).await;
+    assert_eq!(after.ingest.windows_applied, before + 1);
+    assert_eq!(after.agents[0].last_seq, 3);
+    let rejected = after.coordinator.unwrap().rejected_pushes;
+    assert_eq!((rejected.out_of_bounds, rejected.malformed), (3, 0));
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn times_from_the_future_or_before_2020_are_refused_and_the_clock_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    applied(&url, push_of("a", 1, 1, wall_ms())).await;
+    applied(&url, push_of("b", 1, 1, wall_ms())).await;
+
+    let started_now = |end_ms| {
+        let mut b = push_of("a", 1, 2, end_ms);
+        b.windows[0].start_ms = wall_ms();
+        b
+    };
+    let max = u64::MAX.to_string();
+    let forever = started_now(u64::MAX);
+    refused(&url, forever, &["windows[0].end_ms", &max, "300000 ms"]).await;
+    let ten_minutes = started_now(wall_ms() + 600_000);
+    refused(&url, ten_minutes, &["windows[0].end_ms", "ahead"]).await;
+    refused(
+        &url,
+        push_of("a", 1, 2, 1_000),
+        &["windows[0].start_ms", "2020"],
+    )
+    .await;
+    let mut record = push_of("a", 1, 2, wall_ms());
+    record.hook.push(HookRecord::Event(EventRecord {
+        t_ms: u64::MAX,
+        job: "job-x".into(),
+        rank: 0,
+        name: "marker".into(),
+        detail: None,
+        snapshot: None,
+    }));
+    refused(&url, record, &["hook[0].t_ms"]).await;
+
+    let view = cluster(&url).await;
+    assert_all_up(&view);
+    assert_eq!(view.coordinator.unwrap().rejected_pushes.out_of_bounds, 4);
+
+    applied(&url, push_of("a", 1, 2, wall_ms())).await;
+    applied(&url, push_of("b", 1, 2, wall_ms())).await;
+    assert_all_up(&cluster(&url).await);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restarted_agent_is_taken_from_seq_one_and_a_resend_stays_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    for seq in 1..=5 {
+        applied(&url, push_of("a", 1, seq, wall_ms())).await;
+    }
+    // Between a restart's hello and its first push, a forged seq is bounded
+    // too: the hello is the new incarnation's history.
+    let hello = AgentMessage::V1(AgentMessageV1::Hello(Hello {
+        agent_id: "a".into(),
+        incarnation: 2,
+        node: "node-a".into(),
+        agent_version: "test".into(),
+        source: "test".into(),
+        gpus: Vec::new(),
+    }));
+    push(&url, &hello).await;
+    refused(&url, push_of("a", 2, u64::MAX, wall_ms()), &["seq", "4096"]).await;
+    applied(&url, push_of("a", 2, 1, wall_ms())).await;
+    let view = cluster(&url).await;
+    let agent = &view.agents[0];
+    assert_eq!((agent.incarnation, agent.last_seq), (2, 1));
+
+    assert_eq!(
+        push(&url, &msg(push_of("a", 1, 5, wall_ms()))).await,
+        PushOutcome::Committed {
+            acked_seq: 5,
+            duplicate: true
+        }
+    );
+    c.shutdown().await;
+}
