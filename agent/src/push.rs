@@ -5,8 +5,10 @@
 //! An attempt posts to `/api/v1/ingest` on the [`Route`]'s target: the
 //! leader when known, else the route's turn in the URL list. A follower's
 //! `NotLeader { leader_url: Some(u) }` is followed to `u`, at most
-//! [`MAX_LEADER_HOPS`] times per attempt. A 4xx is a refusal for good
-//! ([`Attempt::Rejected`]: the coordinators will never take this message).
+//! [`MAX_LEADER_HOPS`] times per attempt. A 429 is backpressure
+//! ([`Attempt::Busy`]: keep the message, wait its `Retry-After`, same
+//! route); any other 4xx is a refusal for good ([`Attempt::Rejected`]: the
+//! coordinators will never take this message).
 //! Anything else that does not commit (no leader known, a hint back to the
 //! same URL or past the hops, a 5xx, a transport error, a reply that does
 //! not decode) fails the attempt and rotates the route to the next URL, so
@@ -68,7 +70,15 @@ pub enum Attempt {
     Failed(String),
     /// Refused for good (4xx), and why (`URL: HTTP status: text`).
     Rejected(String),
+    /// Too busy now (429): retry on the same route after the wait the
+    /// coordinator asked for.
+    Busy(std::time::Duration),
 }
+
+/// The wait a 429 asks for when it names none (or an absurd one).
+pub const DEFAULT_BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest `Retry-After` honored.
+pub const MAX_BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The HTTP client and the coordinators' base URLs.
 #[derive(Debug)]
@@ -124,6 +134,7 @@ impl Pusher {
                     return Attempt::Failed(format!("{url}: {why}"));
                 }
                 Err(Failure::Refused(why)) => return Attempt::Rejected(format!("{url}: {why}")),
+                Err(Failure::Busy(wait)) => return Attempt::Busy(wait),
             };
             match outcome {
                 PushOutcome::Committed { duplicate, .. } => {
@@ -167,6 +178,17 @@ impl Pusher {
             .await
             .map_err(|e| Failure::Retry(error_chain(&e)))?;
         let status = resp.status();
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let wait = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(std::time::Duration::from_secs)
+                .filter(|w| *w <= MAX_BUSY_WAIT)
+                .unwrap_or(DEFAULT_BUSY_WAIT);
+            return Err(Failure::Busy(wait));
+        }
         let bytes = resp
             .bytes()
             .await
@@ -188,6 +210,7 @@ impl Pusher {
 enum Failure {
     Retry(String),
     Refused(String),
+    Busy(std::time::Duration),
 }
 
 /// An error with its causes ("error sending request: connection refused").

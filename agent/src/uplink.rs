@@ -60,6 +60,9 @@ pub struct UplinkStats {
     pub rejected: AtomicU64,
     /// Failed delivery attempts.
     pub failures: AtomicU64,
+    /// Attempts a coordinator answered busy (429): kept and retried after
+    /// its `Retry-After`.
+    pub busy: AtomicU64,
     /// Batches waiting in the buffer.
     pub buffered: AtomicU64,
     /// Hook records lost: in a dropped batch, or alone over `max_batch_bytes`.
@@ -118,6 +121,9 @@ enum DeliveryError {
     /// Worth retrying: [`Attempt::Failed`].
     #[error("{0}")]
     Failed(String),
+    /// The coordinator is too busy; wait this long: [`Attempt::Busy`].
+    #[error("coordinator busy; retrying after {0:?}")]
+    Busy(Duration),
     /// Refused for good: [`Attempt::Rejected`].
     #[error("refused: {0}")]
     Refused(String),
@@ -311,6 +317,7 @@ impl Uplink {
             }
             Attempt::Failed(why) => Err(DeliveryError::Failed(why)),
             Attempt::Rejected(why) => Err(DeliveryError::Refused(why)),
+            Attempt::Busy(wait) => Err(DeliveryError::Busy(wait)),
         }
     }
 
@@ -414,12 +421,22 @@ impl Uplink {
                     self.attempt = 0;
                 }
                 Err(e) => {
-                    self.stats.failures.fetch_add(1, Relaxed);
-                    if !failing {
-                        tracing::warn!(error = %e, buffered = self.buffer.len(), "cannot reach a coordinator; buffering and retrying");
-                    }
-                    failing = true;
-                    let pause = tokio::time::sleep(self.backoff());
+                    let wait = match &e {
+                        DeliveryError::Busy(asked) => {
+                            self.stats.busy.fetch_add(1, Relaxed);
+                            tracing::debug!(wait = ?asked, buffered = self.buffer.len(), "coordinator busy; keeping the batch");
+                            (*asked).max(self.backoff())
+                        }
+                        _ => {
+                            self.stats.failures.fetch_add(1, Relaxed);
+                            if !failing {
+                                tracing::warn!(error = %e, buffered = self.buffer.len(), "cannot reach a coordinator; buffering and retrying");
+                            }
+                            failing = true;
+                            self.backoff()
+                        }
+                    };
+                    let pause = tokio::time::sleep(wait);
                     tokio::pin!(pause);
                     loop {
                         tokio::select! {

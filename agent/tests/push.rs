@@ -1,7 +1,7 @@
 //! The push client's rules against fake coordinators on real sockets: a
 //! follower's hint is followed to the leader, whose actions come back; a
 //! hint that leads nowhere fails the attempt and moves to the next URL; a
-//! 4xx is a refusal that stays put.
+//! 4xx is a refusal that stays put; a 429 is busy, with the wait it asks.
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -136,4 +136,49 @@ async fn a_4xx_is_a_refusal_and_the_route_stays() {
         Attempt::Rejected(format!("{refusing}: HTTP 400 Bad Request: bad batch"))
     );
     assert_eq!(route.target(pusher.urls()), refusing);
+}
+
+#[tokio::test]
+async fn a_429_is_busy_with_the_asked_wait_and_the_route_stays() {
+    let (listener, busy) = bind().await;
+    let app = Router::new().route(
+        "/api/v1/ingest",
+        post(|_: Bytes| async {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "3")],
+                "busy",
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let other = coordinator(StatusCode::OK, not_leader(None)).await;
+    let pusher = Pusher::new(reqwest::Client::new(), vec![busy.clone(), other]);
+    let mut route = Route::new(0);
+    let got = pusher.attempt(&mut route, b"batch", |_| {}).await;
+    assert_eq!(got, Attempt::Busy(std::time::Duration::from_secs(3)));
+    assert_eq!(
+        route.target(pusher.urls()),
+        busy,
+        "busy is no reason to move"
+    );
+}
+
+#[tokio::test]
+async fn a_429_without_a_usable_wait_asks_for_the_default() {
+    let (listener, busy) = bind().await;
+    let app = Router::new().route(
+        "/api/v1/ingest",
+        post(|_: Bytes| async {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "999999")],
+                "busy",
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let pusher = Pusher::new(reqwest::Client::new(), vec![busy]);
+    let got = pusher.attempt(&mut Route::new(0), b"batch", |_| {}).await;
+    assert_eq!(got, Attempt::Busy(gpumon_agent::push::DEFAULT_BUSY_WAIT));
 }

@@ -365,6 +365,10 @@ async fn deliver(shared: &Shared, at: &mut usize, body: Vec<u8>) -> Result<bool,
             }
             Attempt::Rejected(why) => return Err(format!("refused: {why}")),
             Attempt::Failed(why) => last = why,
+            Attempt::Busy(wait) => {
+                last = format!("busy: retry after {wait:?}");
+                tokio::time::sleep(wait).await;
+            }
         }
         tokio::time::sleep(RETRY_PAUSE).await;
     }

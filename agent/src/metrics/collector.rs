@@ -152,7 +152,7 @@ fn encode_uplink(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
     let u = &s.uplink;
     let mut m = enc.encode_descriptor(
         "gpumon_agent_pushes",
-        "Push attempts by outcome: acked (committed), rejected (refused for good), failed (retried)",
+        "Push attempts by outcome: acked (committed), rejected (refused for good), failed (retried), busy (429: kept, retried after Retry-After)",
         None,
         MetricType::Counter,
     )?;
@@ -160,6 +160,7 @@ fn encode_uplink(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         ("acked", u.acked.load(Relaxed)),
         ("rejected", u.rejected.load(Relaxed)),
         ("failed", u.failures.load(Relaxed)),
+        ("busy", u.busy.load(Relaxed)),
     ] {
         m.encode_family(&[("outcome", outcome)])?
             .encode_counter::<NoLabelSet, u64, f64>(&n, None)?;

@@ -177,6 +177,13 @@ async fn deliver(
                 stats.rejected(|| why);
                 return None;
             }
+            Attempt::Busy(wait) => {
+                stats.error(|| format!("busy: retry after {wait:?}"));
+                if Instant::now() + wait >= end {
+                    return None;
+                }
+                tokio::time::sleep(wait).await;
+            }
             Attempt::Failed(why) => {
                 tracing::debug!(%why, "push failed; retrying on the next URL");
                 stats.error(|| why);
