@@ -36,6 +36,15 @@ pub fn digest<T: Serialize>(value: &T) -> Result<String, postcard::Error> {
     Ok(format!("{:016x}", fnv.0))
 }
 
+/// FNV-1a of `bytes`, as 16 hex digits: the checksum sealed into a
+/// snapshot's id (see `snapshot_file::seal_id`).
+pub fn checksum(bytes: &[u8]) -> String {
+    let mut fnv = Fnv(OFFSET);
+    // Writing to an in-memory hash cannot fail.
+    let _ = fnv.write_all(bytes);
+    format!("{:016x}", fnv.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,6 +169,7 @@ pub fn load(
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
+            check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
             applied = decode_applied(&data).map_err(decode_err(4))?;
             return Ok(Some(Loaded {
                 applied,
@@ -185,6 +186,43 @@ pub fn load(
         data,
         version,
     }))
+}
+
+/// A snapshot id sealed with the format and a checksum of `data`:
+/// `BASE.v4.HEX`. A follower checks both before it installs the snapshot
+/// ([`check_sealed`]), and a replica before it loads its file.
+pub fn seal_id(base: &str, data: &[u8]) -> String {
+    format!(
+        "{base}.v{CURRENT_VERSION}.{}",
+        super::digest::checksum(data)
+    )
+}
+
+/// Checks a sealed id against `data`: the format this build reads and the
+/// checksum. An id without a seal (written by an older build) passes.
+pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
+    let mut parts = id.rsplitn(3, '.');
+    let (Some(sum), Some(version), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    let Some(version) = version
+        .strip_prefix('v')
+        .and_then(|v| v.parse::<u32>().ok())
+    else {
+        return Ok(());
+    };
+    if version != CURRENT_VERSION {
+        return Err(format!(
+            "snapshot {id} is in format {version}; this build reads format {CURRENT_VERSION} from a leader (upgrade every replica to one build)"
+        ));
+    }
+    let got = super::digest::checksum(data);
+    if got != sum {
+        return Err(format!(
+            "snapshot {id} is damaged: its data has checksum {got}, its id says {sum}"
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes the data of a current-format snapshot (a file's, or one a

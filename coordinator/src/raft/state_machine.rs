@@ -178,13 +178,14 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let n = self
             .snapshots_built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let snapshot_id = match last_applied {
+        let base = match last_applied {
             Some(id) => format!(
                 "{}-{}-{}-{n}",
                 id.leader_id.term, id.leader_id.node_id, id.index
             ),
             None => format!("empty-{n}"),
         };
+        let snapshot_id = snapshot_file::seal_id(&base, &data);
         let meta = SnapshotMeta {
             last_log_id: last_applied,
             last_membership: membership,
@@ -271,6 +272,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
+        // Checked before anything is decoded or written: a damaged snapshot
+        // or one of another format leaves the data dir as it was.
+        snapshot_file::check_sealed(&meta.snapshot_id, &data).map_err(|why| {
+            tracing::error!(snapshot = %meta.snapshot_id, %why, "refused a snapshot from the leader");
+            StorageIOError::read_snapshot(None, AnyError::error(why))
+        })?;
         let new_state = decode_applied(&data).map_err(|e| {
             StorageIOError::read_snapshot(
                 None,

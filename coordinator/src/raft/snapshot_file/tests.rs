@@ -344,3 +344,40 @@ fn unreadable_files_are_refused_naming_the_file() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn a_sealed_snapshot_is_checked_before_it_is_read() {
+    let applied = scenario();
+    let data = encode_applied(&applied).unwrap();
+    let id = seal_id("3-1-42-0", &data);
+    assert!(id.starts_with("3-1-42-0.v4."), "{id}");
+    assert_eq!(check_sealed(&id, &data), Ok(()));
+    assert_eq!(
+        check_sealed("3-1-42-0", &data),
+        Ok(()),
+        "an unsealed id of an older build"
+    );
+
+    let mut damaged = data.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let err = check_sealed(&id, &damaged).unwrap_err();
+    assert!(err.contains("damaged"), "{err}");
+    let other_format = id.replace(".v4.", ".v5.");
+    let err = check_sealed(&other_format, &data).unwrap_err();
+    assert!(err.contains("format 5"), "{err}");
+
+    // A damaged snapshot file is refused at start, naming the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(SNAPSHOT_FILE);
+    let mut meta = meta_of(&applied);
+    meta.snapshot_id = id;
+    write(&path, &meta, &damaged).unwrap();
+    let err = load(&path, Limits::default(), &EngineConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("damaged") && err.contains(&path.display().to_string()),
+        "{err}"
+    );
+}
