@@ -183,6 +183,9 @@ pub struct CoordinatorArgs {
     /// Windows of history kept per memory series [default: 1024].
     #[arg(long, env = "GPUMON_HISTORY_WINDOWS")]
     pub history_windows: Option<usize>,
+    /// Forget agents, GPUs and ended jobs quiet for this many seconds of data time; 0: never [default: 3600].
+    #[arg(long, env = "GPUMON_EXPIRE_AFTER_S")]
+    pub expire_after_s: Option<u64>,
     /// Raft log entries applied between snapshots on a follower; the leader waits three times as long [default: 10000].
     #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
     pub snapshot_every_entries: Option<u64>,

@@ -42,6 +42,9 @@ fn resolve(
     if let Some(v) = args.max_pushes_in_flight.or(file.max_pushes_in_flight) {
         config.max_pushes_in_flight = v;
     }
+    if let Some(s) = args.expire_after_s.or(file.expire_after_s) {
+        config.expire_after = std::time::Duration::from_secs(s);
+    }
     if let Some(v) = args.history_windows.or(file.history_windows) {
         config.limits.history_windows = v;
     }

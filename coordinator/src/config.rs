@@ -10,6 +10,9 @@ use gpumon_common::secrets::Secret;
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
 
+/// Default time after which quiet agents, GPUs and ended jobs are forgotten.
+pub const DEFAULT_EXPIRE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Default API and Raft listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// Default largest push accepted, bytes (4 MiB: a 2 s window of 8 GPUs with
@@ -132,6 +135,9 @@ pub struct CoordinatorConfig {
     pub snapshot_every_entries: u64,
     /// Bounds on the cluster view.
     pub limits: Limits,
+    /// Agents, GPUs and ended jobs quiet for this long (data time) are
+    /// forgotten; zero: never.
+    pub expire_after: std::time::Duration,
     /// How a fresh replica forms or joins its cluster.
     pub formation: Formation,
     /// Bytes per snapshot chunk sent to a peer.
@@ -158,6 +164,7 @@ impl CoordinatorConfig {
             max_pushes_in_flight: crate::service::DEFAULT_MAX_PUSHES_IN_FLIGHT,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             limits: Limits::default(),
+            expire_after: DEFAULT_EXPIRE_AFTER,
             formation: Formation::Single,
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             credentials: Credentials::default(),

@@ -20,6 +20,7 @@
 
 mod api;
 pub mod config;
+mod expiry_task;
 mod node;
 pub mod notify;
 pub mod peers;

@@ -125,6 +125,7 @@ pub struct Coordinator {
     server: JoinHandle<()>,
     snapshots: JoinHandle<()>,
     planner: JoinHandle<()>,
+    expiry: JoinHandle<()>,
     notifier: Notifier,
 }
 
@@ -199,6 +200,7 @@ impl Coordinator {
             config.snapshot_every_entries,
             stopped.clone(),
         );
+        let expiry = crate::expiry_task::spawn(raft.clone(), config.expire_after, stopped.clone());
         let planner = crate::release_task::spawn(
             raft.clone(),
             state_machine.clone(),
@@ -249,6 +251,7 @@ impl Coordinator {
             server,
             snapshots,
             planner,
+            expiry,
             notifier,
         })
     }
@@ -290,6 +293,7 @@ impl Coordinator {
         let _ = (&mut self.server).await;
         let _ = (&mut self.snapshots).await;
         let _ = (&mut self.planner).await;
+        let _ = (&mut self.expiry).await;
         self.notifier.join().await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");

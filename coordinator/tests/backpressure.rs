@@ -1,7 +1,8 @@
 //! Backpressure: a flood of pushes beyond what a replica lets into its Raft
 //! pipeline is answered 429 with `Retry-After` (counted as `busy`), what
 //! was accepted is all applied, and once the flood ends a push commits at
-//! its usual speed again.
+//! its usual speed again. A push that would pass the cluster's limits is
+//! answered 429 with the reason and applied not at all.
 
 mod support;
 
@@ -91,5 +92,66 @@ async fn a_flood_is_answered_busy_nothing_accepted_is_lost_and_latency_recovers(
         took < Duration::from_secs(2),
         "a push after the flood took {took:?}"
     );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn what_would_pass_a_limit_is_refused_with_429_and_the_reason_not_acknowledged_and_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = support::start_with(dir.path(), |c| {
+        c.limits.max_gpus = 4;
+        c.limits.max_agents = 2;
+    })
+    .await;
+    let url = c.api_url();
+    let with_gpus = |agent: usize, gpus: std::ops::Range<u32>| {
+        let AgentMessage::V1(AgentMessageV1::Hello(mut h)) = hello(agent) else {
+            unreachable!()
+        };
+        h.gpus = gpus
+            .map(|i| gpumon_proto::GpuInfo {
+                uuid: format!("GPU-{agent}-{i}"),
+                index: i,
+                name: "H100".into(),
+                total_bytes: 80 << 30,
+            })
+            .collect();
+        AgentMessage::V1(AgentMessageV1::Hello(h))
+    };
+    support::push(&url, &with_gpus(0, 0..3)).await;
+
+    let client = reqwest::Client::new();
+    let send = |msg: AgentMessage| {
+        client
+            .post(format!("{url}/api/v1/ingest"))
+            .body(wire::encode(&msg))
+            .send()
+    };
+    let resp = send(with_gpus(1, 0..2)).await.unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "60");
+    let body: gpumon_proto::api::ApiErrorBody = resp.json().await.unwrap();
+    assert!(body.message.contains("GPUs"), "{body:?}");
+
+    assert_eq!(
+        send(with_gpus(2, 0..1)).await.unwrap().status(),
+        200,
+        "it fits"
+    );
+    let resp = send(with_gpus(3, 0..0)).await.unwrap();
+    assert_eq!(resp.status(), 429, "a third agent past max_agents 2");
+
+    let view: ClusterView = reqwest::get(format!("{url}/api/v1/cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (view.agents.len(), view.gpus),
+        (2, 4),
+        "nothing refused was applied"
+    );
+    assert_eq!(view.coordinator.unwrap().rejected_pushes.full, 2);
     c.shutdown().await;
 }

@@ -381,7 +381,7 @@ impl ClusterState {
         true
     }
 
-    fn end_rank(
+    pub(super) fn end_rank(
         &mut self,
         key: &RankKey,
         gpu_uuid: &str,
@@ -421,7 +421,7 @@ impl ClusterState {
     }
 
     /// Ended jobs, oldest-ended first, with the time their last rank ended.
-    fn ended_jobs(&self) -> Vec<(u64, String)> {
+    pub(super) fn ended_jobs(&self) -> Vec<(u64, String)> {
         let mut by_job: std::collections::BTreeMap<&str, Option<u64>> =
             std::collections::BTreeMap::new();
         for ((job, _), r) in &self.ranks {
@@ -447,7 +447,7 @@ impl ClusterState {
         }
     }
 
-    fn forget_job(&mut self, job: &str) {
+    pub(super) fn forget_job(&mut self, job: &str) {
         let keys: Vec<RankKey> = self.job_ranks(job).map(|(k, _)| k.clone()).collect();
         for k in keys {
             self.ranks.remove(&k);

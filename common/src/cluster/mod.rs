@@ -25,6 +25,7 @@
 //! counts rather than grows.
 
 mod apply;
+mod expiry;
 mod read;
 mod ring;
 mod validate;
@@ -36,6 +37,7 @@ use gpumon_proto::{GpuInfo, RankInfo};
 use serde::{Deserialize, Serialize};
 
 pub use apply::{ClusterEvent, PushApplied};
+pub use expiry::Expired;
 pub use ring::Ring;
 pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 
@@ -170,5 +172,7 @@ impl ClusterState {
 
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod expiry_tests;
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,14 @@ impl Replicated {
                 self.notify.apply(&entries, at_ms);
                 Effects::default()
             }
+            CommandV1::Expire { stale_after_ms } => {
+                let mut events = Vec::new();
+                self.state.expire(stale_after_ms, &mut events);
+                Effects {
+                    events,
+                    ..Effects::default()
+                }
+            }
         }
     }
 

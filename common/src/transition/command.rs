@@ -49,6 +49,12 @@ pub enum CommandV1 {
         /// The leader's clock, ms since the Unix epoch.
         at_ms: u64,
     },
+    /// Forget what has been quiet for `stale_after_ms` of data time (the
+    /// leader proposes it on a timer; see `cluster::expiry`).
+    Expire {
+        /// How long an agent, GPU or ended job may stay quiet.
+        stale_after_ms: u64,
+    },
 }
 
 /// What applying a command did, returned to the proposer.

@@ -24,8 +24,8 @@ pub enum ApiError {
     NotLeader(Option<String>),
     /// 503: no leader, or the Raft core is unavailable; try again.
     Unavailable(String),
-    /// 429: too much in flight; retry after the duration.
-    Busy(std::time::Duration),
+    /// 429: too much now; retry after the duration. The message says what.
+    Busy(std::time::Duration, String),
 }
 
 impl From<ServiceError> for ApiError {
@@ -58,13 +58,10 @@ impl IntoResponse for ApiError {
                 (StatusCode::MISDIRECTED_REQUEST, "not_leader", m)
             }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
-            ApiError::Busy(after) => {
+            ApiError::Busy(after, message) => {
                 let body = ApiErrorBody {
                     error: "busy".into(),
-                    message: format!(
-                        "too many pushes in flight on this replica; retry after {} s",
-                        after.as_secs().max(1)
-                    ),
+                    message: format!("{message}; retry after {} s", after.as_secs().max(1)),
                     leader_url: None,
                 };
                 let retry_after = after.as_secs().max(1).to_string();

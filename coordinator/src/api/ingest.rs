@@ -20,7 +20,7 @@ use gpumon_proto::{AgentMessage, CoordinatorReply};
 
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::{PushError, Refusal, RETRY_AFTER};
+use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(
@@ -32,7 +32,7 @@ use crate::service::{PushError, Refusal, RETRY_AFTER};
         (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
-        (status = 429, description = "Too many pushes in flight on this replica; retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),
+        (status = 429, description = "Too many pushes in flight on this replica, or the push would add agents, GPUs or live ranks past the cluster's limits (the message says which); retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),
         (status = 503, description = "No leader, or the push could not be committed; retry.", body = ApiErrorBody),
     ),
 )]
@@ -80,7 +80,13 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         }
         Err(PushError::Busy) => {
             inner.rejected.busy.fetch_add(1, Relaxed);
-            return Err(ApiError::Busy(RETRY_AFTER));
+            let what = "too many pushes in flight on this replica".to_owned();
+            return Err(ApiError::Busy(RETRY_AFTER, what));
+        }
+        Err(PushError::Full(why)) => {
+            inner.rejected.full.fetch_add(1, Relaxed);
+            tracing::warn!(reason = %why, "refused a push at a limit");
+            return Err(ApiError::Busy(FULL_RETRY_AFTER, why));
         }
         Err(PushError::Service(e)) => return Err(e.into()),
     };

@@ -138,6 +138,7 @@ struct Rejected {
     bad_version: AtomicU64,
     malformed: AtomicU64,
     busy: AtomicU64,
+    full: AtomicU64,
     out_of_bounds: AtomicU64,
 }
 

@@ -33,6 +33,7 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
             bad_version: inner.rejected.bad_version.load(Relaxed),
             malformed: inner.rejected.malformed.load(Relaxed),
             busy: inner.rejected.busy.load(Relaxed),
+            full: inner.rejected.full.load(Relaxed),
             out_of_bounds: inner.rejected.out_of_bounds.load(Relaxed),
         },
     });

@@ -56,7 +56,7 @@ use super::stream_slots::{NoSlot, StreamSlot};
 use super::{ApiError, AppState};
 use crate::raft::state_machine::AppliedBatch;
 
-use super::stream_slots::MAX_STREAM_CLIENTS;
+use super::stream_slots::{MAX_STREAMS_PER_CLIENT, MAX_STREAM_CLIENTS};
 
 /// Chunks (one per applied batch) that wait for a slow client before it is
 /// dropped.
@@ -98,7 +98,10 @@ pub async fn stream(
             "{MAX_STREAM_CLIENTS} streams are open on this replica, the most it serves; \
              close one or stream from another replica"
         )),
-        NoSlot::Client => ApiError::Busy(std::time::Duration::from_secs(10)),
+        NoSlot::Client => ApiError::Busy(
+            std::time::Duration::from_secs(10),
+            format!("this client holds {MAX_STREAMS_PER_CLIENT} streams, its share"),
+        ),
     })?;
     // Subscribe before answering, so that everything applied after the
     // client has the response head is in the stream.

@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_PUSHES_IN_FLIGHT: usize = 512;
 /// What a refused pusher is told to wait.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// What a pusher refused at a limit is told to wait: room comes back as
+/// entries expire, not in a second.
+pub const FULL_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 /// The in-flight bound; clones share it.
 #[derive(Debug, Clone)]
 pub struct Admission {

@@ -45,9 +45,21 @@ impl Service {
             return Err(PushError::Busy);
         };
         let (acked_seq, node, command) = match message {
-            AgentMessageV1::Hello(hello) => (0, None, CommandV1::Hello(hello)),
+            AgentMessageV1::Hello(hello) => {
+                self.state_machine
+                    .read()
+                    .state
+                    .admits_hello(&hello)
+                    .map_err(PushError::Full)?;
+                (0, None, CommandV1::Hello(hello))
+            }
             AgentMessageV1::Push(batch) => {
                 self.check_push(&batch).map_err(PushError::Refused)?;
+                self.state_machine
+                    .read()
+                    .state
+                    .admits(&batch.agent_id, &batch.windows)
+                    .map_err(PushError::Full)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
         };
@@ -99,6 +111,12 @@ pub enum PushError {
     /// It broke a bound; it never reached the log.
     #[error(transparent)]
     Refused(PushRefused),
+    /// It would add agents, GPUs or live ranks past the cluster's limits
+    /// (the reason says which); retry after
+    /// [`FULL_RETRY_AFTER`](super::FULL_RETRY_AFTER), when entries may have
+    /// expired.
+    #[error("{0}")]
+    Full(String),
     /// Too many pushes are in flight; retry after
     /// [`RETRY_AFTER`](super::RETRY_AFTER).
     #[error("too many pushes in flight; retry shortly")]

@@ -20,7 +20,7 @@ use gpumon_common::actions::IssueRules;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
-pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, RETRY_AFTER};
+pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};
 pub use error::ServiceError;
 pub use ingest::{PushError, Refusal};
 

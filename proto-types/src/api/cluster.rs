@@ -59,6 +59,10 @@ pub struct RejectedPushes {
     /// Refused for backpressure (429): too many pushes in flight.
     #[serde(default)]
     pub busy: u64,
+    /// Refused at a limit (429): new agents, GPUs or live ranks past what
+    /// the cluster tracks.
+    #[serde(default)]
+    pub full: u64,
     /// A seq or a time out of bounds: seq 0 or too far past the agent's
     /// last one, a time too far ahead of the coordinator's clock or before
     /// 2020 (absent from older coordinators).

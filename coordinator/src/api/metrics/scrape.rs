@@ -164,7 +164,7 @@ pub struct Scrape {
     /// Engine observations ignored, by reason.
     pub observations_ignored: [(&'static str, u64); 2],
     /// Pushes this replica refused, by reason.
-    pub pushes_rejected: [(&'static str, u64); 5],
+    pub pushes_rejected: [(&'static str, u64); 6],
     /// Requests the authorization layer refused, by kind of access.
     pub requests_unauthorized: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
@@ -189,6 +189,7 @@ impl Scrape {
             ("bad_version", inner.rejected.bad_version.load(Relaxed)),
             ("malformed", inner.rejected.malformed.load(Relaxed)),
             ("busy", inner.rejected.busy.load(Relaxed)),
+            ("full", inner.rejected.full.load(Relaxed)),
             ("out_of_bounds", inner.rejected.out_of_bounds.load(Relaxed)),
         ];
         let raft = raft_row(state);
