@@ -186,6 +186,9 @@ pub struct CoordinatorArgs {
     /// Forget agents, GPUs and ended jobs quiet for this many seconds of data time; 0: never [default: 3600].
     #[arg(long, env = "GPUMON_EXPIRE_AFTER_S")]
     pub expire_after_s: Option<u64>,
+    /// Free space kept on the data directory's file system; writes are refused with 507 below it; 0: never [default: 67108864].
+    #[arg(long, env = "GPUMON_MIN_FREE_BYTES")]
+    pub min_free_bytes: Option<u64>,
     /// Raft log entries applied between snapshots on a follower; the leader waits three times as long [default: 10000].
     #[arg(long, env = "GPUMON_SNAPSHOT_EVERY_ENTRIES")]
     pub snapshot_every_entries: Option<u64>,

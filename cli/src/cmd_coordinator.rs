@@ -42,6 +42,9 @@ fn resolve(
     if let Some(v) = args.max_pushes_in_flight.or(file.max_pushes_in_flight) {
         config.max_pushes_in_flight = v;
     }
+    if let Some(v) = args.min_free_bytes.or(file.min_free_bytes) {
+        config.min_free_bytes = v;
+    }
     if let Some(s) = args.expire_after_s.or(file.expire_after_s) {
         config.expire_after = std::time::Duration::from_secs(s);
     }

@@ -109,6 +109,8 @@ pub struct CoordinatorFile {
     pub max_pushes_in_flight: Option<usize>,
     /// `--expire-after-s`.
     pub expire_after_s: Option<u64>,
+    /// `--min-free-bytes`.
+    pub min_free_bytes: Option<u64>,
     /// Windows kept per memory series.
     pub history_windows: Option<usize>,
     /// Log entries between snapshots.

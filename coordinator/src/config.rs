@@ -138,6 +138,9 @@ pub struct CoordinatorConfig {
     /// Agents, GPUs and ended jobs quiet for this long (data time) are
     /// forgotten; zero: never.
     pub expire_after: std::time::Duration,
+    /// Free space kept on the data directory's file system: writes are
+    /// refused with 507 below it; zero: never refused.
+    pub min_free_bytes: u64,
     /// How a fresh replica forms or joins its cluster.
     pub formation: Formation,
     /// Bytes per snapshot chunk sent to a peer.
@@ -165,6 +168,7 @@ impl CoordinatorConfig {
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             limits: Limits::default(),
             expire_after: DEFAULT_EXPIRE_AFTER,
+            min_free_bytes: crate::service::DEFAULT_MIN_FREE_BYTES,
             formation: Formation::Single,
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             credentials: Credentials::default(),

@@ -223,6 +223,7 @@ impl Coordinator {
             max_pushes_in_flight: config.max_pushes_in_flight,
             credentials: config.credentials.clone(),
             data_dir: config.data_dir.clone(),
+            min_free_bytes: config.min_free_bytes,
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),

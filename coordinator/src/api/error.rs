@@ -24,6 +24,8 @@ pub enum ApiError {
     NotLeader(Option<String>),
     /// 503: no leader, or the Raft core is unavailable; try again.
     Unavailable(String),
+    /// 507: the disk is too full to take the write.
+    InsufficientStorage(String),
     /// 429: too much now; retry after the duration. The message says what.
     Busy(std::time::Duration, String),
 }
@@ -36,6 +38,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Conflict(m) => ApiError::Conflict(m),
             ServiceError::NotLeader(url) => ApiError::NotLeader(url),
             ServiceError::Unavailable(m) => ApiError::Unavailable(m),
+            ServiceError::InsufficientStorage(m) => ApiError::InsufficientStorage(m),
         }
     }
 }
@@ -58,6 +61,9 @@ impl IntoResponse for ApiError {
                 (StatusCode::MISDIRECTED_REQUEST, "not_leader", m)
             }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+            ApiError::InsufficientStorage(m) => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", m)
+            }
             ApiError::Busy(after, message) => {
                 let body = ApiErrorBody {
                     error: "busy".into(),

@@ -6,8 +6,9 @@
 //!   the error, so an orchestrator restarts the replica instead of keeping a
 //!   dead one in service.
 //! - Ready: live, a leader is known, this replica applies what is committed
-//!   (apply lag under [`MAX_READY_APPLY_LAG`] entries) and its data
-//!   directory takes a write. A 503 lists every reason it is not.
+//!   (apply lag under [`MAX_READY_APPLY_LAG`] entries), its data directory
+//!   takes a write and keeps its free-space floor. A 503 lists every
+//!   reason it is not.
 
 use std::path::Path;
 
@@ -77,6 +78,9 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
             inner.data_dir.display()
         )),
         Err(e) => reasons.push(format!("cannot check the data directory: {e}")),
+    }
+    if let Err(full) = inner.service.check_storage() {
+        reasons.push(full.to_string());
     }
     if reasons.is_empty() {
         (StatusCode::OK, "ready").into_response()

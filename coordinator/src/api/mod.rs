@@ -69,7 +69,7 @@ use crate::notify::NotifyStats;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
-use crate::service::{Admission, Service};
+use crate::service::{Admission, Service, StorageGuard};
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
@@ -96,6 +96,8 @@ pub struct AppParts {
     pub credentials: Credentials,
     /// The data directory, which readiness checks takes writes.
     pub data_dir: std::path::PathBuf,
+    /// Free space the data directory keeps; writes are refused (507) below.
+    pub min_free_bytes: u64,
     /// Expiry and rate limit given to actions an admin issues.
     pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
@@ -151,6 +153,7 @@ impl AppState {
             parts.state_machine.clone(),
             parts.planner_rules,
             Admission::new(parts.max_pushes_in_flight),
+            StorageGuard::new(&parts.data_dir, parts.min_free_bytes),
         );
         Self {
             inner: Arc::new(Inner {

@@ -19,4 +19,7 @@ pub enum ServiceError {
     /// No leader, or the write could not be committed; retry.
     #[error("{0}")]
     Unavailable(String),
+    /// The disk is too full to take the write; retry once space is freed.
+    #[error("{0}")]
+    InsufficientStorage(String),
 }

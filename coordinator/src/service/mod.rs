@@ -15,6 +15,7 @@ mod error;
 mod ingest;
 mod members;
 mod push_bounds;
+mod storage;
 
 use gpumon_common::actions::IssueRules;
 use openraft::error::{ClientWriteError, RaftError};
@@ -23,6 +24,7 @@ use openraft::BasicNode;
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};
 pub use error::ServiceError;
 pub use ingest::{PushError, Refusal};
+pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
 
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, CommandResult, Raft};
@@ -38,6 +40,8 @@ pub struct Service {
     probe: reqwest::Client,
     /// The bound on pushes in flight.
     admission: Admission,
+    /// The room the data directory keeps.
+    storage: StorageGuard,
 }
 
 impl std::fmt::Debug for Service {
@@ -57,6 +61,7 @@ impl Service {
         state_machine: StateMachine,
         admin_rules: IssueRules,
         admission: Admission,
+        storage: StorageGuard,
     ) -> Self {
         Self {
             id,
@@ -69,7 +74,13 @@ impl Service {
                 .build()
                 .expect("reqwest client builds"),
             admission,
+            storage,
         }
+    }
+
+    /// Whether the data directory has the room a write needs.
+    pub fn check_storage(&self) -> Result<(), ServiceError> {
+        self.storage.check()
     }
 
     /// The leader's API URL when this replica is not the leader.
@@ -81,8 +92,10 @@ impl Service {
         Err(ServiceError::NotLeader(leader_url(&m)))
     }
 
-    /// Proposes `command` and waits for it to be applied here.
+    /// Proposes `command` and waits for it to be applied here; refused
+    /// first while the disk is too full to take it.
     async fn write(&self, command: Command, what: &str) -> Result<CommandResult, ServiceError> {
+        self.storage.check()?;
         self.raft
             .client_write(command)
             .await
