@@ -375,7 +375,9 @@ impl Cluster {
             }
             let first = &seen[0];
             let same = seen.iter().all(|s| {
-                s.applied_index == first.applied_index && s.state_digest == first.state_digest
+                s.applied_index == first.applied_index
+                    && s.state_digest_index == s.applied_index
+                    && s.state_digest == first.state_digest
             });
             if same && first.applied_index.is_some_and(|i| i >= at_least) {
                 Ok(first.clone())

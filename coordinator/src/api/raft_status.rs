@@ -24,7 +24,8 @@ pub async fn raft_status(_: OnlyConsistency, State(state): State<AppState>) -> J
 pub fn status(state: &AppState) -> RaftStatus {
     let inner = &state.inner;
     let m = inner.raft.metrics().borrow().clone();
-    let (applied_index, state_digest) = inner.state_machine.digest();
+    let (state_digest_index, state_digest) = inner.state_machine.digest();
+    let applied_index = inner.state_machine.applied_index();
     let commit_index = inner.committed.get();
     let membership = m.membership_config.membership();
     let member = |id: u64| RaftMember {
@@ -62,6 +63,7 @@ pub fn status(state: &AppState) -> RaftStatus {
         learners,
         replication,
         state_digest,
+        state_digest_index,
     }
 }
 

@@ -50,8 +50,11 @@ type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Arc<Vec<u8>>);
 /// Batches an [`AppliedBatch`] subscriber may fall behind before it loses the oldest.
 pub const APPLIED_CHANNEL_CAPACITY: usize = 1024;
 
-/// A state digest and the applied index it was taken at.
-type DigestAt = (Option<u64>, String);
+/// A state digest, the applied index it was taken at, and when.
+type DigestAt = (Option<u64>, String, std::time::Instant);
+
+/// How long a digest is reused while entries keep being applied.
+pub const DIGEST_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The state machine; clones share state.
 #[derive(Clone)]
@@ -103,24 +106,36 @@ impl StateMachine {
         self.applied.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The index of the last entry applied.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.read().last_applied.map(|l| l.index)
+    }
+
     /// The applied index and the digest of the replicated data at it: the
     /// cluster view, the engine (histories, detector and alert state), the
-    /// action book, the hook data, the step times and the notify book, not Raft's own
-    /// bookkeeping, so a blank entry of a new term or a
-    /// membership change leaves it alone. See [`super::digest`]; cached until
-    /// the next entry is applied.
+    /// action book, the hook data, the step times and the notify book, not
+    /// Raft's own bookkeeping, so a blank entry of a new term or a
+    /// membership change leaves it alone. See [`super::digest`].
+    ///
+    /// Nothing slow happens under the state's lock: the data is cloned
+    /// under it and hashed after, one computation at a time. A digest is
+    /// reused while nothing new was applied, and for
+    /// [`DIGEST_REUSE`] while entries keep coming, so a busy replica's
+    /// readers see a digest at most that old (with the index it is at).
     pub fn digest(&self) -> (Option<u64>, String) {
-        let applied = self.read();
-        let index = applied.last_applied.map(|l| l.index);
         let mut cache = self.digest_cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, d)) = cache.as_ref() {
-            if *at == index {
-                return (index, d.clone());
+        let index_now = self.read().last_applied.map(|l| l.index);
+        if let Some((at, d, when)) = cache.as_ref() {
+            if *at == index_now || when.elapsed() < DIGEST_REUSE {
+                return (*at, d.clone());
             }
         }
-        let d = super::digest::digest(&applied.data)
-            .unwrap_or_else(|e| format!("unencodable state: {e}"));
-        *cache = Some((index, d.clone()));
+        let (index, data) = {
+            let applied = self.read();
+            (applied.last_applied.map(|l| l.index), applied.data.clone())
+        };
+        let d = super::digest::digest(&data).unwrap_or_else(|e| format!("unencodable state: {e}"));
+        *cache = Some((index, d.clone(), std::time::Instant::now()));
         (index, d)
     }
 

@@ -37,11 +37,16 @@ pub struct RaftStatus {
     pub learners: Vec<RaftMember>,
     /// On the leader: how far each other member's log is behind; empty elsewhere.
     pub replication: Vec<PeerReplication>,
-    /// Hash of the replicated data at `applied_index` (cluster view,
+    /// Hash of the replicated data at `state_digest_index` (cluster view,
     /// histories, detector, alert and action state; not Raft's own
     /// bookkeeping): equal on every replica that applied the same entries,
     /// and unchanged by a restart or a new term.
     pub state_digest: String,
+    /// The applied index the digest was taken at: `applied_index` on a
+    /// quiet replica; on a busy one the digest is reused for up to a second
+    /// and may trail it (absent from older coordinators).
+    #[serde(default)]
+    pub state_digest_index: Option<u64>,
 }
 
 /// A member of the Raft cluster.
