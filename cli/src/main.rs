@@ -58,7 +58,9 @@ fn main() -> ExitCode {
         | Command::Record(_)
         | Command::Bench(_)
         | Command::Cluster(_) => "warn",
-        _ => "info,openraft=warn",
+        // A cut peer fails every RPC; the coordinator logs it going away,
+        // staying away and coming back itself (raft::reachability).
+        _ => "info,openraft=warn,openraft::replication=off",
     };
     gpumon_common::logging::init(default_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -15,6 +15,7 @@ pub mod applied;
 pub mod digest;
 pub mod log_store;
 pub mod network;
+mod reachability;
 pub mod snapshot_file;
 pub mod snapshot_schedule;
 pub mod state_machine;

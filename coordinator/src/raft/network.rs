@@ -27,6 +27,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::{de::DeserializeOwned, Serialize};
 
+use super::reachability::{Note, Reachability};
 use super::TypeConfig;
 
 /// Header naming the Raft RPC protocol version.
@@ -67,6 +68,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             addr: node.addr.clone(),
             client: self.client.clone(),
             secret: self.secret.clone(),
+            reachability: Reachability::default(),
         }
     }
 }
@@ -78,11 +80,37 @@ pub struct PeerClient {
     addr: String,
     client: reqwest::Client,
     secret: Option<Secret>,
+    reachability: Reachability,
 }
 
 impl PeerClient {
+    /// Logs the peer going away, staying away and coming back, at a
+    /// bounded rate (openraft's own line per failed RPC is filtered out of
+    /// the default log).
+    fn note(&mut self, reached: bool) {
+        let now = std::time::Instant::now();
+        let note = if reached {
+            self.reachability.answered(now)
+        } else {
+            self.reachability.failed(now)
+        };
+        let (peer, addr) = (self.target, &self.addr);
+        match note {
+            Note::Quiet => {}
+            Note::WentAway => {
+                tracing::warn!(peer, %addr, "peer does not answer; retrying with backoff")
+            }
+            Note::StillAway { failures, for_ } => tracing::warn!(
+                peer, %addr, failures, away_s = for_.as_secs(), "peer still does not answer"
+            ),
+            Note::Back { after, failures } => tracing::info!(
+                peer, %addr, failures, away_s = after.as_secs(), "peer answers again"
+            ),
+        }
+    }
+
     async fn call<Req, Resp, E>(
-        &self,
+        &mut self,
         route: &str,
         req: &Req,
         option: &RPCOption,
@@ -108,12 +136,17 @@ impl PeerClient {
             .send()
             .await
             .map_err(|e| {
-                if e.is_connect() {
+                // A cut link (packets dropped) shows as the per-call limit
+                // firing before the connect timeout: unreachable too, so
+                // openraft backs off instead of retrying every 100 ms.
+                if e.is_connect() || e.is_timeout() {
                     RPCError::Unreachable(Unreachable::new(&e))
                 } else {
                     RPCError::Network(NetworkError::new(&e))
                 }
-            })?;
+            });
+        self.note(resp.is_ok());
+        let resp = resp?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -167,5 +200,46 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         self.call("vote", &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer behind a cut link: the connection is taken but nothing ever
+    /// answers, so the per-call limit fires. That must read as unreachable,
+    /// which makes openraft back off, not as a network error it retries at
+    /// once.
+    #[tokio::test]
+    async fn a_peer_that_never_answers_is_unreachable_and_noted_once() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = silent.accept().await {
+                open.push(conn);
+            }
+        });
+        let mut network = HttpNetwork::new(None);
+        let mut peer = network.new_client(2, &BasicNode::new(&addr)).await;
+        let option = RPCOption::new(Duration::from_millis(100));
+        for _ in 0..3 {
+            let got = peer
+                .vote(
+                    VoteRequest::new(openraft::Vote::new(1, 1), None),
+                    option.clone(),
+                )
+                .await;
+            assert!(matches!(got, Err(RPCError::Unreachable(_))), "{got:?}");
+        }
+        assert!(
+            matches!(
+                peer.reachability.answered(std::time::Instant::now()),
+                Note::Back { failures: 3, .. }
+            ),
+            "three failures noted as one absence"
+        );
+        held.abort();
     }
 }
