@@ -99,7 +99,8 @@ pub struct StragglerEvent {
     pub rank: u32,
     /// Trace time of the step that decided, seconds.
     pub t: f64,
-    /// Raised or cleared.
+    /// Raised or cleared; `Steady` for a fresh explanation of a rank that
+    /// keeps firing (the engine updates its open episode with it).
     pub edge: Edge,
     /// The busy section with the largest median excess over its peers.
     pub section: String,
@@ -372,6 +373,22 @@ impl StragglerTracker {
                 .latch
                 .update(if was_on { !clear } else { raise }, 1, 1);
             if edge == Edge::Steady {
+                // While it fires, the explanation follows the rank: a rank
+                // first slow in one section and then in another is named
+                // by the one that costs most now, not the one it began with.
+                if entry.latch.is_on() && self.scored_steps % REEXPLAIN_EVERY == 0 {
+                    let recent = entry.scores.len().min(p.min_steps.max(1));
+                    let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
+                    events.push(explain(
+                        row.rank,
+                        row.t,
+                        Edge::Steady,
+                        evidence,
+                        &self.sections,
+                        wait_in,
+                        &mut self.scratch.0,
+                    ));
+                }
                 continue;
             }
             if edge == Edge::Cleared {
@@ -396,6 +413,9 @@ impl StragglerTracker {
         }
     }
 }
+
+/// Scored steps between two explanations of a rank that keeps firing.
+const REEXPLAIN_EVERY: u64 = 16;
 
 /// For each value, the median of the others: a rank is compared with its
 /// peers, not with a median it helps make (in a job of four, the two middle
