@@ -55,7 +55,12 @@ pub struct RunArgs {
     #[arg(long, env = "GPUMON_AGENT", value_name = "ADDR")]
     pub agent: Option<String>,
     /// For an agent this command starts: coordinator base URLs, comma-separated.
-    #[arg(long, env = "GPUMON_COORDINATORS", value_name = "URL,...")]
+    #[arg(
+        long,
+        visible_alias = "coordinator",
+        env = "GPUMON_COORDINATORS",
+        value_name = "URL,..."
+    )]
     pub coordinators: Option<String>,
     /// For an agent this command starts: what it samples (nvml, none, ...) [default: nvml, hook data only where NVML is missing].
     #[arg(long, value_name = "SOURCE")]
@@ -71,6 +76,7 @@ pub struct RecordArgs {
     /// A coordinator's base URL; any replica will do (each streams what it applies).
     #[arg(
         long,
+        visible_alias = "coordinators",
         env = "GPUMON_COORDINATOR",
         default_value = "http://127.0.0.1:7070",
         value_name = "URL"
@@ -104,6 +110,7 @@ pub struct AgentArgs {
     /// Coordinator base URLs, comma-separated; any replica will do [default: http://127.0.0.1:7070].
     #[arg(
         long,
+        visible_alias = "coordinator",
         env = "GPUMON_COORDINATORS",
         value_delimiter = ',',
         value_name = "URL,..."
@@ -235,6 +242,7 @@ pub struct ClusterArgs {
     /// Coordinator base URLs, comma-separated; any replica will do.
     #[arg(
         long,
+        visible_alias = "coordinator",
         env = "GPUMON_COORDINATORS",
         value_delimiter = ',',
         default_value = "http://127.0.0.1:7070",
@@ -295,6 +303,7 @@ pub struct StatusArgs {
     /// A coordinator's base URL.
     #[arg(
         long,
+        visible_alias = "coordinators",
         env = "GPUMON_COORDINATOR",
         default_value = "http://127.0.0.1:7070"
     )]
@@ -310,6 +319,7 @@ pub struct TopArgs {
     /// A coordinator's base URL.
     #[arg(
         long,
+        visible_alias = "coordinators",
         env = "GPUMON_COORDINATOR",
         default_value = "http://127.0.0.1:7070"
     )]
@@ -375,4 +385,29 @@ pub struct NotifyArgs {
     /// Base URL of the dashboard that notifications link to [default: the coordinator's advertised API URL].
     #[arg(long, env = "GPUMON_DASHBOARD_URL", value_name = "URL")]
     pub dashboard_url: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// Every command takes the coordinator's URL by either spelling.
+    #[test]
+    fn coordinator_and_coordinators_are_one_flag() {
+        let url = "http://10.0.0.5:7070";
+        for argv in [
+            vec!["gpumon", "status", "--coordinators", url],
+            vec!["gpumon", "top", "--coordinators", url],
+            vec!["gpumon", "record", "--coordinators", url, "-o", "t.jsonl"],
+            vec!["gpumon", "agent", "--coordinator", url, "--insecure"],
+            vec!["gpumon", "cluster", "--coordinator", url, "status"],
+            vec!["gpumon", "run", "--coordinator", url, "--", "python3"],
+        ] {
+            let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let got = format!("{:?}", cli.command);
+            assert!(got.contains(url), "{argv:?} lost the URL: {got}");
+        }
+    }
 }

@@ -111,7 +111,13 @@ rejected and not_leader_hops (JSON with --json). Exits 1 when the cluster never 
 #[derive(Debug, Args)]
 pub struct IngestArgs {
     /// Coordinator base URLs, comma-separated; pushes start on them round-robin and follow the leader.
-    #[arg(long, value_delimiter = ',', value_name = "URL,...", required = true)]
+    #[arg(
+        long,
+        visible_alias = "coordinator",
+        value_delimiter = ',',
+        value_name = "URL,...",
+        required = true
+    )]
     pub coordinators: Vec<String>,
     /// Simulated agents (nodes), 1 to 100000.
     #[arg(long, default_value_t = 100, value_name = "N")]
