@@ -109,7 +109,7 @@ pub struct AgentConfig {
     pub sample_interval: Duration,
     /// Window length: one batch per window.
     pub window: Duration,
-    /// Unacknowledged batches kept before the oldest is dropped.
+    /// Unacknowledged batches kept; past it the oldest not yet sent is dropped.
     pub max_buffered_batches: usize,
     /// Largest batch pushed, bytes.
     pub max_batch_bytes: usize,

@@ -143,7 +143,7 @@ pub struct AgentArgs {
     /// Window length in milliseconds: one push per window [default: 2000].
     #[arg(long, env = "GPUMON_WINDOW_MS")]
     pub window_ms: Option<u64>,
-    /// Unacknowledged batches kept while coordinators are unreachable; the oldest is dropped past it [default: 1024].
+    /// Unacknowledged batches kept while coordinators are unreachable; past it the oldest batch not yet sent is dropped and counted [default: 1024].
     #[arg(long, env = "GPUMON_MAX_BUFFERED_BATCHES")]
     pub max_buffered_batches: Option<usize>,
     /// Largest batch pushed, bytes; larger ones are split [default: 1048576].

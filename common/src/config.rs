@@ -71,7 +71,7 @@ pub struct AgentFile {
     pub sample_interval_ms: Option<u64>,
     /// Window length, ms.
     pub window_ms: Option<u64>,
-    /// Unacknowledged batches kept before the oldest is dropped.
+    /// Unacknowledged batches kept; past it the oldest not yet sent is dropped.
     pub max_buffered_batches: Option<usize>,
     /// Largest batch pushed, bytes.
     pub max_batch_bytes: Option<usize>,
