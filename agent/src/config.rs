@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
+use gpumon_common::net::is_loopback_url;
 use gpumon_common::secrets::Secret;
 
 use crate::hook_endpoint::HookAddr;
@@ -127,21 +128,6 @@ pub struct AgentConfig {
     pub insecure: bool,
 }
 
-/// Whether a base URL names a loopback host.
-fn url_is_loopback(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => authority,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 impl AgentConfig {
     /// Defaults for a node name.
     pub fn new(node_name: &str) -> Self {
@@ -173,7 +159,7 @@ impl AgentConfig {
                     "coordinator URL {url:?} must start with http:// or https://"
                 ));
             }
-            if self.token.is_none() && !self.insecure && !url_is_loopback(url) {
+            if self.token.is_none() && !self.insecure && !is_loopback_url(url) {
                 return Err(format!(
                     "coordinator {url} is on another host: give this agent its token (--agent-token-file), or --insecure to push without one"
                 ));

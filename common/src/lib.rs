@@ -13,6 +13,7 @@
 //! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`secrets`]: secrets and tokens read from owner-only files;
+//! - [`net`]: whether an address names this machine only;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
 //! - [`transition`]: the one state transition, `apply(state, command)`,
@@ -38,6 +39,7 @@ pub mod hook_records;
 pub mod limits;
 pub mod logging;
 pub mod metric_family;
+pub mod net;
 pub mod notify;
 pub mod replay;
 pub mod secrets;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use gpumon_common::actions::PlannerConfig;
 use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
+use gpumon_common::net::is_loopback_authority;
 use gpumon_common::secrets::Secret;
 
 use crate::notify::NotifyConfig;
@@ -83,7 +84,7 @@ impl Credentials {
         if !self.open_reads && self.admin_token.is_none() {
             return Err("closed reads (open_reads = false) need an admin token (--admin-token-file) to read with".into());
         }
-        if self.insecure || is_loopback(listen) {
+        if self.insecure || is_loopback_authority(listen) {
             return Ok(());
         }
         let missing: Vec<&str> = [
@@ -102,16 +103,6 @@ impl Credentials {
             missing.join(", ")
         ))
     }
-}
-
-/// Whether `host:port` names a loopback address only.
-pub fn is_loopback(addr: &str) -> bool {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Everything a coordinator needs to run.

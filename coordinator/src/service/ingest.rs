@@ -54,12 +54,7 @@ impl Service {
                 (0, None, CommandV1::Hello(hello))
             }
             AgentMessageV1::Push(batch) => {
-                self.check_push(&batch).map_err(PushError::Refused)?;
-                self.state_machine
-                    .read()
-                    .state
-                    .admits(&batch.agent_id, &batch.windows)
-                    .map_err(PushError::Full)?;
+                self.check_push(&batch)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
         };
@@ -86,16 +81,22 @@ impl Service {
 }
 
 impl Service {
-    /// The bounds of [`crate::service::push_bounds`]; a re-sent batch (its
-    /// seq already applied) passes, to be acknowledged as a duplicate.
-    fn check_push(&self, batch: &PushBatch) -> Result<(), PushRefused> {
-        check_sizes(batch)?;
-        let last = (self.state_machine.read().state).last_seq(&batch.agent_id, batch.incarnation);
+    /// The bounds of [`crate::service::push_bounds`], then the limits, from
+    /// one read of the state; a re-sent batch (its seq already applied)
+    /// passes, to be acknowledged as a duplicate.
+    fn check_push(&self, batch: &PushBatch) -> Result<(), PushError> {
+        check_sizes(batch).map_err(PushError::Refused)?;
+        let applied = self.state_machine.read();
+        let last = applied.state.last_seq(&batch.agent_id, batch.incarnation);
         if batch.seq != 0 && last.is_some_and(|last| batch.seq <= last) {
             return Ok(());
         }
-        check_seq(batch, last)?;
-        check_times(batch, wall_ms())
+        check_seq(batch, last).map_err(PushError::Refused)?;
+        check_times(batch, wall_ms()).map_err(PushError::Refused)?;
+        applied
+            .state
+            .admits(&batch.agent_id, &batch.windows)
+            .map_err(PushError::Full)
     }
 }
 
