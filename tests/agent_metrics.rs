@@ -72,7 +72,9 @@ fn values(all: &[(String, String, f64)], name: &str, with: &[&str]) -> Vec<f64> 
 }
 
 async fn scrape(addr: &str, accept: &str) -> Result<(String, String), String> {
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .get(format!("http://{addr}/metrics"))
         .header("accept", accept)
         .send()

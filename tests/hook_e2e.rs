@@ -121,7 +121,9 @@ async fn actions(url: &str) -> Result<Vec<Value>, String> {
 }
 
 async fn post_action(url: &str, ranks: &[u32]) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/actions"))
         .bearer_auth(TOKEN)
         .json(&serde_json::json!({"kind": "release_cache", "job": JOB, "ranks": ranks}))

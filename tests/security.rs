@@ -68,7 +68,9 @@ fn secrets() -> Secrets {
 }
 
 async fn post(url: &str, token: Option<&str>, body: Vec<u8>) -> (u16, String) {
-    let mut req = reqwest::Client::new()
+    let mut req = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(url)
         .header("x-gpumon-raft-version", "1")
         .timeout(Duration::from_secs(10))
@@ -89,7 +91,11 @@ async fn applied_batches(cluster: &Cluster, id: u64) -> u64 {
 }
 
 async fn unauthorized_count(cluster: &Cluster, id: u64, access: &str) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", cluster.url(id)))
+    let text = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
+        .get(format!("{}/metrics", cluster.url(id)))
+        .send()
         .await
         .unwrap()
         .text()
@@ -187,7 +193,9 @@ async fn forged_pushes_raft_messages_and_admin_requests_are_refused_and_change_n
 
     // Admin from loopback is not enough once a token exists.
     let members = format!("{base}/api/v1/cluster/members/2");
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .delete(&members)
         .send()
         .await
@@ -272,7 +280,11 @@ async fn closed_reads_need_the_admin_token() {
     let admin = secret_file(dir.path(), "admin", ADMIN, 0o600);
     let admin = admin.to_str().unwrap();
     let cluster = Cluster::start(1, &["--admin-token-file", admin]).await;
-    let open = reqwest::get(format!("{}/api/v1/cluster", cluster.url(1)))
+    let open = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
+        .get(format!("{}/api/v1/cluster", cluster.url(1)))
+        .send()
         .await
         .unwrap();
     assert_eq!(open.status().as_u16(), 200, "reads are open by default");
@@ -280,7 +292,7 @@ async fn closed_reads_need_the_admin_token() {
 
     let cluster = Cluster::start(1, &["--admin-token-file", admin, "--closed-reads"]).await;
     let url = format!("{}/api/v1/cluster", cluster.url(1));
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let anonymous = client.get(&url).send().await.unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
     let metrics = client

@@ -126,6 +126,9 @@ pub struct AgentConfig {
     pub token: Option<Secret>,
     /// Push without a token to coordinators on other hosts.
     pub insecure: bool,
+    /// How https coordinators are verified, and the client certificate
+    /// shown to those that require one.
+    pub tls: gpumon_net::ClientTls,
 }
 
 impl AgentConfig {
@@ -145,6 +148,7 @@ impl AgentConfig {
             metrics_listen: Some(DEFAULT_METRICS_LISTEN),
             token: None,
             insecure: false,
+            tls: gpumon_net::ClientTls::default(),
         }
     }
 

@@ -110,6 +110,12 @@ impl Pusher {
         self
     }
 
+    /// Posts through `client` instead (e.g. one set up for TLS).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
+        self
+    }
+
     /// The coordinators' base URLs.
     pub fn urls(&self) -> &[String] {
         &self.urls
@@ -251,7 +257,12 @@ mod tests {
             "http://127.0.0.1:1/".to_owned(),
             "http://127.0.0.1:2".to_owned(),
         ];
-        let pusher = Pusher::new(reqwest::Client::new(), urls);
+        let pusher = Pusher::new(
+            gpumon_net::plain_client_builder()
+                .build()
+                .expect("the default client builds"),
+            urls,
+        );
         let mut route = Route::new(0);
         let got = pusher.attempt(&mut route, b"x", |_| {}).await;
         assert!(

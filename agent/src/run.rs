@@ -161,6 +161,10 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
     config.validate().map_err(AgentError::Config)?;
+    let tls = config
+        .tls
+        .config()
+        .map_err(|e| AgentError::Config(e.to_string()))?;
     let hooks = Hooks::start(&config).await?;
     let hub = hooks.as_ref().map(|h| h.hub.clone());
     let start_ms = now_ms();
@@ -192,7 +196,8 @@ pub async fn run(
         config.max_buffered_batches,
         config.max_batch_bytes,
     )
-    .with_token(config.token.clone());
+    .with_token(config.token.clone())
+    .with_tls(tls);
     if let Some(hub) = &hub {
         uplink = uplink.with_hook_hub(hub.clone());
     }

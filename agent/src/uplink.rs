@@ -148,6 +148,15 @@ pub struct Uplink {
     hub: Option<Arc<HookHub>>,
 }
 
+/// The push client: each post bounded by [`PUSH_TIMEOUT`].
+fn push_client(builder: reqwest::ClientBuilder) -> reqwest::Client {
+    builder
+        .timeout(PUSH_TIMEOUT)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .expect("a client on a checked TLS config builds")
+}
+
 impl Uplink {
     /// Sends `token`, this agent's token, with every push.
     pub fn with_token(mut self, token: Option<Secret>) -> Self {
@@ -162,11 +171,7 @@ impl Uplink {
         max_buffered: usize,
         max_batch_bytes: usize,
     ) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(PUSH_TIMEOUT)
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .expect("reqwest client builds");
+        let client = push_client(gpumon_net::plain_client_builder());
         Self {
             pusher: Pusher::new(client, coordinators),
             route: Route::new(0),
@@ -182,6 +187,15 @@ impl Uplink {
             stats: Arc::default(),
             hub: None,
         }
+    }
+
+    /// Reaches the coordinators with `tls` (trust and, for mutual TLS, a
+    /// client certificate), built and checked by `gpumon_net::ClientTls`.
+    pub fn with_tls(mut self, tls: rustls::ClientConfig) -> Self {
+        self.pusher = self
+            .pusher
+            .with_client(push_client(gpumon_net::client_builder_with(tls)));
+        self
     }
 
     /// Hands the actions of every committed reply to `hub`.

@@ -67,7 +67,10 @@ async fn a_follower_s_hint_leads_to_the_leader_and_its_actions() {
     };
     let leader = coordinator(StatusCode::OK, reply(committed, vec![action()])).await;
     let follower = coordinator(StatusCode::OK, not_leader(Some(format!("{leader}/")))).await;
-    let pusher = Pusher::new(reqwest::Client::new(), vec![follower]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![follower],
+    );
     let mut route = Route::new(0);
     let mut hops = Vec::new();
     let got = pusher
@@ -89,7 +92,10 @@ async fn a_follower_s_hint_leads_to_the_leader_and_its_actions() {
 async fn hints_that_lead_nowhere_fail_and_rotate() {
     let a = coordinator(StatusCode::OK, not_leader(None)).await;
     let b = coordinator(StatusCode::OK, not_leader(None)).await;
-    let pusher = Pusher::new(reqwest::Client::new(), vec![a.clone(), b.clone()]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![a.clone(), b.clone()],
+    );
     let mut route = Route::new(0);
     let got = pusher.attempt(&mut route, b"batch", |_| {}).await;
     assert_eq!(got, Attempt::Failed(format!("{a}: no leader is known yet")));
@@ -98,7 +104,10 @@ async fn hints_that_lead_nowhere_fail_and_rotate() {
     // A follower that names itself is not followed.
     let (listener, selfish) = bind().await;
     serve(listener, StatusCode::OK, not_leader(Some(selfish.clone())));
-    let pusher = Pusher::new(reqwest::Client::new(), vec![selfish.clone(), a.clone()]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![selfish.clone(), a.clone()],
+    );
     let mut route = Route::new(0);
     let got = pusher.attempt(&mut route, b"batch", |_| {}).await;
     assert!(
@@ -111,7 +120,10 @@ async fn hints_that_lead_nowhere_fail_and_rotate() {
     let ((lx, x), (ly, y)) = (bind().await, bind().await);
     serve(lx, StatusCode::OK, not_leader(Some(y.clone())));
     serve(ly, StatusCode::OK, not_leader(Some(x.clone())));
-    let pusher = Pusher::new(reqwest::Client::new(), vec![x, a.clone()]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![x, a.clone()],
+    );
     let mut route = Route::new(0);
     let mut hops = 0;
     let got = pusher.attempt(&mut route, b"batch", |_| hops += 1).await;
@@ -128,7 +140,10 @@ async fn hints_that_lead_nowhere_fail_and_rotate() {
 async fn a_4xx_is_a_refusal_and_the_route_stays() {
     let refusing = coordinator(StatusCode::BAD_REQUEST, None).await;
     let other = coordinator(StatusCode::OK, not_leader(None)).await;
-    let pusher = Pusher::new(reqwest::Client::new(), vec![refusing.clone(), other]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![refusing.clone(), other],
+    );
     let mut route = Route::new(0);
     let got = pusher.attempt(&mut route, b"batch", |_| {}).await;
     assert_eq!(
@@ -153,7 +168,10 @@ async fn a_429_is_busy_with_the_asked_wait_and_the_route_stays() {
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
     let other = coordinator(StatusCode::OK, not_leader(None)).await;
-    let pusher = Pusher::new(reqwest::Client::new(), vec![busy.clone(), other]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![busy.clone(), other],
+    );
     let mut route = Route::new(0);
     let got = pusher.attempt(&mut route, b"batch", |_| {}).await;
     assert_eq!(got, Attempt::Busy(std::time::Duration::from_secs(3)));
@@ -178,7 +196,10 @@ async fn a_429_without_a_usable_wait_asks_for_the_default() {
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let pusher = Pusher::new(reqwest::Client::new(), vec![busy]);
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![busy],
+    );
     let got = pusher.attempt(&mut Route::new(0), b"batch", |_| {}).await;
     assert_eq!(got, Attempt::Busy(gpumon_agent::push::DEFAULT_BUSY_WAIT));
 }

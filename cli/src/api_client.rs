@@ -34,8 +34,9 @@ pub struct ClusterSnapshot {
 }
 
 impl ApiClient {
-    /// A client of the coordinator at `base` (e.g. `http://127.0.0.1:7070`).
-    pub fn new(base: &str) -> anyhow::Result<Self> {
+    /// A client of the coordinator at `base` (e.g. `http://127.0.0.1:7070`),
+    /// verifying an https one per `tls`.
+    pub fn new(base: &str, tls: &gpumon_net::ClientTls) -> anyhow::Result<Self> {
         let url = reqwest::Url::parse(base)
             .with_context(|| format!("--coordinator {base:?} is not a URL"))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -45,7 +46,7 @@ impl ApiClient {
         }
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
-            http: reqwest::Client::builder().timeout(TIMEOUT).build()?,
+            http: gpumon_net::client_builder(tls)?.timeout(TIMEOUT).build()?,
         })
     }
 
@@ -133,8 +134,8 @@ mod tests {
 
     #[test]
     fn a_coordinator_that_is_not_an_http_url_is_refused() {
-        assert!(ApiClient::new("127.0.0.1:7070").is_err());
-        assert!(ApiClient::new("ftp://x").is_err());
-        assert!(ApiClient::new("http://127.0.0.1:7070/").is_ok());
+        assert!(ApiClient::new("127.0.0.1:7070", &Default::default()).is_err());
+        assert!(ApiClient::new("ftp://x", &Default::default()).is_err());
+        assert!(ApiClient::new("http://127.0.0.1:7070/", &Default::default()).is_ok());
     }
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use gpumon_net::{ClientTls, Identity};
 
 /// gpumon: GPU-memory monitoring for distributed training, by job and rank.
 #[derive(Debug, Parser)]
@@ -88,6 +89,8 @@ pub struct RecordArgs {
     /// Stop after this many seconds [default: run until Ctrl-C].
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// `gpumon replay`.
@@ -131,6 +134,8 @@ pub struct AgentArgs {
     /// Push without a token to coordinators on other hosts.
     #[arg(long, env = "GPUMON_INSECURE")]
     pub insecure: bool,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     /// Agent identity, stable across restarts [default: the node name].
     #[arg(long, env = "GPUMON_AGENT_ID")]
     pub agent_id: Option<String>,
@@ -229,6 +234,18 @@ pub struct CoordinatorArgs {
     /// Reads (the JSON API, /metrics, the stream) need the admin token.
     #[arg(long, env = "GPUMON_CLOSED_READS")]
     pub closed_reads: bool,
+    /// Serve the API and Raft over TLS with this certificate chain (PEM); peers are then reached over https [default: plain HTTP].
+    #[arg(long, env = "GPUMON_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM, owner-only).
+    #[arg(long, env = "GPUMON_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Mutual TLS: every client (agents, the CLI, peers) must present a certificate issued by a CA in this PEM file [default: none asked].
+    #[arg(long, env = "GPUMON_TLS_CLIENT_CA_FILE", value_name = "FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Verify peers with the CA certificates in this PEM file [default: --tls-client-ca-file, else the public roots].
+    #[arg(long, env = "GPUMON_TLS_CA_FILE", value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
     /// Run without secrets on an address other hosts can reach.
     #[arg(long, env = "GPUMON_INSECURE")]
     pub insecure: bool,
@@ -267,6 +284,8 @@ pub struct ClusterArgs {
         conflicts_with = "admin_token"
     )]
     pub admin_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     #[command(subcommand)]
     pub what: ClusterCommand,
 }
@@ -311,6 +330,8 @@ pub struct StatusArgs {
     /// Print JSON (`{"cluster", "jobs", "analysis", "alerts"}`) instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// `gpumon top`.
@@ -336,6 +357,8 @@ pub struct TopArgs {
     /// No colors, even on a terminal (also when NO_COLOR is set).
     #[arg(long)]
     pub no_color: bool,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// `gpumon demo`.
@@ -361,6 +384,53 @@ pub struct DemoArgs {
     pub chaos_every: f64,
     #[command(flatten)]
     pub notify: NotifyArgs,
+}
+
+/// How a client reaches coordinators over https: whom it trusts and, for
+/// coordinators that require one, the certificate it shows.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClientTlsArgs {
+    /// Verify https coordinators with the CA certificates in this PEM file [default: the public roots].
+    #[arg(long, env = "GPUMON_TLS_CA_FILE", value_name = "FILE", global = true)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for coordinators that require one (mutual TLS); with --tls-key-file.
+    #[arg(long, env = "GPUMON_TLS_CERT_FILE", value_name = "FILE", global = true)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM, owner-only).
+    #[arg(long, env = "GPUMON_TLS_KEY_FILE", value_name = "FILE", global = true)]
+    pub tls_key_file: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// The settings: these flags (or their environment), else `file`'s
+    /// `(tls_ca_file, tls_cert_file, tls_key_file)`; the files are read
+    /// once here, so a missing or open key shows before any request.
+    pub fn resolve(
+        &self,
+        file: (Option<&PathBuf>, Option<&PathBuf>, Option<&PathBuf>),
+    ) -> Result<ClientTls, String> {
+        let ca_file = self.tls_ca_file.clone().or(file.0.cloned());
+        let cert = self.tls_cert_file.clone().or(file.1.cloned());
+        let key = self.tls_key_file.clone().or(file.2.cloned());
+        let tls = ClientTls {
+            ca_file,
+            identity: identity(cert, key)?,
+        };
+        tls.config().map_err(|e| e.to_string())?;
+        Ok(tls)
+    }
+}
+
+/// A certificate and key given together, or neither.
+pub fn identity(cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Option<Identity>, String> {
+    match (cert, key) {
+        (Some(cert_file), Some(key_file)) => Ok(Some(Identity {
+            cert_file,
+            key_file,
+        })),
+        (None, None) => Ok(None),
+        _ => Err("--tls-cert-file and --tls-key-file go together: give both or neither".into()),
+    }
 }
 
 /// Where the Raft leader sends notifications about alerts (`gpumon

@@ -58,6 +58,14 @@ fn resolve(args: AgentArgs, config_file: Option<&Path>) -> Result<AgentConfig, F
         config.token = Some(read_secret(path).map_err(usage)?);
     }
     config.insecure = args.insecure || file.insecure.unwrap_or(false);
+    config.tls = args
+        .tls
+        .resolve((
+            file.tls_ca_file.as_ref(),
+            file.tls_cert_file.as_ref(),
+            file.tls_key_file.as_ref(),
+        ))
+        .map_err(usage)?;
     if let Some(ms) = args.sample_interval_ms.or(file.sample_interval_ms) {
         config.sample_interval = Duration::from_millis(ms);
     }

@@ -37,7 +37,8 @@ pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
         (Some(path), _) => Some(read_secret(path).map_err(usage)?.expose().to_owned()),
         (None, token) => token.clone(),
     };
-    let client = reqwest::Client::builder()
+    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
+    let client = gpumon_net::client_builder(&tls)?
         .timeout(CHANGE_TIMEOUT)
         .connect_timeout(Duration::from_secs(2))
         .build()?;
@@ -181,10 +182,17 @@ async fn fetch_status(admin: &Admin<'_>, base: &str) -> anyhow::Result<RaftStatu
 async fn status(admin: &Admin<'_>, urls: &[String], json: bool) -> Result<(), Failure> {
     let mut first = None;
     let mut errors = Vec::new();
+    let mut scheme = "http";
     for url in urls {
         match fetch_status(admin, url).await {
             Ok(s) => {
                 first = Some(s);
+                // Replicas of one cluster speak one scheme.
+                scheme = if url.starts_with("https://") {
+                    "https"
+                } else {
+                    "http"
+                };
                 break;
             }
             Err(e) => errors.push(format!("{e:#}")),
@@ -198,7 +206,7 @@ async fn status(admin: &Admin<'_>, urls: &[String], json: bool) -> Result<(), Fa
         let got = if m.id == first.id {
             Ok(first.clone())
         } else {
-            fetch_status(admin, &format!("http://{}", m.addr)).await
+            fetch_status(admin, &format!("{scheme}://{}", m.addr)).await
         };
         rows.push((m.id, m.addr.clone(), got));
     }

@@ -9,7 +9,9 @@ use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Credentials, Formation, StartError};
 
-use crate::args::{CoordinatorArgs, NotifyArgs};
+use gpumon_net::ServerTls;
+
+use crate::args::{identity, CoordinatorArgs, NotifyArgs};
 use crate::{shutdown, usage, Failure};
 
 /// Default data directory, relative to the working directory.
@@ -25,6 +27,8 @@ fn resolve(
     };
     let file = whole.coordinator;
     let credentials = credentials(&args, &file)?;
+    let tls = server_tls(&args, &file)?;
+    let peer_ca_file = args.tls_ca_file.clone().or(file.tls_ca_file.clone());
     let id = args.id.or(file.id).unwrap_or(1);
     let data_dir = args
         .data_dir
@@ -58,6 +62,8 @@ fn resolve(
         config.snapshot_chunk_bytes = v;
     }
     config.credentials = credentials;
+    config.tls = tls;
+    config.peer_ca_file = peer_ca_file;
     config.engine = whole.engine;
     config.planner = whole.actions;
     config.notify = notify_config(&args.notify, &whole.notify);
@@ -112,6 +118,30 @@ fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credent
         open_reads: !args.closed_reads && file.open_reads.unwrap_or(true),
         insecure: args.insecure || file.insecure.unwrap_or(false),
     })
+}
+
+/// TLS on the listener, from the flags (or their environment), else the
+/// `[coordinator]` table; the files are checked when the replica starts.
+fn server_tls(
+    args: &CoordinatorArgs,
+    file: &CoordinatorFile,
+) -> Result<Option<ServerTls>, Failure> {
+    let cert = args.tls_cert_file.clone().or(file.tls_cert_file.clone());
+    let key = args.tls_key_file.clone().or(file.tls_key_file.clone());
+    let client_ca_file = args
+        .tls_client_ca_file
+        .clone()
+        .or(file.tls_client_ca_file.clone());
+    match identity(cert, key).map_err(usage)? {
+        Some(identity) => Ok(Some(ServerTls {
+            identity,
+            client_ca_file,
+        })),
+        None if client_ca_file.is_some() => Err(usage(
+            "--tls-client-ca-file needs TLS on this replica: give --tls-cert-file and --tls-key-file",
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The notifier's config: the `[notify]` table, each kind's list replaced

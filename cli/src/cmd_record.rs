@@ -73,7 +73,8 @@ pub async fn run(args: RecordArgs) -> Result<(), Failure> {
     let mut deadline = pin!(until(duration.map(|d| Instant::now() + d)));
 
     let url = format!("{base}/api/v1/stream");
-    let client = reqwest::Client::builder()
+    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
+    let client = gpumon_net::client_builder(&tls)?
         .connect_timeout(CONNECT_TIMEOUT)
         .build()?;
     let mut resp = tokio::select! {

@@ -11,7 +11,8 @@ use crate::text::truncate;
 use crate::{usage, Failure};
 
 pub async fn run(args: StatusArgs) -> Result<(), Failure> {
-    let client = ApiClient::new(&args.coordinator).map_err(|e| usage(format!("{e:#}")))?;
+    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
+    let client = ApiClient::new(&args.coordinator, &tls).map_err(|e| usage(format!("{e:#}")))?;
     let snap = client.snapshot().await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snap)?);

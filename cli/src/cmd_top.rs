@@ -49,7 +49,8 @@ pub async fn run(args: TopArgs) -> Result<(), Failure> {
             args.interval
         )));
     }
-    let client = ApiClient::new(&args.coordinator).map_err(|e| usage(format!("{e:#}")))?;
+    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
+    let client = ApiClient::new(&args.coordinator, &tls).map_err(|e| usage(format!("{e:#}")))?;
     let tty = std::io::stdout().is_terminal();
     let style = Style {
         color: tty && !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),

@@ -89,6 +89,12 @@ pub struct AgentFile {
     pub agent_token_file: Option<PathBuf>,
     /// `--insecure`.
     pub insecure: Option<bool>,
+    /// `--tls-ca-file`: CA certificates https coordinators are verified with.
+    pub tls_ca_file: Option<PathBuf>,
+    /// `--tls-cert-file`: client certificate for mutual TLS.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `--tls-key-file`: its private key.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 /// `[coordinator]`: see `gpumon coordinator --help`.
@@ -133,6 +139,14 @@ pub struct CoordinatorFile {
     pub open_reads: Option<bool>,
     /// `--insecure`.
     pub insecure: Option<bool>,
+    /// `--tls-cert-file`: serve TLS with this certificate chain.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `--tls-key-file`: its private key.
+    pub tls_key_file: Option<PathBuf>,
+    /// `--tls-client-ca-file`: require client certificates from this CA.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// `--tls-ca-file`: CA certificates peers are verified with.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// Why the file could not be used.

@@ -128,7 +128,9 @@ pub fn read_tokens(path: &Path) -> Result<Vec<Secret>, SecretError> {
     Ok(tokens)
 }
 
-fn read_private(path: &Path) -> Result<String, SecretError> {
+/// Reads a file only its owner may read (a secret, a TLS private key); a
+/// file its group or others may read is refused, naming it.
+pub fn read_private(path: &Path) -> Result<String, SecretError> {
     let read_err = |source| SecretError::Read {
         path: path.to_owned(),
         source,

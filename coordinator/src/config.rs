@@ -7,6 +7,7 @@ use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::net::is_loopback_authority;
 use gpumon_common::secrets::Secret;
+use gpumon_net::ServerTls;
 
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
@@ -144,6 +145,11 @@ pub struct CoordinatorConfig {
     pub planner: PlannerConfig,
     /// Where the leader sends notifications about alerts.
     pub notify: NotifyConfig,
+    /// TLS on the listener; peers are then reached over https. None: plain HTTP.
+    pub tls: Option<ServerTls>,
+    /// CA certificates trusted when reaching peers over https [default:
+    /// the client CA of `tls`, else the public roots].
+    pub peer_ca_file: Option<PathBuf>,
 }
 
 impl CoordinatorConfig {
@@ -166,6 +172,8 @@ impl CoordinatorConfig {
             engine: EngineConfig::default(),
             planner: PlannerConfig::default(),
             notify: NotifyConfig::default(),
+            tls: None,
+            peer_ca_file: None,
         }
     }
 
@@ -216,6 +224,12 @@ impl CoordinatorConfig {
         }
         if self.snapshot_chunk_bytes < 1024 {
             return Err("snapshot_chunk_bytes must be at least 1024".into());
+        }
+        if self.peer_ca_file.is_some() && self.tls.is_none() {
+            return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
+        }
+        if self.peer_ca_file.is_some() && self.tls.is_none() {
+            return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
         }
         if let Some(a) = &self.advertise {
             check_addr(a).map_err(|e| format!("--advertise: {e}"))?;

@@ -23,6 +23,7 @@ pub mod config;
 mod expiry_task;
 mod node;
 pub mod notify;
+pub mod peer_link;
 pub mod peers;
 pub mod raft;
 mod release_task;

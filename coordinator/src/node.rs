@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use gpumon_common::cluster::ClusterEvent;
+use gpumon_net::{ApiListener, ServerTls};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
 use thiserror::Error;
@@ -14,6 +16,7 @@ use tokio::task::JoinHandle;
 use crate::api::{self, AppParts, AppState};
 use crate::config::{CoordinatorConfig, Formation};
 use crate::notify::{Notifier, NotifyStats};
+use crate::peer_link::PeerLink;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::state_machine::StateMachine;
@@ -118,6 +121,7 @@ async fn form(raft: &Raft, config: &CoordinatorConfig, advertise: &str) -> Resul
 pub struct Coordinator {
     id: u64,
     local_addr: SocketAddr,
+    scheme: &'static str,
     raft: Raft,
     state_machine: StateMachine,
     /// `true` once shutting down; the server and every `/api/v1/stream` watch it.
@@ -150,6 +154,14 @@ impl Coordinator {
         let log_store = LogStore::open(&config.data_dir.join(LOG_FILE))?;
         let state_machine = StateMachine::open(&config.data_dir, config.limits, &config.engine)?;
 
+        let server_tls = config
+            .tls
+            .as_ref()
+            .map(ServerTls::config)
+            .transpose()
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let link = PeerLink::new(config.tls.as_ref(), config.peer_ca_file.as_deref())
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .map_err(|source| StartError::Listen {
@@ -185,7 +197,7 @@ impl Coordinator {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            HttpNetwork::new(config.credentials.cluster_secret.clone()),
+            HttpNetwork::new(config.credentials.cluster_secret.clone(), &link),
             log_store,
             state_machine.clone(),
         )
@@ -211,7 +223,7 @@ impl Coordinator {
             raft.clone(),
             state_machine.clone(),
             config.notify.clone(),
-            format!("http://{advertise}"),
+            link.url(&advertise),
             stopped.clone(),
         );
         let state = AppState::new(AppParts {
@@ -227,8 +239,15 @@ impl Coordinator {
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),
+            link: link.clone(),
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let listener = ApiListener::new(listener, server_tls)
+            .map_err(|source| StartError::Listen {
+                addr: config.listen.clone(),
+                source,
+            })?
+            .tap_io(|_| {});
         let server = tokio::spawn(async move {
             // Graceful shutdown waits for open responses, so the long-lived
             // `/api/v1/stream` responses end on the same signal.
@@ -246,6 +265,7 @@ impl Coordinator {
         Ok(Self {
             id: config.id,
             local_addr,
+            scheme: link.scheme(),
             raft,
             state_machine,
             stop,
@@ -267,9 +287,9 @@ impl Coordinator {
         self.local_addr
     }
 
-    /// Base URL of the API, e.g. `http://127.0.0.1:7070`.
+    /// Base URL of the API, e.g. `http://127.0.0.1:7070` (`https://` with TLS).
     pub fn api_url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        format!("{}://{}", self.scheme, self.local_addr)
     }
 
     /// Events from every entry this replica applies.

@@ -139,12 +139,18 @@ fn snapshot(rank: u32, name: &str, t_ms: u64, allocated: u64) -> HookRecord {
 }
 
 async fn get(url: &str, path: &str) -> (u16, Value) {
-    let resp = reqwest::get(format!("{url}{path}")).await.unwrap();
+    let resp = support::http()
+        .get(format!("{url}{path}"))
+        .send()
+        .await
+        .unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
 async fn post_actions(url: &str, token: Option<&str>, body: Value) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
+    let mut req = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/actions"))
         .json(&body);
     if let Some(t) = token {

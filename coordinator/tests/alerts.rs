@@ -9,7 +9,11 @@ use support::{leak_batch, start, GIB, LEAK, T0_MS};
 use serde_json::Value;
 
 async fn get(url: &str, path: &str) -> (u16, Value) {
-    let resp = reqwest::get(format!("{url}{path}")).await.unwrap();
+    let resp = support::http()
+        .get(format!("{url}{path}"))
+        .send()
+        .await
+        .unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 

@@ -29,7 +29,7 @@ async fn a_flood_is_answered_busy_nothing_accepted_is_lost_and_latency_recovers(
     let url = c.api_url();
     support::push(&url, &hello(0)).await;
 
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let flood: Vec<_> = (1..=400)
         .map(|i| {
             let client = client.clone();
@@ -67,12 +67,8 @@ async fn a_flood_is_answered_busy_nothing_accepted_is_lost_and_latency_recovers(
     );
     assert!(accepted > 0, "nothing got through the flood");
 
-    let view: ClusterView = reqwest::get(format!("{url}/api/v1/cluster?consistency=linearizable"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: ClusterView =
+        support::get_json(format!("{url}/api/v1/cluster?consistency=linearizable")).await;
     assert_eq!(
         view.agents.len() as u64,
         1 + accepted,
@@ -120,7 +116,7 @@ async fn what_would_pass_a_limit_is_refused_with_429_and_the_reason_not_acknowle
     };
     support::push(&url, &with_gpus(0, 0..3)).await;
 
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let send = |msg: AgentMessage| {
         client
             .post(format!("{url}/api/v1/ingest"))
@@ -141,12 +137,7 @@ async fn what_would_pass_a_limit_is_refused_with_429_and_the_reason_not_acknowle
     let resp = send(with_gpus(3, 0..0)).await.unwrap();
     assert_eq!(resp.status(), 429, "a third agent past max_agents 2");
 
-    let view: ClusterView = reqwest::get(format!("{url}/api/v1/cluster"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: ClusterView = support::get_json(format!("{url}/api/v1/cluster")).await;
     assert_eq!(
         (view.agents.len(), view.gpus),
         (2, 4),

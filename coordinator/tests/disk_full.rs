@@ -64,7 +64,7 @@ async fn a_full_disk_refuses_writes_with_507_and_they_resume_when_space_returns(
     let ballast = dir.path().join("ballast");
     std::fs::write(&ballast, vec![0u8; (free - 8 * MIB) as usize]).unwrap();
 
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let push = |agent| {
         client
             .post(format!("{url}/api/v1/ingest"))
@@ -78,10 +78,16 @@ async fn a_full_disk_refuses_writes_with_507_and_they_resume_when_space_returns(
         body.message.contains(&data.display().to_string()),
         "{body:?}"
     );
-    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    let ready = support::http()
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
     assert_eq!(
-        reqwest::get(format!("{url}/healthz"))
+        support::http()
+            .get(format!("{url}/healthz"))
+            .send()
             .await
             .unwrap()
             .status(),
@@ -96,7 +102,9 @@ async fn a_full_disk_refuses_writes_with_507_and_they_resume_when_space_returns(
         "writes resume by themselves"
     );
     assert_eq!(
-        reqwest::get(format!("{url}/readyz"))
+        support::http()
+            .get(format!("{url}/readyz"))
+            .send()
             .await
             .unwrap()
             .status(),

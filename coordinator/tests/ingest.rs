@@ -60,7 +60,9 @@ fn batch(seq: u64, used: u64) -> AgentMessage {
 }
 
 async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
-    reqwest::Client::new()
+    gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/ingest"))
         .body(body)
         .send()
@@ -69,12 +71,7 @@ async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
 }
 
 async fn get<T: serde::de::DeserializeOwned>(url: &str, path: &str) -> T {
-    reqwest::get(format!("{url}{path}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    support::get_json(format!("{url}{path}")).await
 }
 
 #[tokio::test]
@@ -129,7 +126,9 @@ async fn pushes_become_the_job_view_exactly_once() {
     );
     assert_eq!(cluster.coordinator.unwrap().leader, Some(1));
 
-    let missing = reqwest::get(format!("{url}/api/v1/jobs/nope"))
+    let missing = support::http()
+        .get(format!("{url}/api/v1/jobs/nope"))
+        .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);

@@ -204,7 +204,7 @@ fn find<'a>(samples: &'a [Sample], name: &str, with: &[(&str, &str)]) -> Vec<&'a
 
 /// `/metrics` with an `Accept` header: the content type and the text.
 async fn scrape(url: &str, accept: &str) -> (String, String) {
-    let resp = reqwest::Client::new()
+    let resp = support::http()
         .get(format!("{url}/metrics"))
         .header("accept", accept)
         .send()
@@ -216,12 +216,7 @@ async fn scrape(url: &str, accept: &str) -> (String, String) {
 }
 
 async fn get_json(url: &str, path: &str) -> Value {
-    reqwest::get(format!("{url}{path}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    support::get_json(format!("{url}{path}")).await
 }
 
 /// Runs `promtool ARGS` with `stdin`; the failure names the install command.
@@ -463,7 +458,7 @@ async fn a_real_prometheus_scrapes_a_rank_memory() {
 
     let query = format!("gpumon_rank_memory_used_bytes{{job=\"{job}\",rank=\"2\"}}");
     let encoded = serde_urlencoded::to_string([("query", query.as_str())]).unwrap();
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let deadline = tokio::time::Instant::now() + WITHIN;
     let answer = loop {
         let last = match client

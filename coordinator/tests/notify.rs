@@ -234,12 +234,7 @@ fn notify(receivers: Vec<Receiver>) -> NotifyConfig {
 }
 
 async fn alerts(url: &str) -> Vec<Value> {
-    let v: Value = reqwest::get(format!("{url}/api/v1/alerts"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = support::get_json(format!("{url}/api/v1/alerts")).await;
     v["alerts"].as_array().unwrap().clone()
 }
 
@@ -412,7 +407,9 @@ async fn a_receiver_failing_twice_gets_each_notification_exactly_once() {
         (hook.len() as u64, 2, 0)
     );
     // The same counts in /metrics, per receiver kind.
-    let text = reqwest::get(format!("{url}/metrics"))
+    let text = support::http()
+        .get(format!("{url}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -673,7 +670,9 @@ impl Alertmanager {
         };
         let deadline = Instant::now() + WAIT;
         loop {
-            let ready = reqwest::get(format!("{}/-/ready", am.url))
+            let ready = support::http()
+                .get(format!("{}/-/ready", am.url))
+                .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
             if ready {
@@ -690,15 +689,11 @@ impl Alertmanager {
 
     /// gpumon's alerts as Alertmanager lists them (active ones).
     async fn alerts(&self) -> Vec<Value> {
-        let v: Value = reqwest::get(format!(
+        let v: Value = support::get_json(format!(
             "{}/api/v2/alerts?filter=source%3D%22gpumon%22",
             self.url
         ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .await;
         v.as_array().unwrap().clone()
     }
 

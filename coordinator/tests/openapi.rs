@@ -50,7 +50,7 @@ async fn every_documented_route_is_served_by_the_live_router() {
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1000).await;
     let url = c.api_url();
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let doc: Value = get_json(&client, &format!("{url}/api/v1/openapi.json")).await;
     let fallback = |status: u16, body: &str| status == 405 || body.contains("no such route");
     let resp = client
@@ -118,7 +118,7 @@ async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_
     for seq in 1..=20 {
         support::push(&url, &leak_batch(seq)).await;
     }
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let doc: Value = get_json(&client, &format!("{url}/api/v1/openapi.json")).await;
 
     let reads = json_reads(&doc);

@@ -65,7 +65,9 @@ fn msg(batch: PushBatch) -> AgentMessage {
 
 /// Posts `batch` and expects a 400 whose reason contains every one of `words`.
 async fn refused(url: &str, batch: PushBatch, words: &[&str]) {
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/ingest"))
         .body(wire::encode(&msg(batch)))
         .send()
@@ -79,12 +81,7 @@ async fn refused(url: &str, batch: PushBatch, words: &[&str]) {
 }
 
 async fn cluster(url: &str) -> ClusterView {
-    reqwest::get(format!("{url}/api/v1/cluster"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    support::get_json(format!("{url}/api/v1/cluster")).await
 }
 
 async fn applied(url: &str, batch: PushBatch) {

@@ -36,12 +36,8 @@ async fn raft_status_names_the_leader_and_indexes_and_linearizable_reads_work() 
     let c = start_with_token(dir.path()).await;
     let url = c.api_url();
     push(&url, &hello()).await;
-    let s: RaftStatus = reqwest::get(format!("{url}/api/v1/raft?consistency=linearizable"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: RaftStatus =
+        support::get_json(format!("{url}/api/v1/raft?consistency=linearizable")).await;
     assert_eq!((s.id, s.leader, s.role.as_str()), (1, Some(1), "leader"));
     assert!(s.term >= 1);
     // The hello is committed and applied, so both indexes cover it.
@@ -53,7 +49,9 @@ async fn raft_status_names_the_leader_and_indexes_and_linearizable_reads_work() 
     assert_eq!(s.voters.len(), 1);
     assert_eq!(s.state_digest.len(), 16);
 
-    let bad = reqwest::get(format!("{url}/api/v1/jobs?consistency=strong"))
+    let bad = support::http()
+        .get(format!("{url}/api/v1/jobs?consistency=strong"))
+        .send()
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
@@ -68,7 +66,7 @@ async fn membership_changes_need_the_admin_token_and_keep_the_last_voter() {
     let c = start_with_token(dir.path()).await;
     let url = c.api_url();
     push(&url, &hello()).await;
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let remove = |token: Option<&str>, id: u64| {
         let mut req = client.delete(format!("{url}/api/v1/cluster/members/{id}"));
         if let Some(t) = token {
@@ -105,7 +103,9 @@ async fn membership_changes_need_the_admin_token_and_keep_the_last_voter() {
 async fn a_peer_of_another_raft_protocol_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let c = start_with_token(dir.path()).await;
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{}/raft/vote", c.api_url()))
         .header("x-gpumon-raft-version", "99")
         .body(vec![0u8; 8])
@@ -125,10 +125,16 @@ async fn ready_says_why_not_and_a_dead_address_is_never_added() {
     let c = start_with_token(&data).await;
     let url = c.api_url();
     push(&url, &hello()).await;
-    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    let ready = support::http()
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
     assert_eq!(
-        reqwest::get(format!("{url}/healthz"))
+        support::http()
+            .get(format!("{url}/healthz"))
+            .send()
             .await
             .unwrap()
             .status(),
@@ -140,7 +146,9 @@ async fn ready_says_why_not_and_a_dead_address_is_never_added() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = dead.local_addr().unwrap().to_string();
     drop(dead);
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/cluster/members"))
         .bearer_auth(TOKEN)
         .json(&serde_json::json!({"id": 4, "addr": addr, "learner": false}))
@@ -150,18 +158,17 @@ async fn ready_says_why_not_and_a_dead_address_is_never_added() {
     assert_eq!(resp.status(), 400);
     let body: ApiErrorBody = resp.json().await.unwrap();
     assert!(body.message.contains("nothing answers"), "{body:?}");
-    let s: RaftStatus = reqwest::get(format!("{url}/api/v1/raft"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: RaftStatus = support::get_json(format!("{url}/api/v1/raft")).await;
     assert_eq!((s.voters.len(), s.learners.len()), (1, 0), "{s:?}");
 
     // Storage that no longer takes writes makes the replica unready and
     // says so (the data directory gone from under it).
     std::fs::remove_dir_all(&data).unwrap();
-    let unready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    let unready = support::http()
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unready.status(), 503);
     let why = unready.text().await.unwrap();
     assert!(why.contains("does not take writes"), "{why}");

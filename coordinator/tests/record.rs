@@ -104,7 +104,7 @@ async fn push(url: &str, msg: &AgentMessage) -> bool {
 /// A stream client reading whole lines.
 /// A client whose connections come from the loopback address `from`.
 fn from_address(from: [u8; 4]) -> reqwest::Client {
-    reqwest::Client::builder()
+    gpumon_net::plain_client_builder()
         .local_address(std::net::IpAddr::from(from))
         .build()
         .unwrap()
@@ -283,14 +283,18 @@ async fn bad_requests_are_refused() {
     let c = start(dir.path(), 1000).await;
     let url = c.api_url();
 
-    let resp = reqwest::get(format!("{url}/api/v1/stream?job=x"))
+    let resp = support::http()
+        .get(format!("{url}/api/v1/stream?job=x"))
+        .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
     let err: ApiErrorBody = resp.json().await.unwrap();
     assert!(err.message.contains("job=x"), "{err:?}");
 
-    let resp = reqwest::Client::new()
+    let resp = gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
         .post(format!("{url}/api/v1/stream"))
         .send()
         .await
@@ -310,7 +314,11 @@ async fn streams_are_bounded_and_a_closed_one_frees_its_slot() {
     for _ in 0..MAX_STREAMS_PER_CLIENT {
         open.push(StreamClient::connect(&url).await);
     }
-    let resp = reqwest::get(format!("{url}/api/v1/stream")).await.unwrap();
+    let resp = support::http()
+        .get(format!("{url}/api/v1/stream"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 429, "a fifth stream from one client");
     // Other clients (other loopback addresses) fill the replica's slots.
     for i in 0..(MAX_STREAMS - MAX_STREAMS_PER_CLIENT) {
@@ -331,7 +339,11 @@ async fn streams_are_bounded_and_a_closed_one_frees_its_slot() {
     drop(open.remove(0));
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
-        let resp = reqwest::get(format!("{url}/api/v1/stream")).await.unwrap();
+        let resp = support::http()
+            .get(format!("{url}/api/v1/stream"))
+            .send()
+            .await
+            .unwrap();
         if resp.status() == 200 {
             break;
         }

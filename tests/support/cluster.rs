@@ -23,7 +23,7 @@ use super::{gpumon, Proc};
 /// Poll period of every wait.
 const POLL: Duration = Duration::from_millis(50);
 /// Time allowed for one status or read request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time allowed for a replica to print its serving line.
 const START_WITHIN: Duration = Duration::from_secs(20);
 /// Lines of each replica's log shown when a wait gives up.
@@ -48,6 +48,8 @@ pub struct Cluster {
     /// failure message can ask whether it exited).
     procs: Mutex<Vec<Option<Proc>>>,
     life: Vec<Life>,
+    /// `http`, or `https` for replicas that serve TLS.
+    scheme: &'static str,
     client: reqwest::Client,
     /// Each replica's last status (or why it had none), for failure messages.
     last: Mutex<BTreeMap<u64, String>>,
@@ -77,6 +79,21 @@ impl Cluster {
     /// Starts `n` replicas that all list each other in `--peers`, with
     /// `extra` flags for every one, and waits for each serving line.
     pub async fn start(n: usize, extra: &[&str]) -> Self {
+        let client = gpumon_net::plain_client_builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .expect("reqwest client builds");
+        Self::start_with(n, extra, "http", client).await
+    }
+
+    /// Like [`Self::start`], for replicas reached at `scheme` URLs through
+    /// `client` (e.g. https with a test CA and a client certificate).
+    pub async fn start_with(
+        n: usize,
+        extra: &[&str],
+        scheme: &'static str,
+        client: reqwest::Client,
+    ) -> Self {
         let addrs: Vec<String> = free_ports(n)
             .into_iter()
             .map(|p| format!("127.0.0.1:{p}"))
@@ -94,10 +111,8 @@ impl Cluster {
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             procs: Mutex::new((0..n).map(|_| None).collect()),
             life: vec![Life::Killed; n],
-            client: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .build()
-                .expect("reqwest client builds"),
+            scheme,
+            client,
             last: Mutex::new(BTreeMap::new()),
         };
         // Spawn all first: a replica alone cannot elect anyone.
@@ -126,7 +141,7 @@ impl Cluster {
 
     /// Base URL of replica `id`'s API, e.g. `http://127.0.0.1:4242`.
     pub fn url(&self, id: u64) -> String {
-        format!("http://{}", self.addr(id))
+        format!("{}://{}", self.scheme, self.addr(id))
     }
 
     /// `host:port` of replica `id` (what `x-gpumon-served-by` names).

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod pusher;
+pub mod tls;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -83,7 +84,15 @@ impl Proc {
 
 /// GET a JSON document.
 pub async fn get<T: DeserializeOwned>(url: &str) -> reqwest::Result<T> {
-    reqwest::get(url).await?.error_for_status()?.json().await
+    gpumon_net::plain_client_builder()
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await
 }
 
 /// Polls `probe` every 100 ms until it gives `Some`, panicking with `what`

@@ -203,7 +203,7 @@ impl Pusher {
             acks: Mutex::new(vec![Vec::new(); plan.agents as usize]),
             plan,
             client: PushClient::new(
-                reqwest::Client::builder()
+                gpumon_net::plain_client_builder()
                     .timeout(REQUEST_TIMEOUT)
                     .build()
                     .expect("reqwest client builds"),

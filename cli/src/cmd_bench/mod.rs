@@ -288,7 +288,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
 
 /// Runs the agents for warmup + duration, drains, and returns the counters.
 async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failure> {
-    let client = reqwest::Client::builder()
+    let client = gpumon_net::plain_client_builder()
         .timeout(PUSH_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
         .pool_max_idle_per_host(config.agents)

@@ -243,7 +243,10 @@ async fn new_alerts(
     url: &str,
     seen: &mut std::collections::BTreeSet<u64>,
 ) -> anyhow::Result<Vec<String>> {
-    let body: serde_json::Value = reqwest::get(format!("{url}/api/v1/alerts"))
+    let body: serde_json::Value = gpumon_net::plain_client_builder()
+        .build()?
+        .get(format!("{url}/api/v1/alerts"))
+        .send()
         .await?
         .json()
         .await?;
@@ -264,7 +267,10 @@ async fn new_alerts(
 
 /// One line: the job's ranks by memory, highest first.
 async fn summarize(url: &str) -> anyhow::Result<String> {
-    let jobs: gpumon_proto::api::JobsView = reqwest::get(format!("{url}/api/v1/jobs"))
+    let jobs: gpumon_proto::api::JobsView = gpumon_net::plain_client_builder()
+        .build()?
+        .get(format!("{url}/api/v1/jobs"))
+        .send()
         .await?
         .json()
         .await?;
@@ -285,7 +291,10 @@ async fn summarize(url: &str) -> anyhow::Result<String> {
             )
         })
         .collect();
-    let cluster: gpumon_proto::api::ClusterView = reqwest::get(format!("{url}/api/v1/cluster"))
+    let cluster: gpumon_proto::api::ClusterView = gpumon_net::plain_client_builder()
+        .build()?
+        .get(format!("{url}/api/v1/cluster"))
+        .send()
         .await?
         .json()
         .await?;

@@ -36,6 +36,9 @@ pub struct NotifyFile {
     pub min_severity: Severity,
     /// Base URL of the dashboard that links point to (`--dashboard-url`) [default: this replica's API URL].
     pub dashboard_url: Option<String>,
+    /// PEM file of the CA certificates that https receivers are verified
+    /// with, for receivers behind a private CA [default: the public roots].
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for NotifyFile {
@@ -47,6 +50,7 @@ impl Default for NotifyFile {
             repeat_interval_s: DEFAULT_REPEAT_INTERVAL_S,
             min_severity: Severity::Warning,
             dashboard_url: None,
+            ca_file: None,
         }
     }
 }

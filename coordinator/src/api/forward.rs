@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState};
+use crate::peer_link::PeerLink;
 
 /// Header set on a forwarded request (to the replica id that forwarded it),
 /// so that a request is forwarded at most once.
@@ -21,8 +22,8 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_FORWARDED_BYTES: usize = 64 << 20;
 
 /// The forwarding pool.
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+pub fn client(link: &PeerLink) -> reqwest::Client {
+    link.client_builder()
         .timeout(FORWARD_TIMEOUT)
         .connect_timeout(Duration::from_secs(2))
         .pool_max_idle_per_host(8)
@@ -33,7 +34,7 @@ pub fn client() -> reqwest::Client {
 /// Sends `GET uri` to the replica at `addr` and relays its answer.
 pub async fn get(state: &AppState, addr: &str, uri: &Uri) -> Response {
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("http://{addr}{path}");
+    let url = format!("{}{path}", state.inner.link.url(addr));
     let sent = state
         .inner
         .forward

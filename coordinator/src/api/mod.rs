@@ -66,6 +66,7 @@ use gpumon_common::actions::IssueRules;
 
 use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
 use crate::notify::NotifyStats;
+use crate::peer_link::PeerLink;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
@@ -104,6 +105,8 @@ pub struct AppParts {
     pub shutdown: watch::Receiver<bool>,
     /// The notifier's counters, for `/metrics`.
     pub notify_stats: NotifyStats,
+    /// How this replica reaches its peers.
+    pub link: PeerLink,
 }
 
 struct Inner {
@@ -123,6 +126,8 @@ struct Inner {
     stream_slots: stream_slots::StreamSlots,
     /// Client requests forwarded to the leader; its own pool, apart from Raft RPC.
     forward: reqwest::Client,
+    /// How this replica reaches its peers.
+    link: PeerLink,
 }
 
 impl std::fmt::Debug for Inner {
@@ -154,6 +159,7 @@ impl AppState {
             parts.planner_rules,
             Admission::new(parts.max_pushes_in_flight),
             StorageGuard::new(&parts.data_dir, parts.min_free_bytes),
+            parts.link.clone(),
         );
         Self {
             inner: Arc::new(Inner {
@@ -170,7 +176,8 @@ impl AppState {
                 rejected: Rejected::default(),
                 shutdown: parts.shutdown,
                 stream_slots: stream_slots::StreamSlots::default(),
-                forward: forward::client(),
+                forward: forward::client(&parts.link),
+                link: parts.link,
             }),
         }
     }

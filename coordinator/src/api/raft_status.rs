@@ -45,7 +45,7 @@ pub fn status(state: &AppState) -> RaftStatus {
             lag: lag(last_log_index, matched_index),
         })
         .collect();
-    let leader_url = crate::service::leader_url(&m);
+    let leader_url = crate::service::leader_url(&state.inner.link, &m);
     RaftStatus {
         id: inner.id,
         role: role(m.state).into(),

@@ -138,6 +138,9 @@ pub struct NotifyConfig {
     pub alertmanager_refresh_ms: u64,
     /// Notifications queued per receiver.
     pub queue_capacity: usize,
+    /// CA certificates https receivers are verified with [default: the
+    /// public roots].
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for NotifyConfig {
@@ -161,6 +164,7 @@ impl NotifyConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             alertmanager_refresh_ms: DEFAULT_ALERTMANAGER_REFRESH_MS,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            ca_file: file.ca_file.clone(),
         };
         c.set(ReceiverKind::Webhook, &file.webhook);
         c.set(ReceiverKind::Slack, &file.slack);

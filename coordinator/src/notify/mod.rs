@@ -71,7 +71,11 @@ impl Notifier {
         }
         let config = Arc::new(config);
         let holds: Holds = Arc::default();
-        let client = match http::NotifyClient::new(Duration::from_millis(config.timeout_ms)) {
+        let tls = gpumon_net::ClientTls {
+            ca_file: config.ca_file.clone(),
+            identity: None,
+        };
+        let client = match http::NotifyClient::new(Duration::from_millis(config.timeout_ms), &tls) {
             Ok(client) => client,
             Err(e) => {
                 tracing::error!(error = %e, "notifications are off: cannot set up their HTTP client");

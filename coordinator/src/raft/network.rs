@@ -29,6 +29,7 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::reachability::{Note, Reachability};
 use super::TypeConfig;
+use crate::peer_link::PeerLink;
 
 /// Header naming the Raft RPC protocol version.
 pub const RAFT_VERSION_HEADER: &str = "x-gpumon-raft-version";
@@ -40,6 +41,7 @@ type NodeId = u64;
 /// Makes a client per peer; all share one connection pool.
 #[derive(Debug, Clone)]
 pub struct HttpNetwork {
+    scheme: &'static str,
     client: reqwest::Client,
     secret: Option<Secret>,
 }
@@ -47,9 +49,11 @@ pub struct HttpNetwork {
 impl HttpNetwork {
     /// A network on its own connection pool (separate from client
     /// forwarding) that sends `secret`, the cluster secret, with every RPC.
-    pub fn new(secret: Option<Secret>) -> Self {
+    pub fn new(secret: Option<Secret>, link: &PeerLink) -> Self {
         Self {
-            client: reqwest::Client::builder()
+            scheme: link.scheme(),
+            client: link
+                .client_builder()
                 .pool_max_idle_per_host(4)
                 .connect_timeout(Duration::from_secs(1))
                 .build()
@@ -66,6 +70,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
         PeerClient {
             target,
             addr: node.addr.clone(),
+            scheme: self.scheme,
             client: self.client.clone(),
             secret: self.secret.clone(),
             reachability: Reachability::default(),
@@ -78,6 +83,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 pub struct PeerClient {
     target: NodeId,
     addr: String,
+    scheme: &'static str,
     client: reqwest::Client,
     secret: Option<Secret>,
     reachability: Reachability,
@@ -122,7 +128,7 @@ impl PeerClient {
     {
         let body =
             postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let url = format!("http://{}/raft/{route}", self.addr);
+        let url = format!("{}://{}/raft/{route}", self.scheme, self.addr);
         let mut request = self
             .client
             .post(url)
@@ -221,7 +227,7 @@ mod tests {
                 open.push(conn);
             }
         });
-        let mut network = HttpNetwork::new(None);
+        let mut network = HttpNetwork::new(None, &PeerLink::plain());
         let mut peer = network.new_client(2, &BasicNode::new(&addr)).await;
         let option = RPCOption::new(Duration::from_millis(100));
         for _ in 0..3 {

@@ -57,7 +57,7 @@ impl Service {
                     req.id, req.addr
                 ))
             })?
-            .map_err(|e| write_error(e, "the new member"))?;
+            .map_err(|e| write_error(&self.link, e, "the new member"))?;
         if !req.learner && !is_voter {
             tracing::info!(id = req.id, "promoting the replica to voter");
             self.change(ChangeMembers::AddVoterIds(BTreeSet::from([req.id])))
@@ -106,7 +106,7 @@ impl Service {
     /// Refuses an address where no live replica answers: a voter that can
     /// never vote would cost the cluster its majority.
     async fn answers(&self, addr: &str) -> Result<(), ServiceError> {
-        let url = format!("http://{addr}/healthz");
+        let url = format!("{}/healthz", self.link.url(addr));
         match self.probe.get(&url).send().await {
             Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) => Err(ServiceError::Unavailable(format!(
@@ -124,6 +124,6 @@ impl Service {
             .change_membership(change, false)
             .await
             .map(|_| ())
-            .map_err(|e| write_error(e, "the membership change"))
+            .map_err(|e| write_error(&self.link, e, "the membership change"))
     }
 }

@@ -26,6 +26,7 @@ pub use error::ServiceError;
 pub use ingest::{PushError, Refusal};
 pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
 
+use crate::peer_link::PeerLink;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, CommandResult, Raft};
 
@@ -38,6 +39,8 @@ pub struct Service {
     admin_rules: IssueRules,
     /// For probing a replica before it is added.
     probe: reqwest::Client,
+    /// How peers are reached, and named to clients.
+    link: PeerLink,
     /// The bound on pushes in flight.
     admission: Admission,
     /// The room the data directory keeps.
@@ -62,19 +65,22 @@ impl Service {
         admin_rules: IssueRules,
         admission: Admission,
         storage: StorageGuard,
+        link: PeerLink,
     ) -> Self {
         Self {
             id,
             raft,
             state_machine,
             admin_rules,
-            probe: reqwest::Client::builder()
+            probe: link
+                .client_builder()
                 .connect_timeout(std::time::Duration::from_secs(2))
                 .timeout(std::time::Duration::from_secs(3))
                 .build()
                 .expect("reqwest client builds"),
             admission,
             storage,
+            link,
         }
     }
 
@@ -89,7 +95,7 @@ impl Service {
         if m.current_leader == Some(self.id) {
             return Ok(());
         }
-        Err(ServiceError::NotLeader(leader_url(&m)))
+        Err(ServiceError::NotLeader(leader_url(&self.link, &m)))
     }
 
     /// Proposes `command` and waits for it to be applied here; refused
@@ -100,22 +106,26 @@ impl Service {
             .client_write(command)
             .await
             .map(|resp| resp.data)
-            .map_err(|e| write_error(e, what))
+            .map_err(|e| write_error(&self.link, e, what))
     }
 }
 
 /// The leader's base URL, as the membership names it.
-pub fn leader_url(m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<String> {
+pub fn leader_url(link: &PeerLink, m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<String> {
     m.current_leader
         .and_then(|l| m.membership_config.membership().get_node(&l))
-        .map(|n| format!("http://{}", n.addr))
+        .map(|n| link.url(&n.addr))
 }
 
 /// What a failed proposal means for the client.
-fn write_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>, what: &str) -> ServiceError {
+fn write_error(
+    link: &PeerLink,
+    e: RaftError<u64, ClientWriteError<u64, BasicNode>>,
+    what: &str,
+) -> ServiceError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-            ServiceError::NotLeader(f.leader_node.map(|n| format!("http://{}", n.addr)))
+            ServiceError::NotLeader(f.leader_node.map(|n| link.url(&n.addr)))
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
             ServiceError::Conflict(e.to_string())

@@ -46,7 +46,7 @@ pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
 /// the push follows, as an agent does.
 pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
     let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
-    let client = reqwest::Client::new();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
     let mut url = url.to_owned();
     loop {
         let resp = client
@@ -90,7 +90,11 @@ pub async fn wait_for_same(
 ) {
     let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
     loop {
-        let now: serde_json::Value = reqwest::get(format!("{url}{path}"))
+        let now: serde_json::Value = gpumon_net::plain_client_builder()
+            .build()
+            .unwrap()
+            .get(format!("{url}{path}"))
+            .send()
             .await
             .unwrap()
             .json()
@@ -181,4 +185,18 @@ pub fn leak_batch_with(seq: u64, rank2_gone: bool) -> AgentMessage {
         hook: Vec::new(),
         acks: Vec::new(),
     }))
+}
+
+/// A plain HTTP client with the defaults (every reqwest client in the
+/// workspace comes from `gpumon_net`).
+pub fn http() -> reqwest::Client {
+    gpumon_net::plain_client_builder()
+        .build()
+        .expect("the default client builds")
+}
+
+/// `GET url` as JSON; panics on a transport or decoding error.
+pub async fn get_json<T: serde::de::DeserializeOwned>(url: impl reqwest::IntoUrl) -> T {
+    let resp = http().get(url).send().await.expect("the GET is answered");
+    resp.json().await.expect("the answer is the JSON expected")
 }

@@ -3,7 +3,7 @@
 //! notifier had its own client. Tiny enough to write here rather than
 //! depend on a base64 crate.
 
-use hyper::header::HeaderValue;
+use reqwest::header::HeaderValue;
 
 /// `Basic base64(user:pass)` from `url`'s (percent-decoded) credentials,
 /// marked sensitive; `None` without credentials.

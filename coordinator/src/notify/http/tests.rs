@@ -17,6 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use gpumon_net::ClientTls;
+
 use super::{NotifyClient, SendError};
 
 /// A path like a Slack webhook's: the secret part of the URL.
@@ -37,19 +39,19 @@ struct Seen {
 
 type Log = Arc<Mutex<Vec<Seen>>>;
 
-/// A self-signed certificate for 127.0.0.1 and its acceptor.
-fn self_signed() -> (CertificateDer<'static>, TlsAcceptor) {
+/// A self-signed certificate for 127.0.0.1 (PEM) and its acceptor.
+fn self_signed() -> (String, TlsAcceptor) {
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let cert = made.cert.der().clone();
+    let cert: CertificateDer<'static> = made.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
+        .with_single_cert(vec![cert], key)
         .unwrap();
-    (cert, TlsAcceptor::from(Arc::new(config)))
+    (made.cert.pem(), TlsAcceptor::from(Arc::new(config)))
 }
 
 /// Serves on loopback (TLS with `tls`), logging each request and answering
@@ -112,7 +114,7 @@ async fn record(
 async fn an_untrusted_certificate_fails_the_handshake_without_naming_the_path() {
     let (_, acceptor) = self_signed();
     let (addr, log) = serve(Some(acceptor), StatusCode::OK).await;
-    let client = NotifyClient::new(TIMEOUT).unwrap();
+    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let url = format!("https://{addr}{SECRET_PATH}");
     let err = client
         .post_json(&url, b"{}".to_vec())
@@ -130,7 +132,15 @@ async fn an_untrusted_certificate_fails_the_handshake_without_naming_the_path() 
 async fn a_trusted_certificate_carries_the_post_over_tls() {
     let (cert, acceptor) = self_signed();
     let (addr, log) = serve(Some(acceptor), StatusCode::OK).await;
-    let client = NotifyClient::build(TIMEOUT, vec![cert]).unwrap();
+    // The receiver's private CA, as `[notify] ca_file` names it.
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, cert).unwrap();
+    let tls = ClientTls {
+        ca_file: Some(ca_file),
+        identity: None,
+    };
+    let client = NotifyClient::new(TIMEOUT, &tls).unwrap();
     let url = format!("https://{addr}{SECRET_PATH}");
     let body = br#"{"text":"leak on rank 2"}"#.to_vec();
     for _ in 0..2 {
@@ -152,7 +162,7 @@ async fn a_trusted_certificate_carries_the_post_over_tls() {
 #[tokio::test]
 async fn plain_http_goes_through_the_same_client_and_any_status_is_an_answer() {
     let (addr, log) = serve(None, StatusCode::SERVICE_UNAVAILABLE).await;
-    let client = NotifyClient::new(TIMEOUT).unwrap();
+    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let status = client
         .post_json(&format!("http://{addr}/hook?x=1"), b"[]".to_vec())
         .await
@@ -167,7 +177,7 @@ async fn plain_http_goes_through_the_same_client_and_any_status_is_an_answer() {
 #[tokio::test]
 async fn credentials_in_the_url_become_basic_auth_and_leave_the_request() {
     let (addr, log) = serve(None, StatusCode::OK).await;
-    let client = NotifyClient::new(TIMEOUT).unwrap();
+    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let url = format!(
         "http://Aladdin:open%20sesame@127.0.0.1:{}/api/v2/alerts",
         addr.port()
@@ -195,7 +205,7 @@ async fn a_silent_server_times_out() {
             open.push(tcp);
         }
     });
-    let client = NotifyClient::new(Duration::from_millis(300)).unwrap();
+    let client = NotifyClient::new(Duration::from_millis(300), &ClientTls::default()).unwrap();
     let err = client
         .post_json(&format!("http://{addr}/hook"), b"{}".to_vec())
         .await
@@ -223,7 +233,7 @@ async fn an_endless_answer_is_read_only_up_to_the_bound() {
     // Far longer than reading 64 KiB takes: returning before the deadline
     // shows the client stopped reading rather than waiting for the end.
     let timeout = Duration::from_secs(60);
-    let client = NotifyClient::new(timeout).unwrap();
+    let client = NotifyClient::new(timeout, &ClientTls::default()).unwrap();
     let started = tokio::time::Instant::now();
     let status = client
         .post_json(&format!("http://{addr}/hook"), b"{}".to_vec())
@@ -245,7 +255,7 @@ async fn no_listener_is_a_connect_error_without_the_path() {
         .local_addr()
         .unwrap();
     // The listener is dropped: nothing listens on `addr` now.
-    let client = NotifyClient::new(TIMEOUT).unwrap();
+    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     for scheme in ["http", "https"] {
         let err = client
             .post_json(&format!("{scheme}://{addr}{SECRET_PATH}"), b"{}".to_vec())
