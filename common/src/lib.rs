@@ -43,6 +43,7 @@ pub mod net;
 pub mod notify;
 pub mod replay;
 pub mod secrets;
+pub mod shared;
 pub mod trace;
 pub mod transition;
 pub mod units;

@@ -515,3 +515,46 @@ fn the_shipped_scrape_config_and_rules_pass_promtool() {
         );
     }
 }
+
+/// Snapshots and digests copy the state under its lock; `/metrics` shows
+/// how long each copy held it, so an operator sees pushes never wait long.
+#[tokio::test]
+async fn state_copies_for_snapshots_and_digests_are_timed_on_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_with(dir.path(), |c| c.snapshot_every_entries = 5).await;
+    let url = coordinator.api_url();
+    for seq in 1..=BATCHES {
+        push(&url, &batch("job-c", seq, true)).await;
+    }
+    let mut raft = coordinator.raft().metrics();
+    tokio::time::timeout(WITHIN, raft.wait_for(|m| m.snapshot.is_some()))
+        .await
+        .expect("a snapshot in time")
+        .unwrap();
+    // A digest: /api/v1/raft carries the state's.
+    get_json(&url, "/api/v1/raft").await;
+
+    let (_, text) = scrape(&url, OPENMETRICS).await;
+    let samples = parse(&text);
+    for why in ["snapshot", "digest"] {
+        let count = find(&samples, "gpumon_state_copy_seconds_count", &[("for", why)]);
+        assert_eq!(count.len(), 1, "{why}: {count:?}");
+        assert!(count[0].value >= 1.0, "no {why} copy counted");
+        let buckets = find(
+            &samples,
+            "gpumon_state_copy_seconds_bucket",
+            &[("for", why)],
+        );
+        let inf = buckets
+            .iter()
+            .find(|s| s.labels["le"] == "+Inf")
+            .expect("an +Inf bucket");
+        assert_eq!(
+            inf.value, count[0].value,
+            "{why}: cumulative buckets end at the count"
+        );
+    }
+    let (_, classic) = scrape(&url, "text/plain").await;
+    let (ok, out) = promtool(&["check", "metrics"], &classic);
+    assert!(ok, "promtool check metrics: {out}");
+}

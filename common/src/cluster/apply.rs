@@ -9,6 +9,7 @@ use super::{
     AgentEntry, ClusterState, GpuEntry, RankEntry, RankKey, Ring, INCARNATIONS_REMEMBERED,
 };
 use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
+use crate::shared::Shared;
 
 /// Something that happened to the view, for logs and live displays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,10 +209,8 @@ impl ClusterState {
         if !self.agents.contains_key(agent_id) && self.agents.len() >= self.limits.max_agents {
             return None;
         }
-        let agent = self
-            .agents
-            .entry(agent_id.to_owned())
-            .or_insert_with(|| AgentEntry {
+        let agent = self.agents.entry(agent_id.to_owned()).or_insert_with(|| {
+            Shared::new(AgentEntry {
                 node: node.to_owned(),
                 incarnation,
                 agent_version: String::new(),
@@ -219,7 +218,8 @@ impl ClusterState {
                 last_seen_ms: 0,
                 dropped_batches: 0,
                 seqs: Vec::new(),
-            });
+            })
+        });
         if !agent.seqs.iter().any(|(inc, _)| *inc == incarnation) {
             events.push(ClusterEvent::AgentJoined {
                 agent_id: agent_id.to_owned(),
@@ -252,7 +252,7 @@ impl ClusterState {
             let history = self.limits.history_windows;
             self.gpus.insert(
                 info.uuid.clone(),
-                GpuEntry {
+                Shared::new(GpuEntry {
                     node: node.to_owned(),
                     info: info.clone(),
                     last_end_ms: 0,
@@ -264,7 +264,7 @@ impl ClusterState {
                     processes: Vec::new(),
                     live_ranks: Vec::new(),
                     history: Ring::new(history),
-                },
+                }),
             );
         }
         let gpu = self.gpus.get_mut(&info.uuid)?;
@@ -320,7 +320,7 @@ impl ClusterState {
             if !known {
                 self.ranks.insert(
                     key.clone(),
-                    RankEntry {
+                    Shared::new(RankEntry {
                         info: info.clone(),
                         node: node.to_owned(),
                         gpu_uuid: String::new(),
@@ -334,7 +334,7 @@ impl ClusterState {
                         last_seen_ms: 0,
                         ended_ms: None,
                         history: Ring::new(history),
-                    },
+                    }),
                 );
             }
             let Some(entry) = self.ranks.get_mut(&key) else {
@@ -418,6 +418,7 @@ impl ClusterState {
     ) -> impl Iterator<Item = (&'a RankKey, &'a RankEntry)> {
         self.ranks
             .range((job.to_owned(), 0)..=(job.to_owned(), u32::MAX))
+            .map(|(key, entry)| (key, &**entry))
     }
 
     /// Ended jobs, oldest-ended first, with the time their last rank ended.

@@ -36,6 +36,8 @@ use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
 use gpumon_proto::{GpuInfo, RankInfo};
 use serde::{Deserialize, Serialize};
 
+use crate::shared::Shared;
+
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
 pub use ring::Ring;
@@ -86,9 +88,9 @@ impl Default for Limits {
 pub struct ClusterState {
     limits: Limits,
     now_ms: u64,
-    agents: BTreeMap<String, AgentEntry>,
-    gpus: BTreeMap<String, GpuEntry>,
-    ranks: BTreeMap<RankKey, RankEntry>,
+    agents: BTreeMap<String, Shared<AgentEntry>>,
+    gpus: BTreeMap<String, Shared<GpuEntry>>,
+    ranks: BTreeMap<RankKey, Shared<RankEntry>>,
     counters: IngestCounters,
 }
 
@@ -167,6 +169,19 @@ impl ClusterState {
     /// The replicated ingest counters.
     pub fn counters(&self) -> IngestCounters {
         self.counters
+    }
+}
+
+impl ClusterState {
+    /// GPU uuids whose entry `self` and `other` still share (not copied
+    /// apart since one was cloned from the other).
+    #[cfg(test)]
+    pub(crate) fn gpus_shared_with(&self, other: &Self) -> Vec<String> {
+        self.gpus
+            .iter()
+            .filter(|(uuid, e)| other.gpus.get(*uuid).is_some_and(|o| Shared::same(e, o)))
+            .map(|(uuid, _)| uuid.clone())
+            .collect()
     }
 }
 

@@ -34,6 +34,7 @@ impl ClusterState {
             .ranks
             .values()
             .filter(|r| r.ended_ms.is_none())
+            .map(|r| &**r)
             .collect();
         let live_jobs: BTreeSet<&str> = live.iter().map(|r| r.info.job.as_str()).collect();
         let nodes: BTreeSet<&str> = self

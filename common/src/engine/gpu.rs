@@ -1,8 +1,6 @@
 //! GPU observations: device statistics, the used-memory envelope and its
 //! regime, the OOM forecast, and per-process memory handed to the ranks.
 
-use std::collections::BTreeMap;
-
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::envelope::EnvelopePoint;
 use super::fits::fit_series;
@@ -10,9 +8,11 @@ use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
 use super::leak::{leak_rate, LEAK_ADVICE};
+use super::rank::rank_in;
 use super::regime::Placed;
-use super::tracks::GpuTrack;
+use super::tracks::{GpuTrack, GpuTracks};
 use super::Engine;
+use crate::shared::Shared;
 use crate::units::fmt_bytes;
 
 /// A trend at least this significant marks a GPU as growing (imbalance then
@@ -40,10 +40,10 @@ impl Engine {
                 return;
             }
             self.gpu_count += 1;
-            self.nodes
-                .entry(g.node.to_owned())
-                .or_default()
-                .insert(g.gpu, GpuTrack::new(g.t, g.uuid, g.name, g.total, window_s));
+            self.nodes.entry(g.node.to_owned()).or_default().insert(
+                g.gpu,
+                Shared::new(GpuTrack::new(g.t, g.uuid, g.name, g.total, window_s)),
+            );
             self.link_pending(g.node, g.gpu);
         }
         let Some(track) = self.nodes.get_mut(g.node).and_then(|n| n.get_mut(&g.gpu)) else {
@@ -232,7 +232,7 @@ impl Engine {
         let Some((job, rank)) = sole_rank else {
             return;
         };
-        let Some(r) = self.jobs.get_mut(&job).and_then(|j| j.ranks.get_mut(&rank)) else {
+        let Some(r) = rank_in(&mut self.jobs, &job, rank) else {
             return;
         };
         if r.alloc.is_some() {
@@ -333,7 +333,7 @@ impl Engine {
         judged: bool,
     ) {
         let params = self.cfg.leak;
-        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+        let Some(r) = rank_in(&mut self.jobs, job, rank) else {
             return;
         };
         if r.alloc.is_some() || !judged {
@@ -378,7 +378,7 @@ impl Engine {
     }
 
     /// The device tracks by node, for views.
-    pub(crate) fn gpu_tracks(&self) -> &BTreeMap<String, BTreeMap<u32, GpuTrack>> {
+    pub(crate) fn gpu_tracks(&self) -> &GpuTracks {
         &self.nodes
     }
 }

@@ -1,14 +1,12 @@
 //! Job-wide detectors: imbalance across ranks' memory and stragglers across
 //! ranks' step sections.
 
-use std::collections::BTreeMap;
-
 use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::robust_stats::median_of;
 use super::straggler::StragglerEvent;
-use super::tracks::{GpuTrack, JobTrack};
+use super::tracks::{GpuTracks, JobTrack};
 use super::Engine;
 use crate::units::fmt_bytes;
 
@@ -218,7 +216,7 @@ impl Engine {
 /// target: it is neither judged nor part of the reference (its growth is the
 /// leak detector's call).
 pub(super) fn imbalance_levels(
-    nodes: &BTreeMap<String, BTreeMap<u32, GpuTrack>>,
+    nodes: &GpuTracks,
     j: &JobTrack,
     level_points: usize,
     scratch: &mut Vec<f64>,

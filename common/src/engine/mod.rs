@@ -57,7 +57,8 @@ pub use input::{AllocObs, GpuObs, RankObs};
 pub use latch::{Edge, Latch};
 pub use tracks::Marker;
 
-use tracks::{GpuTrack, JobTrack};
+use crate::shared::Shared;
+use tracks::{GpuTracks, JobTrack};
 use trend::TrendScratch;
 
 /// Counts of what the engine received and what it set aside.
@@ -93,9 +94,9 @@ struct Scratch {
 pub struct Engine {
     cfg: EngineConfig,
     now: f64,
-    nodes: BTreeMap<String, BTreeMap<u32, GpuTrack>>,
+    nodes: GpuTracks,
     gpu_count: usize,
-    jobs: BTreeMap<String, JobTrack>,
+    jobs: BTreeMap<String, Shared<JobTrack>>,
     alerts: AlertBook,
     counters: EngineCounters,
     /// Ranks seen before their GPU: (node, gpu, job, rank, pid).
@@ -195,6 +196,23 @@ impl Engine {
             self.counters.late += 1;
         }
         true
+    }
+}
+
+impl Engine {
+    /// (node, GPU index) of the tracks `self` and `other` still share.
+    #[cfg(test)]
+    pub(crate) fn gpu_tracks_shared_with(&self, other: &Self) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for (node, gpus) in &self.nodes {
+            for (index, track) in gpus {
+                let theirs = other.nodes.get(node).and_then(|g| g.get(index));
+                if theirs.is_some_and(|t| Shared::same(track, t)) {
+                    out.push((node.clone(), *index));
+                }
+            }
+        }
+        out
     }
 }
 

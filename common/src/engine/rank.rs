@@ -2,6 +2,8 @@
 //! and the allocator statistics that drive the leak and fragmentation
 //! detectors.
 
+use std::collections::BTreeMap;
+
 use super::alerts::{AlertKind, Severity, Subject};
 use super::fits::fit_series;
 use super::fragmentation::{is_fragmenting, AllocatorView};
@@ -12,6 +14,7 @@ use super::regime::Placed;
 use super::tracks::{AllocTrack, JobTrack, RankTrack, MAX_RANKS_PER_GPU};
 use super::trend::fit;
 use super::Engine;
+use crate::shared::Shared;
 use crate::units::fmt_bytes;
 
 impl Engine {
@@ -88,7 +91,8 @@ impl Engine {
                 return None;
             }
             let world = world_size.unwrap_or(rank + 1);
-            self.jobs.insert(job.to_owned(), JobTrack::new(t, world));
+            self.jobs
+                .insert(job.to_owned(), Shared::new(JobTrack::new(t, world)));
         }
         let window_s = self.cfg.window_s;
         let max_ranks = self.cfg.max_ranks_per_job;
@@ -101,8 +105,9 @@ impl Engine {
         Some(
             j.ranks
                 .entry(rank)
-                .or_insert_with(|| RankTrack::new(t, window_s)),
+                .or_insert_with(|| Shared::new(RankTrack::new(t, window_s))),
         )
+        .map(|r| &mut **r)
     }
 
     fn forget_oldest_ended_job(&mut self) -> bool {
@@ -124,7 +129,7 @@ impl Engine {
     pub(super) fn rank_used(&mut self, t: f64, job: &str, rank: u32, used: u64) {
         let level_points = self.cfg.imbalance.level_points;
         let warmup = self.cfg.warmup_s;
-        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+        let Some(r) = rank_in(&mut self.jobs, job, rank) else {
             return;
         };
         if r.ended_t.is_some() {
@@ -270,7 +275,7 @@ impl Engine {
     ) {
         let cfg = self.cfg.clone();
         let capacity = self.rank_capacity(job, rank);
-        let Some(r) = self.jobs.get_mut(job).and_then(|j| j.ranks.get_mut(&rank)) else {
+        let Some(r) = rank_in(&mut self.jobs, job, rank) else {
             return;
         };
         let Some(track) = r.alloc.as_mut() else {
@@ -427,4 +432,14 @@ impl Engine {
         let gpu = self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?)?;
         Some(gpu.total as f64)
     }
+}
+
+/// The track of `rank` of `job` in `jobs`, to change (copied first if a
+/// snapshot still shares it). Borrows only the jobs, not the engine.
+pub(super) fn rank_in<'a>(
+    jobs: &'a mut BTreeMap<String, Shared<JobTrack>>,
+    job: &str,
+    rank: u32,
+) -> Option<&'a mut RankTrack> {
+    jobs.get_mut(job)?.ranks.get_mut(&rank).map(|r| &mut **r)
 }

@@ -12,11 +12,16 @@ use super::forecast::{OomForecast, Risk};
 use super::latch::Latch;
 use super::regime::RegimeSeries;
 use super::straggler::StragglerTracker;
+use crate::shared::Shared;
 
 /// Ranks linked to one GPU at most (MPS or several jobs sharing a device).
 pub const MAX_RANKS_PER_GPU: usize = 64;
 /// Markers kept per job.
 pub const MAX_MARKERS: usize = 64;
+
+/// Every GPU's track, by node and index; each copied on write (see
+/// `crate::shared`), so cloning the engine for a snapshot copies no track.
+pub type GpuTracks = BTreeMap<String, BTreeMap<u32, Shared<GpuTrack>>>;
 
 /// One GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,7 +62,7 @@ pub struct JobTrack {
     pub(crate) first_t: f64,
     pub(crate) last_t: f64,
     pub(crate) ended_t: Option<f64>,
-    pub(crate) ranks: BTreeMap<u32, RankTrack>,
+    pub(crate) ranks: BTreeMap<u32, Shared<RankTrack>>,
     pub(crate) straggler: StragglerTracker,
     pub(crate) imbalance_window: i64,
     pub(crate) markers: VecDeque<Marker>,

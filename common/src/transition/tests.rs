@@ -308,3 +308,53 @@ fn consecutive_records_of_one_node_and_kind_share_a_push_and_keep_their_order() 
     assert_eq!(first.windows[0].gpu.index, 0);
     assert_eq!(first.windows[1].gpu.index, 1);
 }
+
+/// A push of `agent` (its node has the same name) with windows of GPUs
+/// `first..first + 2`.
+fn push_of(agent: &str, seq: u64, first: u32, end_ms: u64) -> Command {
+    let windows = (first..first + 2)
+        .map(|i| {
+            let mut w = window(i, end_ms, 10 * GIB);
+            for p in &mut w.procs {
+                if let Some(r) = &mut p.rank {
+                    r.world_size = 4;
+                }
+            }
+            w
+        })
+        .collect();
+    let Command::V1(CommandV1::Push(mut batch)) = push(seq, windows, Vec::new()) else {
+        unreachable!("push makes a push")
+    };
+    batch.agent_id = agent.into();
+    batch.node = agent.into();
+    Command::V1(CommandV1::Push(batch))
+}
+
+#[test]
+fn a_clone_for_a_snapshot_shares_every_entry_and_a_push_copies_only_its_own() {
+    let mut live = fresh();
+    let t0 = 1_750_000_000_000;
+    for seq in 1..=3 {
+        live.apply(push_of("node-a", seq, 0, t0 + seq * 2000), false);
+        live.apply(push_of("node-b", seq, 2, t0 + seq * 2000), false);
+    }
+    let held = live.clone();
+    assert_eq!(live.state.gpus_shared_with(&held.state).len(), 4);
+    assert_eq!(live.engine.gpu_tracks_shared_with(&held.engine).len(), 4);
+
+    live.apply(push_of("node-a", 4, 0, t0 + 8000), false);
+    // node-a's two GPUs were copied on write; node-b's are still shared,
+    // and the held copy kept what it had.
+    assert_eq!(
+        live.state.gpus_shared_with(&held.state),
+        vec!["GPU-2", "GPU-3"]
+    );
+    let tracks = live.engine.gpu_tracks_shared_with(&held.engine);
+    assert_eq!(
+        tracks,
+        vec![("node-b".to_owned(), 2), ("node-b".to_owned(), 3)]
+    );
+    assert_eq!(held.state.cluster_view().now_ms, t0 + 6000);
+    assert_eq!(live.state.cluster_view().now_ms, t0 + 8000);
+}

@@ -12,6 +12,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod applied;
+pub mod copy_times;
 pub mod digest;
 pub mod log_store;
 pub mod network;

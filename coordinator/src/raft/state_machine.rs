@@ -37,6 +37,7 @@ pub use super::applied::Applied;
 pub use super::snapshot_file::{LoadSnapshotError, SNAPSHOT_FILE};
 pub use gpumon_common::transition::AppliedBatch;
 
+use super::copy_times::{CopyFor, CopyTimes};
 use super::snapshot_file::{self, decode_applied};
 use super::{CommandResult, TypeConfig};
 
@@ -64,6 +65,7 @@ pub struct StateMachine {
     snapshot_path: Arc<PathBuf>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
     digest_cache: Arc<Mutex<Option<DigestAt>>>,
+    copy_times: CopyTimes,
     events: broadcast::Sender<ClusterEvent>,
     applied_batches: broadcast::Sender<Arc<AppliedBatch>>,
 }
@@ -96,6 +98,7 @@ impl StateMachine {
             snapshot_path: Arc::new(path),
             snapshots_built: Arc::default(),
             digest_cache: Arc::default(),
+            copy_times: CopyTimes::default(),
             events,
             applied_batches,
         })
@@ -131,12 +134,21 @@ impl StateMachine {
             }
         }
         let (index, data) = {
+            let started = std::time::Instant::now();
             let applied = self.read();
-            (applied.last_applied.map(|l| l.index), applied.data.clone())
+            let copy = (applied.last_applied.map(|l| l.index), applied.data.clone());
+            drop(applied);
+            self.copy_times.record(CopyFor::Digest, started.elapsed());
+            copy
         };
         let d = super::digest::digest(&data).unwrap_or_else(|e| format!("unencodable state: {e}"));
         *cache = Some((index, d.clone(), std::time::Instant::now()));
         (index, d)
+    }
+
+    /// How long copies of the state for snapshots and digests held its lock.
+    pub fn copy_times(&self) -> &CopyTimes {
+        &self.copy_times
     }
 
     /// Events from every applied entry, for live displays.
@@ -185,6 +197,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let started = std::time::Instant::now();
         let copy = self.read().clone();
         let copied = started.elapsed();
+        self.copy_times.record(CopyFor::Snapshot, copied);
         let (last_applied, membership) = (copy.last_applied, copy.membership.clone());
         let data = tokio::task::spawn_blocking(move || snapshot_file::encode_applied(&copy))
             .await

@@ -105,7 +105,22 @@ pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     encode_jobs(s, enc)?;
     encode_cluster(s, enc)?;
     encode_notifications(s, enc)?;
-    encode_raft(s, enc)
+    encode_raft(s, enc)?;
+    encode_state_copies(s, enc)
+}
+
+fn encode_state_copies(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let mut m = enc.encode_descriptor(
+        "gpumon_state_copy",
+        "How long the state lock was held to copy the state for a snapshot or a digest (pushes wait this long)",
+        SECONDS,
+        MetricType::Histogram,
+    )?;
+    for (why, stats) in &s.state_copies {
+        m.encode_family(&[("for", *why)])?
+            .encode_histogram::<NoLabelSet>(stats.sum_s, stats.count, &stats.buckets, None)?;
+    }
+    Ok(())
 }
 
 fn encode_gpus(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {

@@ -19,6 +19,7 @@ use openraft::ServerState;
 use crate::api::raft_status::{lag, peers_matched};
 use crate::api::AppState;
 use crate::notify::NotifyCounts;
+use crate::raft::copy_times::{CopyFor, CopyStats};
 
 /// Most ranks given series in one scrape (the first, by job then rank);
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
@@ -172,6 +173,8 @@ pub struct Scrape {
     /// Newest window end applied, seconds since the epoch (0: none).
     pub data_time_s: f64,
     pub raft: RaftRow,
+    /// How long copies of the state held its lock, for snapshots and digests.
+    pub state_copies: [(&'static str, CopyStats); 2],
 }
 
 /// Seconds from `now` to a forecast's predicted OOM, never negative.
@@ -313,6 +316,8 @@ impl Scrape {
             notifications,
             data_time_s: cluster.now_ms as f64 / 1000.0,
             raft,
+            state_copies: [CopyFor::Snapshot, CopyFor::Digest]
+                .map(|why| (why.label(), inner.state_machine.copy_times().stats(why))),
         }
     }
 }
