@@ -195,6 +195,18 @@ pub struct CoordinatorArgs {
     /// Windows of history kept per memory series [default: 1024].
     #[arg(long, env = "GPUMON_HISTORY_WINDOWS")]
     pub history_windows: Option<usize>,
+    /// Agents tracked; a push or hello past it is refused with 429 until stale ones expire (every replica the same) [default: 16384].
+    #[arg(long, env = "GPUMON_MAX_AGENTS")]
+    pub max_agents: Option<usize>,
+    /// GPUs tracked, by the cluster view and the engine (every replica the same) [default: 65536].
+    #[arg(long, env = "GPUMON_MAX_GPUS")]
+    pub max_gpus: Option<usize>,
+    /// Ranks tracked at once, live and ended, and per job (every replica the same) [default: 131072].
+    #[arg(long, env = "GPUMON_MAX_RANKS")]
+    pub max_ranks: Option<usize>,
+    /// Jobs the engine tracks, live and ended; the oldest ended job goes first (every replica the same) [default: 1024].
+    #[arg(long, env = "GPUMON_MAX_JOBS")]
+    pub max_jobs: Option<usize>,
     /// Forget agents, GPUs and ended jobs quiet for this many seconds of data time; 0: never [default: 3600].
     #[arg(long, env = "GPUMON_EXPIRE_AFTER_S")]
     pub expire_after_s: Option<u64>,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::config::{CoordinatorFile, FileConfig};
+use gpumon_common::config::{CoordinatorFile, FileConfig, LimitsFile};
 use gpumon_common::notify::{NotifyFile, ReceiverKind};
 use gpumon_common::secrets::{read_secret, read_tokens, Secret};
 use gpumon_coordinator::notify::NotifyConfig;
@@ -27,6 +27,12 @@ fn resolve(
     };
     let file = whole.coordinator;
     let credentials = credentials(&args, &file)?;
+    let limit_flags = LimitsFile {
+        max_agents: args.max_agents,
+        max_gpus: args.max_gpus,
+        max_ranks: args.max_ranks,
+        max_jobs: args.max_jobs,
+    };
     let tls = server_tls(&args, &file)?;
     let peer_ca_file = args.tls_ca_file.clone().or(file.tls_ca_file.clone());
     let id = args.id.or(file.id).unwrap_or(1);
@@ -65,6 +71,7 @@ fn resolve(
     config.tls = tls;
     config.peer_ca_file = peer_ca_file;
     config.engine = whole.engine;
+    apply_limits(&limit_flags, &whole.limits, &mut config).map_err(usage)?;
     config.planner = whole.actions;
     config.notify = notify_config(&args.notify, &whole.notify);
     let join = args.join || file.join.unwrap_or(false);
@@ -118,6 +125,73 @@ fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credent
         open_reads: !args.closed_reads && file.open_reads.unwrap_or(true),
         insecure: args.insecure || file.insecure.unwrap_or(false),
     })
+}
+
+/// The `[limits]` table and `--max-*` flags, into the cluster view's
+/// bounds and the engine's (one number each: the engine's own `max_gpus`,
+/// `max_jobs` and `max_ranks_per_job` keys may only repeat them).
+fn apply_limits(
+    flags: &LimitsFile,
+    file: &LimitsFile,
+    config: &mut CoordinatorConfig,
+) -> Result<(), String> {
+    let limits = &mut config.limits;
+    let engine = &mut config.engine;
+    let defaults = gpumon_common::engine::EngineConfig::default();
+    let pick = |flag: Option<usize>, key: Option<usize>, name: &str, fallback: usize| {
+        let v = flag.or(key).unwrap_or(fallback);
+        if v == 0 {
+            return Err(format!("--{name} must be at least 1"));
+        }
+        Ok(v)
+    };
+    limits.max_agents = pick(
+        flags.max_agents,
+        file.max_agents,
+        "max-agents",
+        limits.max_agents,
+    )?;
+    limits.max_gpus = pick(flags.max_gpus, file.max_gpus, "max-gpus", limits.max_gpus)?;
+    limits.max_ranks = pick(
+        flags.max_ranks,
+        file.max_ranks,
+        "max-ranks",
+        limits.max_ranks,
+    )?;
+    let max_jobs = pick(flags.max_jobs, file.max_jobs, "max-jobs", engine.max_jobs)?;
+    for (engine_key, set, default, limit, flag) in [
+        (
+            "max_gpus",
+            engine.max_gpus,
+            defaults.max_gpus,
+            limits.max_gpus,
+            "max_gpus",
+        ),
+        (
+            "max_ranks_per_job",
+            engine.max_ranks_per_job,
+            defaults.max_ranks_per_job,
+            limits.max_ranks,
+            "max_ranks",
+        ),
+        (
+            "max_jobs",
+            engine.max_jobs,
+            defaults.max_jobs,
+            max_jobs,
+            "max_jobs",
+        ),
+    ] {
+        if set != default && set != limit {
+            return Err(format!(
+                "[engine] {engine_key} = {set} disagrees with the limit {limit}; set it once, as [limits] {flag}"
+            ));
+        }
+    }
+    engine.max_gpus = limits.max_gpus;
+    engine.max_ranks_per_job = limits.max_ranks;
+    engine.max_jobs = max_jobs;
+    Ok(())
 }
 
 /// TLS on the listener, from the flags (or their environment), else the
@@ -183,4 +257,56 @@ pub async fn run(args: CoordinatorArgs, config_file: Option<&Path>) -> Result<()
     tracing::info!("shutting down");
     coordinator.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(
+        flags: &LimitsFile,
+        file: &LimitsFile,
+        engine_max_gpus: Option<usize>,
+    ) -> Result<CoordinatorConfig, String> {
+        let mut config = CoordinatorConfig::new(1, "data".into());
+        if let Some(v) = engine_max_gpus {
+            config.engine.max_gpus = v;
+        }
+        apply_limits(flags, file, &mut config).map(|()| config)
+    }
+
+    #[test]
+    fn one_number_bounds_the_view_and_the_engine_flag_over_file() {
+        let none = LimitsFile::default();
+        let c = limits(&none, &none, None).unwrap();
+        assert_eq!((c.limits.max_gpus, c.engine.max_gpus), (65_536, 65_536));
+        assert_eq!(c.engine.max_ranks_per_job, c.limits.max_ranks);
+
+        let file = LimitsFile {
+            max_gpus: Some(100),
+            max_jobs: Some(7),
+            ..LimitsFile::default()
+        };
+        let c = limits(&none, &file, None).unwrap();
+        assert_eq!(
+            (c.limits.max_gpus, c.engine.max_gpus, c.engine.max_jobs),
+            (100, 100, 7)
+        );
+        let flags = LimitsFile {
+            max_gpus: Some(200),
+            ..LimitsFile::default()
+        };
+        assert_eq!(limits(&flags, &file, None).unwrap().engine.max_gpus, 200);
+        // The engine's own key may repeat the limit, not contradict it.
+        assert!(limits(&none, &file, Some(100)).is_ok());
+        let err = limits(&none, &file, Some(50)).unwrap_err();
+        assert!(err.contains("[limits] max_gpus"), "{err}");
+        let zero = LimitsFile {
+            max_agents: Some(0),
+            ..LimitsFile::default()
+        };
+        assert!(limits(&zero, &none, None)
+            .unwrap_err()
+            .contains("--max-agents"));
+    }
 }

@@ -43,6 +43,10 @@ pub struct FileConfig {
     /// replay meant to match them) must use the same values.
     #[serde(default)]
     pub engine: EngineConfig,
+    /// `[limits]`: how much the cluster view and the engine track; every
+    /// replica must use the same values.
+    #[serde(default)]
+    pub limits: LimitsFile,
     /// `[actions]`: the leader's release planner.
     #[serde(default)]
     pub actions: PlannerConfig,
@@ -95,6 +99,20 @@ pub struct AgentFile {
     pub tls_cert_file: Option<PathBuf>,
     /// `--tls-key-file`: its private key.
     pub tls_key_file: Option<PathBuf>,
+}
+
+/// `[limits]`: see `gpumon coordinator --help` (`--max-agents` ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Agents tracked.
+    pub max_agents: Option<usize>,
+    /// GPUs tracked (the cluster view and the engine).
+    pub max_gpus: Option<usize>,
+    /// Ranks tracked at once, live and ended (and per job in the engine).
+    pub max_ranks: Option<usize>,
+    /// Jobs the engine tracks, live and ended.
+    pub max_jobs: Option<usize>,
 }
 
 /// `[coordinator]`: see `gpumon coordinator --help`.

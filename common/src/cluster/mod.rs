@@ -47,12 +47,12 @@ pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 pub const DEFAULT_HISTORY_WINDOWS: usize = 1024;
 /// Default number of ended jobs kept for post-mortems.
 pub const DEFAULT_MAX_ENDED_JOBS: usize = 64;
-/// Default cap on ranks tracked at once (live and ended).
-pub const DEFAULT_MAX_RANKS: usize = 16_384;
-/// Default cap on GPUs tracked.
-pub const DEFAULT_MAX_GPUS: usize = 8_192;
-/// Default cap on agents tracked.
-pub const DEFAULT_MAX_AGENTS: usize = 2_048;
+/// Default cap on ranks tracked at once (live and ended): two per GPU.
+pub const DEFAULT_MAX_RANKS: usize = 131_072;
+/// Default cap on GPUs tracked: a 64k-GPU fleet.
+pub const DEFAULT_MAX_GPUS: usize = 65_536;
+/// Default cap on agents tracked: 64k GPUs on nodes of 4 or more.
+pub const DEFAULT_MAX_AGENTS: usize = 16_384;
 /// Incarnations remembered per agent for de-duplication.
 pub const INCARNATIONS_REMEMBERED: usize = 4;
 

@@ -70,9 +70,9 @@ impl Default for EngineConfig {
             imbalance: ImbalanceParams::default(),
             straggler: StragglerParams::default(),
             max_alerts: 10_000,
-            max_gpus: 8192,
+            max_gpus: crate::cluster::DEFAULT_MAX_GPUS,
             max_jobs: 1024,
-            max_ranks_per_job: 16_384,
+            max_ranks_per_job: crate::cluster::DEFAULT_MAX_RANKS,
         }
     }
 }
