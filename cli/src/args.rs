@@ -30,7 +30,7 @@ pub enum Command {
     /// Sample this node's GPUs and push windows to the coordinators.
     Agent(AgentArgs),
     /// Run a coordinator replica: Raft, cluster view, API.
-    Coordinator(CoordinatorArgs),
+    Coordinator(Box<CoordinatorArgs>),
     /// Show the cluster by job and rank, from a coordinator's API.
     Status(StatusArgs),
     /// A refreshing terminal view of the cluster by job and rank: memory bars, forecasts, flags, alerts.

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Agent(a) => cmd_agent::run(a, cli.config.as_deref()).await,
-            Command::Coordinator(c) => cmd_coordinator::run(c, cli.config.as_deref()).await,
+            Command::Coordinator(c) => cmd_coordinator::run(*c, cli.config.as_deref()).await,
             Command::Status(s) => cmd_status::run(s).await,
             Command::Top(t) => cmd_top::run(t).await,
             Command::Demo(d) => cmd_demo::run(d).await,
