@@ -58,9 +58,10 @@ fn main() -> ExitCode {
         | Command::Record(_)
         | Command::Bench(_)
         | Command::Cluster(_) => "warn",
-        // A cut peer fails every RPC; the coordinator logs it going away,
-        // staying away and coming back itself (raft::reachability).
-        _ => "info,openraft=warn,openraft::replication=off",
+        // A cut peer fails every RPC, and openraft logs each failure twice;
+        // the coordinator logs it going away, staying away and coming back
+        // itself (raft::reachability).
+        _ => "info,openraft=warn,openraft::replication=off,openraft::engine::handler::replication_handler=error",
     };
     gpumon_common::logging::init(default_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -11,6 +11,8 @@ import { el, fmtClock, placeholder, section } from "./dom.js";
 import { JobPage } from "./job.js";
 import { renderOverview } from "./overview.js";
 
+/** A view older than this (ms) is flagged in the header as possibly stale. */
+const STALE_VIEW_MS = 2000;
 const POLL_MS = 2000;
 const MAX_BACKOFF_MS = 30000;
 const REQUEST_TIMEOUT_MS = 10000;
@@ -117,6 +119,12 @@ function renderHeader(d) {
   if (rc) {
     items.push(el("span", { class: "stat", title: "the replica that answers this page" },
       "replica " + rc.id + " · " + (rc.leader != null ? "leader " + rc.leader : "no leader") + " · term " + rc.term));
+    // A replica cut off from its cluster serves what it has: say how old.
+    if (rc.view_age_ms > STALE_VIEW_MS) {
+      items.push(el("span", { class: "stat stale", id: "stale-view",
+        title: "this replica has not heard from a leader for that long; its view may be out of date",
+        text: "view " + Math.round(rc.view_age_ms / 1000) + " s old" }));
+    }
   }
   items.push(el("span", { class: "stat muted", text: "data " + (c.now_ms ? fmtClock(c.now_ms / 1000) : "—") +
     " · updated " + fmtClock(Date.now() / 1000) }));

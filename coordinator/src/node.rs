@@ -19,6 +19,7 @@ use crate::notify::{Notifier, NotifyStats};
 use crate::peer_link::PeerLink;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
+use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{snapshot_schedule, Raft};
 
@@ -28,7 +29,7 @@ pub const LOG_FILE: &str = "raft-log.redb";
 /// Leader heartbeat period, ms.
 const HEARTBEAT_MS: u64 = 100;
 /// Election timeout range, ms: a dead leader is replaced within about a second.
-const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+pub(crate) const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
 /// Time allowed to send one snapshot chunk and, for the last, to install the
 /// whole snapshot on the peer (decode and swap in), ms.
 const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
@@ -130,6 +131,7 @@ pub struct Coordinator {
     snapshots: JoinHandle<()>,
     planner: JoinHandle<()>,
     expiry: JoinHandle<()>,
+    elections: JoinHandle<()>,
     notifier: Notifier,
 }
 
@@ -189,6 +191,8 @@ impl Coordinator {
             replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
             snapshot_max_chunk_size: config.snapshot_chunk_bytes,
             install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
+            // Elections start after a pre-vote round (raft::election).
+            enable_elect: false,
             ..Default::default()
         }
         .validate()
@@ -213,6 +217,15 @@ impl Coordinator {
             stopped.clone(),
         );
         let expiry = crate::expiry_task::spawn(raft.clone(), config.expire_after, stopped.clone());
+        let contact = Contact::default();
+        let elections = crate::raft::election::spawn(
+            raft.clone(),
+            config.id,
+            contact.clone(),
+            &link,
+            config.credentials.cluster_secret.clone(),
+            stopped.clone(),
+        );
         let planner = crate::release_task::spawn(
             raft.clone(),
             state_machine.clone(),
@@ -240,6 +253,7 @@ impl Coordinator {
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),
             link: link.clone(),
+            contact,
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let listener = ApiListener::new(listener, server_tls)
@@ -273,6 +287,7 @@ impl Coordinator {
             snapshots,
             planner,
             expiry,
+            elections,
             notifier,
         })
     }
@@ -315,6 +330,7 @@ impl Coordinator {
         let _ = (&mut self.snapshots).await;
         let _ = (&mut self.planner).await;
         let _ = (&mut self.expiry).await;
+        let _ = (&mut self.elections).await;
         self.notifier.join().await;
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");

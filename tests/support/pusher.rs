@@ -177,6 +177,8 @@ pub struct Ack {
     pub duplicate: bool,
     /// Index in the replica URLs of the one that committed it.
     pub by: usize,
+    /// When the agent started sending it.
+    pub started: Instant,
 }
 
 #[derive(Debug)]
@@ -338,6 +340,7 @@ async fn run_agent(shared: Arc<Shared>, agent: u32) -> Result<(), String> {
             at: Instant::now(),
             duplicate,
             by: at,
+            started,
         });
         tokio::time::sleep_until(started + plan.every).await;
     }

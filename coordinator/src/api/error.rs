@@ -79,7 +79,7 @@ impl IntoResponse for ApiError {
                     .into_response();
             }
         };
-        (
+        let mut response = (
             status,
             Json(ApiErrorBody {
                 error: code.into(),
@@ -87,6 +87,14 @@ impl IntoResponse for ApiError {
                 leader_url,
             }),
         )
-            .into_response()
+            .into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Retryable at once, on this replica or another.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }

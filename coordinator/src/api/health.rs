@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use crate::raft::standing::{millis, Standing, STEP_DOWN_AFTER};
 
 /// Committed entries a ready replica may still have to apply.
 pub const MAX_READY_APPLY_LAG: u64 = 1024;
@@ -60,6 +61,23 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         }
         if m.current_leader.is_none() {
             reasons.push("no leader is known".to_owned());
+        }
+        match Standing::of(&m, inner.id) {
+            Standing::SteppedDown(quiet) => reasons.push(format!(
+                "stepped down: this replica led, but no majority of replicas has answered it for {} ms",
+                millis(quiet)
+            )),
+            Standing::Other
+                if m.current_leader.is_some()
+                    && inner.contact.since() > 2 * STEP_DOWN_AFTER
+                    && m.membership_config.membership().voter_ids().count() > 1 =>
+            {
+                reasons.push(format!(
+                    "no word from the leader for {} ms: this replica's view may be stale",
+                    millis(inner.contact.since())
+                ))
+            }
+            _ => {}
         }
         let applied = m.last_applied.map_or(0, |l| l.index);
         let committed = inner.committed.get().unwrap_or(0);

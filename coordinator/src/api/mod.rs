@@ -51,6 +51,7 @@ mod read;
 mod routes;
 mod stream;
 mod stream_slots;
+mod view_age;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -68,6 +69,7 @@ use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
 use crate::notify::NotifyStats;
 use crate::peer_link::PeerLink;
 use crate::raft::log_store::CommittedIndex;
+use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 use crate::service::{Admission, Service, StorageGuard};
@@ -107,6 +109,8 @@ pub struct AppParts {
     pub notify_stats: NotifyStats,
     /// How this replica reaches its peers.
     pub link: PeerLink,
+    /// When this replica last heard from a leader.
+    pub contact: Contact,
 }
 
 struct Inner {
@@ -128,6 +132,8 @@ struct Inner {
     forward: reqwest::Client,
     /// How this replica reaches its peers.
     link: PeerLink,
+    /// When this replica last heard from a leader.
+    contact: Contact,
 }
 
 impl std::fmt::Debug for Inner {
@@ -178,6 +184,7 @@ impl AppState {
                 stream_slots: stream_slots::StreamSlots::default(),
                 forward: forward::client(&parts.link),
                 link: parts.link,
+                contact: parts.contact,
             }),
         }
     }
@@ -199,10 +206,15 @@ pub fn router(state: AppState) -> Router {
         *group = std::mem::take(group).route(r.path, guarded);
     }
     // Reads may ask for `?consistency=linearizable`.
-    let reads = reads.layer(middleware::from_fn_with_state(
-        state.clone(),
-        consistency::consistency,
-    ));
+    let reads = reads
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            consistency::consistency,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            view_age::stamp,
+        ));
     rest.merge(reads)
         .merge(rpc.layer(DefaultBodyLimit::max(MAX_RAFT_RPC_BYTES)))
         .fallback(|| async {

@@ -7,7 +7,10 @@ use axum::response::{IntoResponse, Response};
 use serde::{de::DeserializeOwned, Serialize};
 
 use super::AppState;
+use crate::raft::election::{decide, PreVoteRequest, Voter};
 use crate::raft::network::{RAFT_VERSION, RAFT_VERSION_HEADER};
+use crate::raft::standing::Standing;
+use openraft::raft::AppendEntriesResponse;
 
 /// Why an RPC was refused: a 400 with this text.
 type Refusal = (StatusCode, String);
@@ -50,16 +53,47 @@ fn encode<T: Serialize>(value: &T) -> Response {
 
 pub async fn append(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
-        Ok(req) => encode(&state.inner.raft.append_entries(req).await),
+        Ok(req) => {
+            let resp = state.inner.raft.append_entries(req).await;
+            // Any answer but "your term is behind" accepts the sender as leader.
+            if matches!(&resp, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                state.inner.contact.touch();
+            }
+            encode(&resp)
+        }
         Err(refusal) => refusal.into_response(),
     }
 }
 
 pub async fn vote(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
-        Ok(req) => encode(&state.inner.raft.vote(req).await),
+        Ok(req) => {
+            let resp = state.inner.raft.vote(req).await;
+            // Granting a vote restarts the election clock, as in Raft.
+            if matches!(&resp, Ok(r) if r.vote_granted) {
+                state.inner.contact.touch();
+            }
+            encode(&resp)
+        }
         Err(refusal) => refusal.into_response(),
     }
+}
+
+/// `POST /raft/prevote`: whether this replica would vote for the asker
+/// (see `raft::election`); changes nothing.
+pub async fn prevote(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: PreVoteRequest = match decode(&headers, &body) {
+        Ok(req) => req,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let inner = &state.inner;
+    let standing = Standing::of(&inner.raft.metrics().borrow(), inner.id);
+    let me = Voter {
+        standing,
+        since_contact: inner.contact.since(),
+        last_log: inner.raft.data_metrics().borrow().last_log,
+    };
+    encode(&decide(&me, &req))
 }
 
 pub async fn snapshot(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {

@@ -8,6 +8,7 @@ use openraft::{BasicNode, RaftMetrics, ServerState};
 use super::error_answers::ReadErrors;
 use super::params::OnlyConsistency;
 use super::AppState;
+use crate::raft::standing::{millis, Standing};
 
 /// This replica's Raft figures and state digest.
 #[utoipa::path(
@@ -46,9 +47,14 @@ pub fn status(state: &AppState) -> RaftStatus {
         })
         .collect();
     let leader_url = crate::service::leader_url(&state.inner.link, &m);
+    let standing = Standing::of(&m, inner.id);
     RaftStatus {
         id: inner.id,
-        role: role(m.state).into(),
+        role: match standing {
+            Standing::SteppedDown(_) => "stepped_down",
+            _ => role(m.state),
+        }
+        .into(),
         leader: m.current_leader,
         leader_url,
         term: m.current_term,
@@ -64,6 +70,7 @@ pub fn status(state: &AppState) -> RaftStatus {
         replication,
         state_digest,
         state_digest_index,
+        view_age_ms: millis(standing.view_age(&inner.contact)),
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::error_answers::ReadErrors;
 use super::params::{check_job_name, OnlyConsistency};
 use super::{ApiError, AppState};
+use crate::raft::standing::{millis, Standing};
 
 /// Agents, counts, ingest counters and this replica's Raft view.
 #[utoipa::path(
@@ -36,6 +37,7 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
             full: inner.rejected.full.load(Relaxed),
             out_of_bounds: inner.rejected.out_of_bounds.load(Relaxed),
         },
+        view_age_ms: millis(Standing::of(&metrics, inner.id).view_age(&inner.contact)),
     });
     Json(view)
 }

@@ -166,6 +166,9 @@ pub const ROUTES: &[Route] = &[
     route(Post, "/raft/vote", (RaftRpc, Peer), |m| {
         on(m, raft_rpc::vote)
     }),
+    route(Post, "/raft/prevote", (RaftRpc, Peer), |m| {
+        on(m, raft_rpc::prevote)
+    }),
     route(Post, "/raft/snapshot", (RaftRpc, Peer), |m| {
         on(m, raft_rpc::snapshot)
     }),

@@ -14,11 +14,13 @@
 pub mod applied;
 pub mod copy_times;
 pub mod digest;
+pub mod election;
 pub mod log_store;
 pub mod network;
 mod reachability;
 pub mod snapshot_file;
 pub mod snapshot_schedule;
+pub mod standing;
 pub mod state_machine;
 
 use std::io::Cursor;

@@ -27,6 +27,7 @@ pub use ingest::{PushError, Refusal};
 pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
 
 use crate::peer_link::PeerLink;
+use crate::raft::standing::Standing;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, CommandResult, Raft};
 
@@ -89,24 +90,36 @@ impl Service {
         self.storage.check()
     }
 
-    /// The leader's API URL when this replica is not the leader.
+    /// Refuses unless this replica is the leader and a majority still
+    /// acknowledges it: `NotLeader` with the leader's URL from a follower,
+    /// `Unavailable` from a leader cut off from the majority (it has
+    /// stepped down, see `raft::standing`).
     fn ensure_leader(&self) -> Result<(), ServiceError> {
         let m = self.raft.metrics().borrow().clone();
-        if m.current_leader == Some(self.id) {
-            return Ok(());
+        match Standing::of(&m, self.id) {
+            Standing::Leader => Ok(()),
+            Standing::SteppedDown(quiet) => Err(stepped_down(quiet)),
+            Standing::Other => Err(ServiceError::NotLeader(leader_url(&self.link, &m))),
         }
-        Err(ServiceError::NotLeader(leader_url(&self.link, &m)))
     }
 
-    /// Proposes `command` and waits for it to be applied here; refused
-    /// first while the disk is too full to take it.
+    /// Proposes `command` and waits, at most [`WRITE_DEADLINE`], for it to
+    /// be applied here; refused at once while the disk is too full to take
+    /// it or while this replica, the leader, is cut off from the majority.
     async fn write(&self, command: Command, what: &str) -> Result<CommandResult, ServiceError> {
         self.storage.check()?;
-        self.raft
-            .client_write(command)
-            .await
-            .map(|resp| resp.data)
-            .map_err(|e| write_error(&self.link, e, what))
+        if let Standing::SteppedDown(quiet) = Standing::of(&self.raft.metrics().borrow(), self.id) {
+            return Err(stepped_down(quiet));
+        }
+        match tokio::time::timeout(WRITE_DEADLINE, self.raft.client_write(command)).await {
+            Ok(done) => done
+                .map(|resp| resp.data)
+                .map_err(|e| write_error(&self.link, e, what)),
+            Err(_) => Err(ServiceError::Unavailable(format!(
+                "{what} was not committed within {} ms (can this replica reach a majority of the replicas?); it may still be applied: retry, on another replica if this one stays unavailable (a retried push is recognized by its seq)",
+                WRITE_DEADLINE.as_millis()
+            ))),
+        }
     }
 }
 
@@ -115,6 +128,18 @@ pub fn leader_url(link: &PeerLink, m: &openraft::RaftMetrics<u64, BasicNode>) ->
     m.current_leader
         .and_then(|l| m.membership_config.membership().get_node(&l))
         .map(|n| link.url(&n.addr))
+}
+
+/// Longest a write waits for its commit before the client is told to
+/// retry: under the 2 s a client may wait for an answer, cut leader or not.
+pub const WRITE_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1_800);
+
+/// The answer of a leader cut off from the majority.
+fn stepped_down(quiet: std::time::Duration) -> ServiceError {
+    ServiceError::Unavailable(format!(
+        "this replica was the leader but no majority of replicas has answered it for {} ms, so it has stepped down: retry on another replica",
+        quiet.as_millis()
+    ))
 }
 
 /// What a failed proposal means for the client.

@@ -44,6 +44,10 @@ pub struct ReplicaStatus {
     pub applied_index: Option<u64>,
     /// Pushes this replica refused, by reason.
     pub rejected_pushes: RejectedPushes,
+    /// How old this replica's view may be, ms (see `RaftStatus::view_age_ms`;
+    /// also in the `x-gpumon-view-age-ms` header of every answer).
+    #[serde(default)]
+    pub view_age_ms: u64,
 }
 
 /// Pushes refused before they reached the log, counted per replica.

@@ -47,6 +47,12 @@ pub struct RaftStatus {
     /// and may trail it (absent from older coordinators).
     #[serde(default)]
     pub state_digest_index: Option<u64>,
+    /// How old this replica's view may be, ms: 0 on a leader a majority
+    /// acknowledges; on a follower, time since it last heard from the
+    /// leader; on a leader cut off from the majority (`role:
+    /// "stepped_down"`), time since the majority last answered it.
+    #[serde(default)]
+    pub view_age_ms: u64,
 }
 
 /// A member of the Raft cluster.
