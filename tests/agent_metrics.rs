@@ -1,8 +1,8 @@
 //! The agent's node-level `/metrics` with real processes on loopback: a
 //! `gpumon agent --source sim:steady` pushing to a real coordinator serves
 //! its GPUs, its processes with job and rank, and its push counters; the
-//! GPUs agree with the coordinator's view; the classic text passes
-//! `promtool check metrics`; a second agent whose metrics port is taken
+//! GPUs agree with the coordinator's view; every series is named
+//! `gpumon_agent_*`; both formats pass `promtool check metrics`; a second agent whose metrics port is taken
 //! warns and keeps monitoring.
 //!
 //! Needs `/usr/bin/promtool` (Debian package `prometheus`).
@@ -97,7 +97,11 @@ async fn an_agent_serves_its_node_metrics() {
         assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
         let all = samples(&text);
         let acked = values(&all, "gpumon_agent_pushes_total", &["outcome=\"acked\""]);
-        let gpus = values(&all, "gpumon_gpu_memory_used_bytes", &["node=\"node-x\""]);
+        let gpus = values(
+            &all,
+            "gpumon_agent_gpu_memory_used_bytes",
+            &["node=\"node-x\""],
+        );
         if acked.first().copied().unwrap_or(0.0) >= 1.0 && gpus.len() == GPUS {
             Ok(text)
         } else {
@@ -116,7 +120,7 @@ async fn an_agent_serves_its_node_metrics() {
     for rank in 0..GPUS {
         let used = values(
             &all,
-            "gpumon_process_memory_used_bytes",
+            "gpumon_agent_process_memory_used_bytes",
             &["job=\"sim-job\"", &format!("rank=\"{rank}\"")],
         );
         assert_eq!(used.len(), 1, "rank {rank} in {text}");
@@ -130,37 +134,52 @@ async fn an_agent_serves_its_node_metrics() {
     for g in &node.gpus {
         let total = values(
             &all,
-            "gpumon_gpu_memory_total_bytes",
+            "gpumon_agent_gpu_memory_total_bytes",
             &[&format!("uuid=\"{}\"", g.uuid)],
         );
         assert_eq!(total, vec![g.total_bytes as f64], "{}", g.uuid);
     }
 
-    // The classic text passes promtool's lint.
+    // Every agent series is named apart from the coordinator's.
+    let stray: Vec<_> = all
+        .iter()
+        .filter(|(n, _, _)| !n.starts_with("gpumon_agent_"))
+        .collect();
+    assert!(stray.is_empty(), "not gpumon_agent_*: {stray:?}");
+
+    // Both formats pass promtool's lint: the default (OpenMetrics) and the
+    // classic text.
     let (ct, classic) = scrape(&addr, "text/plain").await.unwrap();
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
-    let mut promtool = Command::new("/usr/bin/promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot run /usr/bin/promtool ({e}); install it with: apt-get install -y prometheus")
-        });
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(classic.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{classic}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, default) = scrape(&addr, "*/*").await.unwrap();
+    for (format, body) in [
+        ("OpenMetrics", &text),
+        ("classic", &classic),
+        ("default", &default),
+    ] {
+        let mut promtool = Command::new("/usr/bin/promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run /usr/bin/promtool ({e}); install it with: apt-get install -y prometheus")
+            });
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics ({format}): {}{}\n{body}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     // A second agent on the same metrics port warns and still reports.
     let mut second = agent(&url, "node-y", &addr);

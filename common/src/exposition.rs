@@ -1,18 +1,25 @@
 //! Prometheus exposition formats: which one a scraper asked for, and the
-//! classic text format (0.0.4) made from an OpenMetrics 1.0 text.
+//! text `/metrics` answers in each.
 //!
-//! The coordinator and the agent encode `/metrics` as OpenMetrics text (the
-//! only text `prometheus-client` writes). Prometheus asks for OpenMetrics
-//! first. Tools that read only the classic format say so with
-//! `Accept: text/plain` and get the same samples with classic metadata:
-//! promtool 2.42's `check metrics` is one, it parses an OpenMetrics counter
-//! family `x` with sample `x_total` as two families and fails the lint.
+//! The coordinator and the agent encode `/metrics` with `prometheus-client`,
+//! which writes OpenMetrics 1.0 text. Prometheus asks for OpenMetrics first;
+//! a client that prefers `text/plain` gets the classic text format 0.0.4.
 //!
-//! The rewrite: a counter family `x` becomes `x_total` in `# HELP` and
-//! `# TYPE`; an info family `x` becomes the gauge `x_info`; `unknown`
-//! becomes `untyped`; `# UNIT` and `# EOF` lines go; `\"` in help text is
-//! unescaped (the classic format escapes only `\\` and `\n` there). Sample
-//! lines are the same in both formats and pass through.
+//! Both answers must pass `promtool check metrics`, which reads only the
+//! classic format: it takes an OpenMetrics counter family `x` (sample
+//! `x_total`) for two families, and fails on the `info` type. So:
+//!
+//! - no collector uses the `info` type: a build is a gauge named `…_info`
+//!   with the value 1, as in the classic format;
+//! - in the OpenMetrics answer ([`openmetrics`]) a counter family carries the
+//!   name of its sample, `x_total` (any `# UNIT` line of it goes). Prometheus
+//!   reads that as the same counter; a strict OpenMetrics validator would
+//!   want `x`, which is the price of one text that promtool also accepts.
+//!
+//! The classic text ([`to_classic`]) further drops `# UNIT` and `# EOF`,
+//! turns `unknown` into `untyped`, and unescapes `\"` in help text (the
+//! classic format escapes only `\\` and `\n` there). Sample lines are the
+//! same in both formats and pass through.
 //!
 //! ```
 //! use gpumon_common::exposition::{to_classic, Format};
@@ -26,6 +33,9 @@
 //!     "# HELP y_total Things.\n# TYPE y_total counter\ny_total 3\n",
 //! );
 //! assert_eq!(to_classic(om), classic);
+//! assert!(Format::OpenMetrics
+//!     .render(om.to_owned())
+//!     .contains("# HELP y_total Things.\n# TYPE y_total counter\ny_total 3\n# EOF\n"));
 //! assert_eq!(Format::from_accept(Some("text/plain;version=0.0.4")), Format::Classic);
 //! ```
 
@@ -84,13 +94,48 @@ impl Format {
         }
     }
 
-    /// `openmetrics` text in this format.
+    /// `openmetrics` text (as `prometheus-client` writes it) in this format.
     pub fn render(self, openmetrics: String) -> String {
         match self {
-            Format::OpenMetrics => openmetrics,
+            Format::OpenMetrics => self::openmetrics(&openmetrics),
             Format::Classic => to_classic(&openmetrics),
         }
     }
+}
+
+/// The OpenMetrics answer: `openmetrics` with every counter family named
+/// like its sample (`x_total`) and without a `# UNIT` line; see the module
+/// docs.
+pub fn openmetrics(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .filter(|name| !name.ends_with("_total"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        let meta = ["# HELP ", "# TYPE ", "# UNIT "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        if let Some((prefix, rest)) = meta {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                if prefix == "# UNIT " {
+                    continue;
+                }
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(tail);
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// The classic text format of an OpenMetrics text; see the module docs.
@@ -105,6 +150,7 @@ pub fn to_classic(openmetrics: &str) -> String {
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
             let (name, kind) = match kind {
+                "counter" if name.ends_with("_total") => (name.to_owned(), "counter"),
                 "counter" => (format!("{name}_total"), "counter"),
                 "info" => (format!("{name}_info"), "gauge"),
                 "gauge" | "histogram" | "summary" => (name.to_owned(), kind),
@@ -171,6 +217,21 @@ fn push_classic_help(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openmetrics_counters_are_named_like_their_samples() {
+        let om = "# HELP c Count.\n# TYPE c counter\n# UNIT c seconds\nc_total{k=\"v\"} 2\n\
+                  # HELP d_total Done.\n# TYPE d_total counter\nd_total 1\n\
+                  # HELP g_bytes Size.\n# TYPE g_bytes gauge\n# UNIT g_bytes bytes\ng_bytes 1\n# EOF\n";
+        let out = openmetrics(om);
+        assert_eq!(
+            out,
+            "# HELP c_total Count.\n# TYPE c_total counter\nc_total{k=\"v\"} 2\n\
+             # HELP d_total Done.\n# TYPE d_total counter\nd_total 1\n\
+             # HELP g_bytes Size.\n# TYPE g_bytes gauge\n# UNIT g_bytes bytes\ng_bytes 1\n# EOF\n"
+        );
+        assert_eq!(to_classic(&out), to_classic(om));
+    }
 
     #[test]
     fn prometheus_own_accept_header_gets_openmetrics() {

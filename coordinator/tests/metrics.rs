@@ -15,13 +15,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod support;
-use support::{push, start_with};
+use support::{leak_batch, push, start_with};
 
 use gpumon_common::engine::AlertKind;
+use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation};
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo,
     GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
 };
+use openraft::ServerState;
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
@@ -360,8 +362,42 @@ async fn metrics_follow_the_replicated_state_and_pass_promtool() {
     let applied = find(&samples, "gpumon_ingest_batches_applied_total", &[]);
     assert_eq!(applied[0].value, BATCHES as f64);
     assert_eq!(find(&samples, "gpumon_raft_is_leader", &[])[0].value, 1.0);
-    let up = find(&samples, "gpumon_agent_up", &[("agent", "agent-job-m")]);
+    let up = find(
+        &samples,
+        "gpumon_cluster_agent_up",
+        &[("agent", "agent-job-m")],
+    );
     assert_eq!(up[0].value, 1.0);
+    assert_eq!(
+        find(&samples, "gpumon_cluster_series_exported", &[])[0].value,
+        1.0,
+        "the leader exports the cluster series"
+    );
+    // The agent is up, so no rank is lost.
+    let lost = find(&samples, "gpumon_rank_lost", &[("job", job)]);
+    assert_eq!(lost.len(), RANKS as usize, "{lost:?}");
+    assert!(lost.iter().all(|s| s.value == 0.0), "{lost:?}");
+    // No coordinator series is named like an agent's.
+    let agentish: Vec<_> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("gpumon_agent_"))
+        .collect();
+    assert!(agentish.is_empty(), "{agentish:?}");
+    // Each active alert has its own series, with its severity now and
+    // when it first fired, as the API shows it.
+    let alerts = get_json(&url, "/api/v1/alerts?active=true").await;
+    let alerts = alerts["alerts"].as_array().unwrap();
+    let active = find(&samples, "gpumon_alert_active", &[]);
+    assert_eq!(active.len(), alerts.len(), "{active:?} vs {alerts:?}");
+    for a in alerts {
+        let rank = a["rank"].to_string();
+        let kind = a["kind"].as_str().unwrap();
+        let severity = a["severity"].as_str().unwrap();
+        let with = [("kind", kind), ("severity", severity), ("rank", &rank)];
+        assert_eq!(find(&samples, "gpumon_alert_active", &with).len(), 1, "{a}");
+        let started = find(&samples, "gpumon_alert_started_timestamp_seconds", &with);
+        assert_eq!(started[0].value, a["t"].as_f64().unwrap(), "{a}");
+    }
 
     // Every alert kind and severity has a series, firing or not.
     for kind in AlertKind::ALL {
@@ -375,15 +411,22 @@ async fn metrics_follow_the_replicated_state_and_pass_promtool() {
         }
     }
 
-    // The classic text for promtool carries the same samples and passes.
+    // Both formats pass promtool's lint and carry the same samples.
+    let (ok, report) = promtool(&["check", "metrics"], &text);
+    assert!(ok, "promtool check metrics (OpenMetrics): {report}\n{text}");
     let (content_type, classic) = scrape(&url, "text/plain").await;
     assert!(
         content_type.starts_with("text/plain; version=0.0.4"),
         "{content_type}"
     );
     let (ok, report) = promtool(&["check", "metrics"], &classic);
-    assert!(ok, "promtool check metrics: {report}\n{classic}");
+    assert!(ok, "promtool check metrics (classic): {report}\n{classic}");
     assert_eq!(parse(&classic), samples);
+    // What curl gets by default is OpenMetrics, and passes too.
+    let (content_type, default) = scrape(&url, "*/*").await;
+    assert!(content_type.starts_with(OPENMETRICS), "{content_type}");
+    let (ok, report) = promtool(&["check", "metrics"], &default);
+    assert!(ok, "promtool check metrics (default): {report}");
 
     // The job ends: every series about it goes.
     push(&url, &batch(job, BATCHES + 1, false)).await;
@@ -394,8 +437,16 @@ async fn metrics_follow_the_replicated_state_and_pass_promtool() {
     let left: Vec<_> = after
         .iter()
         .filter(|s| s.labels.get("job").map(String::as_str) == Some(job))
+        .filter(|s| !s.name.starts_with("gpumon_alert_"))
         .collect();
     assert!(left.is_empty(), "series of the ended job: {left:?}");
+    // Alerts are series for as long as the engine keeps them active.
+    let still = get_json(&url, "/api/v1/alerts?active=true").await;
+    assert_eq!(
+        find(&after, "gpumon_alert_active", &[]).len(),
+        still["alerts"].as_array().unwrap().len(),
+        "{still}"
+    );
     assert_eq!(find(&after, "gpumon_gpu_memory_used_bytes", &[]).len(), 4);
     coordinator.shutdown().await;
 }
@@ -557,4 +608,245 @@ async fn state_copies_for_snapshots_and_digests_are_timed_on_metrics() {
     let (_, classic) = scrape(&url, "text/plain").await;
     let (ok, out) = promtool(&["check", "metrics"], &classic);
     assert!(ok, "promtool check metrics: {out}");
+}
+
+// ---- which replica exports what --------------------------------------------
+
+/// Families every replica serves about itself; a follower serves only these.
+const REPLICA_LOCAL: [&str; 7] = [
+    "gpumon_cluster_series_exported",
+    "gpumon_raft_",
+    "gpumon_ingest_pushes_rejected_total",
+    "gpumon_api_requests_unauthorized_total",
+    "gpumon_notification",
+    "gpumon_state_copy_seconds",
+    "gpumon_build_info",
+];
+
+/// Three replicas on loopback, in this process.
+struct Trio {
+    nodes: Vec<Coordinator>,
+    _dir: tempfile::TempDir,
+}
+
+impl Trio {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let listeners: Vec<_> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let peers: BTreeMap<u64, String> = (1..)
+            .zip(&listeners)
+            .map(|(id, l)| (id, l.local_addr().unwrap().to_string()))
+            .collect();
+        drop(listeners);
+        let mut nodes = Vec::new();
+        for (id, addr) in &peers {
+            let mut c = CoordinatorConfig::new(*id, dir.path().join(id.to_string()));
+            c.listen = addr.clone();
+            c.formation = Formation::Peers(peers.clone());
+            nodes.push(Coordinator::start(c).await.unwrap());
+        }
+        Self { nodes, _dir: dir }
+    }
+
+    /// The leader's index once every replica follows it.
+    async fn leader(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        loop {
+            let leader = self
+                .nodes
+                .iter()
+                .position(|c| c.raft().metrics().borrow().state == ServerState::Leader);
+            if let Some(i) = leader {
+                let id = self.nodes[i].id();
+                if self
+                    .nodes
+                    .iter()
+                    .all(|c| c.raft().metrics().borrow().current_leader == Some(id))
+                {
+                    return i;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no leader in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every replica has applied `index`.
+    async fn applied(&self, index: u64) {
+        for c in &self.nodes {
+            let mut m = c.raft().metrics();
+            tokio::time::timeout(
+                WITHIN,
+                m.wait_for(|m| m.last_applied.is_some_and(|l| l.index >= index)),
+            )
+            .await
+            .expect("every replica applies in time")
+            .unwrap();
+        }
+    }
+
+    async fn shutdown(self) {
+        for c in self.nodes {
+            c.shutdown().await;
+        }
+    }
+}
+
+/// Only the leader serves the replicated cluster series, so a `sum()` over
+/// every replica's scrape counts each rank once; a follower's answer is
+/// small, quick and valid in both formats, and says it has no cluster series.
+#[tokio::test]
+async fn only_the_leader_exports_the_cluster_series() {
+    let trio = Trio::start().await;
+    let leader = trio.leader().await;
+    for seq in 1..=3 {
+        push(&trio.nodes[leader].api_url(), &leak_batch(seq)).await;
+    }
+    let committed = trio.nodes[leader]
+        .raft()
+        .metrics()
+        .borrow()
+        .last_applied
+        .unwrap()
+        .index;
+    // Every replica holds the same state: the followers' answers differ by
+    // rule, not by lag.
+    trio.applied(committed).await;
+
+    let mut rank_series = Vec::new();
+    for (i, node) in trio.nodes.iter().enumerate() {
+        let url = node.api_url();
+        let (_, text) = tokio::time::timeout(Duration::from_secs(5), scrape(&url, OPENMETRICS))
+            .await
+            .unwrap_or_else(|_| panic!("replica {i} answers /metrics within 5 s"));
+        let (_, classic) = scrape(&url, "text/plain").await;
+        for (format, body) in [("OpenMetrics", &text), ("classic", &classic)] {
+            let (ok, report) = promtool(&["check", "metrics"], body);
+            assert!(ok, "replica {i}, {format}: {report}\n{body}");
+        }
+        let samples = parse(&text);
+        let exported = find(&samples, "gpumon_cluster_series_exported", &[]);
+        assert_eq!(exported.len(), 1, "replica {i}");
+        assert_eq!(
+            find(&samples, "gpumon_raft_term", &[]).len(),
+            1,
+            "replica {i}"
+        );
+        if i == leader {
+            assert_eq!(exported[0].value, 1.0);
+            assert!(!find(&samples, "gpumon_alerts_firing", &[]).is_empty());
+        } else {
+            assert_eq!(exported[0].value, 0.0, "replica {i} follows");
+            let cluster: Vec<_> = samples
+                .iter()
+                .filter(|s| !REPLICA_LOCAL.iter().any(|p| s.name.starts_with(p)))
+                .collect();
+            assert!(cluster.is_empty(), "follower {i} serves {cluster:?}");
+            assert!(
+                text.len() < 32 * 1024,
+                "follower {i} answers {} bytes",
+                text.len()
+            );
+        }
+        rank_series.extend(
+            find(
+                &samples,
+                "gpumon_rank_memory_used_bytes",
+                &[("job", "job-x"), ("rank", "2")],
+            )
+            .into_iter()
+            .cloned(),
+        );
+    }
+    assert_eq!(
+        rank_series.len(),
+        1,
+        "one series for rank 2 across the replicas: {rank_series:?}"
+    );
+    trio.shutdown().await;
+}
+
+// ---- the shipped rules -------------------------------------------------------
+
+/// Values of `key: value` lines (after `- ` or not) in a YAML text we ship.
+fn yaml_values(text: &str, key: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.trim().trim_start_matches("- "))
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .collect()
+}
+
+/// `promtool test rules` passes on deploy/prometheus/tests/, every alert
+/// and recording rule is exercised there, every alert kind the coordinator
+/// raises has its rule under the name the notifier posts to Alertmanager,
+/// and severities are only critical, warning and info.
+#[test]
+fn every_shipped_rule_is_unit_tested_and_named_like_the_pushed_alerts() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus");
+    let tests_dir = deploy.join("tests");
+    let mut test_files: Vec<String> = std::fs::read_dir(&tests_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yml"))
+        .collect();
+    test_files.sort();
+    assert!(
+        !test_files.is_empty(),
+        "no tests in {}",
+        tests_dir.display()
+    );
+    let mut args = vec!["test".to_owned(), "rules".to_owned()];
+    args.extend(test_files.iter().cloned());
+    let out = Command::new("/usr/bin/promtool")
+        .args(&args)
+        .current_dir(&tests_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run /usr/bin/promtool ({e}); {INSTALL}"));
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let rules = std::fs::read_to_string(deploy.join("rules.yml")).unwrap();
+    let tests: String = test_files
+        .iter()
+        .map(|f| std::fs::read_to_string(tests_dir.join(f)).unwrap())
+        .collect();
+    let tested_alerts = yaml_values(&tests, "alertname");
+    let tested_exprs = yaml_values(&tests, "expr");
+    let alerts = yaml_values(&rules, "alert");
+    for alert in &alerts {
+        assert!(tested_alerts.contains(alert), "{alert} has no test");
+    }
+    for record in yaml_values(&rules, "record") {
+        assert!(
+            tested_exprs.iter().any(|e| e.contains(&record)),
+            "{record} has no test"
+        );
+    }
+    for kind in AlertKind::ALL {
+        let alert = gpumon_common::engine::Subject::Rank("j".into(), 0).alert(
+            kind,
+            0.0,
+            gpumon_common::engine::Severity::High,
+        );
+        let name = gpumon_coordinator::notify::payload::alertmanager::alertname(&alert);
+        let mirrors: Vec<_> = rules
+            .lines()
+            .filter(|l| l.contains(&format!("kind=\"{}\"", kind.as_str())))
+            .collect();
+        assert!(alerts.contains(&name), "no rule {name} for {kind:?}");
+        assert_eq!(mirrors.len(), 1, "one rule for {kind:?}: {mirrors:?}");
+    }
+    for severity in yaml_values(&rules, "severity") {
+        let ok = ["critical", "warning", "info"].contains(&severity.as_str())
+            || severity.starts_with("&severity") // the mapping below, checked by the tests
+            || severity == "*severity";
+        assert!(ok, "severity {severity:?}");
+    }
 }

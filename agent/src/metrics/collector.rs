@@ -1,6 +1,8 @@
 //! The agent's metric vocabulary: node-level series read at scrape time.
 //!
-//! Names start with `gpumon_`, are in base units, counters end in `_total`.
+//! Every name starts with `gpumon_agent_`, so that no agent series shares a
+//! name with a coordinator series (a `sum()` over both would count a GPU
+//! twice); names are in base units, counters end in `_total`.
 //! Per-GPU series carry `node`, `gpu`, `uuid` and `model`; per-process
 //! series `node`, `gpu`, `pid` and, when the process is attributed to a
 //! torchrun rank, `job` and `rank` (the scrape config needs
@@ -67,17 +69,20 @@ impl Collector for NodeCollector {
         )?;
         encode_uplink(s, enc)?;
         encode_hook(s, enc)?;
+        // A gauge named `_info`, not the OpenMetrics info type, which the
+        // classic text format (and promtool) does not know.
         enc.encode_descriptor(
-            "gpumon_agent_build",
-            "The agent's build",
+            "gpumon_agent_build_info",
+            "The agent's build (always 1)",
             None,
-            MetricType::Info,
+            MetricType::Gauge,
         )?
-        .encode_info(&[
+        .encode_family(&[
             ("version", env!("CARGO_PKG_VERSION")),
             ("agent", s.agent_id.as_str()),
             ("node", s.node.as_str()),
-        ])
+        ])?
+        .encode_gauge(&1u64)
     }
 }
 
@@ -92,7 +97,7 @@ fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         ]
     };
     let mut m = enc.encode_descriptor(
-        "gpumon_gpu_memory_used",
+        "gpumon_agent_gpu_memory_used",
         "GPU memory in use at the end of the newest window",
         Some(&Unit::Bytes),
         MetricType::Gauge,
@@ -102,7 +107,7 @@ fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
             .encode_gauge(&w.used_bytes.last)?;
     }
     let mut m = enc.encode_descriptor(
-        "gpumon_gpu_memory_total",
+        "gpumon_agent_gpu_memory_total",
         "GPU memory capacity",
         Some(&Unit::Bytes),
         MetricType::Gauge,
@@ -112,7 +117,7 @@ fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
             .encode_gauge(&w.gpu.total_bytes)?;
     }
     let mut m = enc.encode_descriptor(
-        "gpumon_gpu_utilization_ratio",
+        "gpumon_agent_gpu_utilization_ratio",
         "GPU utilization, mean over the newest window, 0 to 1",
         None,
         MetricType::Gauge,
@@ -124,7 +129,7 @@ fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         }
     }
     let mut m = enc.encode_descriptor(
-        "gpumon_process_memory_used",
+        "gpumon_agent_process_memory_used",
         "GPU memory a process holds at the end of the newest window",
         Some(&Unit::Bytes),
         MetricType::Gauge,

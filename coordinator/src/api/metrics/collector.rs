@@ -6,6 +6,9 @@
 //! carry `job`, `rank`, `node` and `gpu` labels; per-GPU series `node`,
 //! `gpu`, `uuid` and `model`. A series whose value is unknown (no forecast,
 //! no hook data) is left out rather than reported as 0.
+//!
+//! The cluster series come from the leader only (see [`super::scrape`]);
+//! `gpumon_cluster_series_exported` says whether this answer has them.
 
 use std::fmt;
 
@@ -17,7 +20,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use super::scrape::{severity_name, RankRow, Scrape, FLAGS};
+use super::scrape::{severity_name, ClusterRows, LocalRows, RankRow, Scrape, FLAGS};
 use crate::api::AppState;
 use crate::notify::NotifyCounts;
 
@@ -83,7 +86,7 @@ fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::
 
 fn per_rank<V: EncodeGaugeValue>(
     enc: &mut DescriptorEncoder,
-    s: &Scrape,
+    s: &ClusterRows,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
@@ -100,16 +103,27 @@ fn per_rank<V: EncodeGaugeValue>(
 
 /// Encodes every family of `s`.
 pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
-    encode_gpus(s, enc)?;
-    encode_ranks(s, enc)?;
-    encode_jobs(s, enc)?;
-    encode_cluster(s, enc)?;
-    encode_notifications(s, enc)?;
-    encode_raft(s, enc)?;
-    encode_state_copies(s, enc)
+    gauge(
+        enc,
+        "gpumon_cluster_series_exported",
+        "1 when this answer carries the cluster series (this replica leads), 0 when it carries only this replica's own",
+        None,
+        u64::from(s.cluster.is_some()),
+    )?;
+    if let Some(c) = &s.cluster {
+        encode_gpus(c, enc)?;
+        encode_ranks(c, enc)?;
+        encode_jobs(c, enc)?;
+        encode_alerts(c, enc)?;
+        encode_cluster(c, enc)?;
+    }
+    encode_local(&s.local, enc)?;
+    encode_notifications(&s.local, enc)?;
+    encode_raft(&s.local, enc)?;
+    encode_state_copies(&s.local, enc)
 }
 
-fn encode_state_copies(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_state_copies(s: &LocalRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     let mut m = enc.encode_descriptor(
         "gpumon_state_copy",
         "How long the state lock was held to copy the state for a snapshot or a digest (pushes wait this long)",
@@ -123,7 +137,7 @@ fn encode_state_copies(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     Ok(())
 }
 
-fn encode_gpus(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_gpus(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     let labels = |g: &super::scrape::GpuRow| {
         [
             ("node", g.node.clone()),
@@ -169,7 +183,7 @@ fn encode_gpus(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     )
 }
 
-fn encode_ranks(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     per_rank(
         enc,
         s,
@@ -284,6 +298,14 @@ fn encode_ranks(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
             m.encode_family(&labels)?.encode_gauge(&u64::from(on))?;
         }
     }
+    per_rank(
+        enc,
+        s,
+        "gpumon_rank_lost",
+        "1 while no agent on the rank's node is up (its series keep the last figures reported), else 0",
+        None,
+        |r| Some(u64::from(r.lost)),
+    )?;
     gauge(
         enc,
         "gpumon_metrics_ranks_omitted",
@@ -293,7 +315,7 @@ fn encode_ranks(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     )
 }
 
-fn encode_jobs(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_jobs(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     let job = |j: &super::scrape::JobRow| [("job", j.job.clone())];
     gauges(
         enc,
@@ -325,7 +347,7 @@ fn encode_jobs(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     )
 }
 
-fn encode_cluster(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_cluster(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     gauges(
         enc,
         "gpumon_alerts_firing",
@@ -351,14 +373,14 @@ fn encode_cluster(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
         |a: &super::scrape::AgentRow| [("agent", a.agent.clone()), ("node", a.node.clone())];
     gauges(
         enc,
-        "gpumon_agent_up",
+        "gpumon_cluster_agent_up",
         "1 while the agent's newest window ended within 30 s of the cluster's newest one",
         None,
         s.agents.iter().map(|a| (agent(a), Some(u64::from(a.up)))),
     )?;
     gauges(
         enc,
-        "gpumon_agent_last_seen_timestamp",
+        "gpumon_cluster_agent_last_seen_timestamp",
         "End of the agent's newest window, seconds since the Unix epoch (agent clock)",
         SECONDS,
         s.agents.iter().map(|a| (agent(a), Some(a.last_seen_s))),
@@ -394,22 +416,6 @@ fn encode_cluster(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
         "GPU windows or fields skipped as invalid",
         s.windows_skipped,
     )?;
-    counters(
-        enc,
-        "gpumon_ingest_pushes_rejected",
-        "Pushes this replica refused before Raft, by reason",
-        s.pushes_rejected
-            .iter()
-            .map(|(r, n)| ([("reason", *r)], *n)),
-    )?;
-    counters(
-        enc,
-        "gpumon_api_requests_unauthorized",
-        "Requests this replica refused for a missing or wrong secret, by kind of access",
-        s.requests_unauthorized
-            .iter()
-            .map(|(a, n)| ([("access", *a)], *n)),
-    )?;
     counter(
         enc,
         "gpumon_hook_records_applied",
@@ -435,12 +441,59 @@ fn encode_cluster(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
         s.observations_ignored
             .iter()
             .map(|(r, n)| ([("reason", *r)], *n)),
-    )?;
-    enc.encode_descriptor("gpumon_build", "The gpumon build", None, MetricType::Info)?
-        .encode_info(&[("version", env!("CARGO_PKG_VERSION"))])
+    )
 }
 
-fn encode_notifications(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+/// Per active alert episode: 1 with its severity now, and when it fired.
+fn encode_alerts(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    gauges(
+        enc,
+        "gpumon_alert_active",
+        "1 per active alert, labelled with its kind, its severity now and whom it is about",
+        None,
+        s.alerts.iter().map(|a| (a.labels(), Some(1u64))),
+    )?;
+    gauges(
+        enc,
+        "gpumon_alert_started_timestamp",
+        "When the active alert first fired, seconds since the Unix epoch (data time)",
+        SECONDS,
+        s.alerts
+            .iter()
+            .map(|a| (a.labels(), Some(a.started_s).filter(|t| t.is_finite()))),
+    )
+}
+
+/// This replica's own counters and its build.
+fn encode_local(s: &LocalRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    counters(
+        enc,
+        "gpumon_ingest_pushes_rejected",
+        "Pushes this replica refused before Raft, by reason",
+        s.pushes_rejected
+            .iter()
+            .map(|(r, n)| ([("reason", *r)], *n)),
+    )?;
+    counters(
+        enc,
+        "gpumon_api_requests_unauthorized",
+        "Requests this replica refused for a missing or wrong secret, by kind of access",
+        s.requests_unauthorized
+            .iter()
+            .map(|(a, n)| ([("access", *a)], *n)),
+    )?;
+    // A gauge named `_info`, not the OpenMetrics info type, which the
+    // classic text format (and promtool) does not know.
+    gauges(
+        enc,
+        "gpumon_build_info",
+        "The gpumon build (always 1)",
+        None,
+        [([("version", env!("CARGO_PKG_VERSION"))], Some(1u64))],
+    )
+}
+
+fn encode_notifications(s: &LocalRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     type Pick = fn(&NotifyCounts) -> u64;
     let families: [(&str, &str, Pick); 6] = [
         ("gpumon_notifications_sent", "Notifications a receiver accepted", |c| c.sent),
@@ -463,7 +516,7 @@ fn encode_notifications(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result 
     Ok(())
 }
 
-fn encode_raft(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
+fn encode_raft(s: &LocalRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     let r = &s.raft;
     gauge(enc, "gpumon_raft_id", "This replica's Raft id", None, r.id)?;
     gauge(enc, "gpumon_raft_term", "Current Raft term", None, r.term)?;

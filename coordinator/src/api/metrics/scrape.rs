@@ -1,13 +1,20 @@
 //! What one scrape reports, copied out of the replicated state while its
 //! read lock is held (briefly), so encoding never holds up apply.
 //!
+//! Which replica reports what: the cluster series (GPUs, ranks, jobs,
+//! alerts, actions, agents, the replicated counters) are the same on every
+//! replica that applied the same log, so only the replica that leads when
+//! scraped reports them ([`ClusterRows`]); every replica reports its own
+//! series ([`LocalRows`]: Raft, refused pushes and requests, notifications,
+//! state copies, build). A follower's scrape never takes the state lock.
+//!
 //! Only live jobs and ranks are copied: a job's series disappear from the
 //! next scrape once its last rank ends. Times are data times: "seconds until
 //! OOM" counts from the engine's newest observation and "agent up" from the
 //! cluster's newest window end, never from this replica's clock, so every
 //! replica that applied the same log reports the same values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use gpumon_common::actions::ActionState;
@@ -90,6 +97,9 @@ pub struct RankRow {
     pub leak_bytes_per_s: Option<f64>,
     /// leak, fragmentation, imbalance, straggler.
     pub flags: [bool; 4],
+    /// No agent on the rank's node is up (data time): its figures are the
+    /// last ones reported.
+    pub lost: bool,
 }
 
 /// Flag names, in the order of [`RankRow::flags`].
@@ -126,6 +136,41 @@ pub struct AgentRow {
     pub up: bool,
 }
 
+/// One active alert episode: its kind, its severity now, whom it is about
+/// (where known) and when it first fired.
+#[derive(Debug)]
+pub struct AlertRow {
+    pub kind: AlertKind,
+    pub severity: Severity,
+    pub job: Option<String>,
+    pub rank: Option<String>,
+    pub node: Option<String>,
+    pub gpu: Option<String>,
+    /// When the episode first fired, seconds since the epoch (data time).
+    pub started_s: f64,
+}
+
+impl AlertRow {
+    /// `kind`, `severity`, then `job`, `rank`, `node`, `gpu` where known.
+    pub fn labels(&self) -> Vec<(&'static str, String)> {
+        let mut l = vec![
+            ("kind", self.kind.as_str().to_owned()),
+            ("severity", severity_name(self.severity).to_owned()),
+        ];
+        for (k, v) in [
+            ("job", &self.job),
+            ("rank", &self.rank),
+            ("node", &self.node),
+            ("gpu", &self.gpu),
+        ] {
+            if let Some(v) = v {
+                l.push((k, v.clone()));
+            }
+        }
+        l
+    }
+}
+
 /// This replica's Raft figures.
 #[derive(Debug)]
 pub struct RaftRow {
@@ -146,11 +191,22 @@ pub struct RaftRow {
 /// Everything one scrape reports.
 #[derive(Debug)]
 pub struct Scrape {
+    /// This replica's own series, served by every replica.
+    pub local: LocalRows,
+    /// The replicated cluster series: on the leader only.
+    pub cluster: Option<ClusterRows>,
+}
+
+/// The cluster series, the same on every replica that applied the same log.
+#[derive(Debug)]
+pub struct ClusterRows {
     pub gpus: Vec<GpuRow>,
     pub ranks: Vec<RankRow>,
     pub ranks_omitted: u64,
     pub jobs: Vec<JobRow>,
     pub alerts_firing: BTreeMap<(AlertKind, Severity), u64>,
+    /// Every active episode (bounded by the alert book).
+    pub alerts: Vec<AlertRow>,
     pub actions: BTreeMap<ActionState, u64>,
     pub agents: Vec<AgentRow>,
     /// Replicated ingest counters.
@@ -164,14 +220,19 @@ pub struct Scrape {
     pub observations_late: u64,
     /// Engine observations ignored, by reason.
     pub observations_ignored: [(&'static str, u64); 2],
+    /// Newest window end applied, seconds since the epoch (0: none).
+    pub data_time_s: f64,
+}
+
+/// This replica's own series.
+#[derive(Debug)]
+pub struct LocalRows {
     /// Pushes this replica refused, by reason.
     pub pushes_rejected: [(&'static str, u64); 6],
     /// Requests the authorization layer refused, by kind of access.
     pub requests_unauthorized: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
     pub notifications: Vec<(&'static str, NotifyCounts)>,
-    /// Newest window end applied, seconds since the epoch (0: none).
-    pub data_time_s: f64,
     pub raft: RaftRow,
     /// How long copies of the state held its lock, for snapshots and digests.
     pub state_copies: [(&'static str, CopyStats); 2],
@@ -184,8 +245,18 @@ fn oom_in(f: &OomForecast, now: f64) -> Option<f64> {
 }
 
 impl Scrape {
-    /// Copies what a scrape reports out of `state`.
+    /// Copies what a scrape reports out of `state`: the cluster series only
+    /// while this replica leads.
     pub fn take(state: &AppState) -> Scrape {
+        let local = LocalRows::take(state);
+        let cluster = local.raft.is_leader.then(|| ClusterRows::take(state));
+        Scrape { local, cluster }
+    }
+}
+
+impl LocalRows {
+    /// This replica's own figures; never takes the state lock.
+    pub fn take(state: &AppState) -> LocalRows {
         let inner = &state.inner;
         let pushes_rejected = [
             ("too_large", inner.rejected.too_large.load(Relaxed)),
@@ -202,7 +273,21 @@ impl Scrape {
             .into_iter()
             .map(|(kind, counts)| (kind.as_str(), counts))
             .collect();
-        let applied = inner.state_machine.read();
+        LocalRows {
+            pushes_rejected,
+            requests_unauthorized: inner.refused.counts(),
+            notifications,
+            raft,
+            state_copies: [CopyFor::Snapshot, CopyFor::Digest]
+                .map(|why| (why.label(), inner.state_machine.copy_times().stats(why))),
+        }
+    }
+}
+
+impl ClusterRows {
+    /// Copies the cluster series out of the replicated state.
+    pub fn take(state: &AppState) -> ClusterRows {
+        let applied = state.inner.state_machine.read();
         let now = applied.engine.now();
         let cluster = applied.state.cluster_view();
 
@@ -234,6 +319,23 @@ impl Scrape {
                 });
             }
         }
+
+        let agents: Vec<AgentRow> = cluster
+            .agents
+            .iter()
+            .map(|a| AgentRow {
+                agent: a.agent_id.clone(),
+                node: a.node.clone(),
+                last_seen_s: a.last_seen_ms as f64 / 1000.0,
+                up: cluster.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS,
+            })
+            .collect();
+        // A rank is lost while no agent on its node is up.
+        let nodes_up: BTreeSet<String> = agents
+            .iter()
+            .filter(|a| a.up)
+            .map(|a| a.node.clone())
+            .collect();
 
         let mut ranks = Vec::new();
         let mut ranks_omitted = 0u64;
@@ -268,7 +370,9 @@ impl Scrape {
                 }
                 let engine = by_rank.get(&r.rank).copied();
                 let step = steps.and_then(|s| s.get(&r.rank));
-                ranks.push(rank_row(&job.job, r, engine, step, now));
+                let mut row = rank_row(&job.job, r, engine, step, now);
+                row.lost = !nodes_up.contains(&row.node);
+                ranks.push(row);
             }
         }
 
@@ -276,28 +380,29 @@ impl Scrape {
             .iter()
             .flat_map(|k| SEVERITIES.iter().map(move |s| ((*k, *s), 0)))
             .collect();
+        let mut alerts = Vec::new();
         for a in applied.engine.alert_book().active() {
             *alerts_firing.entry((a.kind, a.severity)).or_default() += 1;
+            alerts.push(AlertRow {
+                kind: a.kind,
+                severity: a.severity,
+                job: a.job.clone(),
+                rank: a.rank.map(|r| r.to_string()),
+                node: a.node.clone(),
+                gpu: a.gpu.map(|g| g.to_string()),
+                started_s: a.t,
+            });
         }
 
-        let agents = cluster
-            .agents
-            .iter()
-            .map(|a| AgentRow {
-                agent: a.agent_id.clone(),
-                node: a.node.clone(),
-                last_seen_s: a.last_seen_ms as f64 / 1000.0,
-                up: cluster.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS,
-            })
-            .collect();
         let engine_counters = applied.engine.counters();
         let hook = applied.hook.counters();
-        Scrape {
+        ClusterRows {
             gpus,
             ranks,
             ranks_omitted,
             jobs,
             alerts_firing,
+            alerts,
             actions: applied.actions.count_by_state(),
             agents,
             batches_applied: cluster.ingest.batches_applied,
@@ -311,13 +416,7 @@ impl Scrape {
                 ("over_limit", engine_counters.over_limit),
                 ("invalid", engine_counters.invalid),
             ],
-            pushes_rejected,
-            requests_unauthorized: inner.refused.counts(),
-            notifications,
             data_time_s: cluster.now_ms as f64 / 1000.0,
-            raft,
-            state_copies: [CopyFor::Snapshot, CopyFor::Digest]
-                .map(|why| (why.label(), inner.state_machine.copy_times().stats(why))),
         }
     }
 }
@@ -366,6 +465,7 @@ fn rank_row(
         flags: engine.map_or([false; 4], |e| {
             [e.leak, e.fragmentation, e.imbalance, e.straggler]
         }),
+        lost: false,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Alertmanager v2: `POST {base}/api/v2/alerts` with a JSON array of alerts.
 //!
 //! Alertmanager identifies an alert by its labels (`alertname` such as
-//! `GpumonOomPredicted`, `severity`, `kind`, `source="gpumon"`, and `job`,
+//! `GpumonOomPredicted`, `severity` (`critical`, `warning` or `info`: see
+//! [`severity`]), `kind`, `source="gpumon"`, and `job`,
 //! `rank`, `node`, `gpu` where known) and resolves one that is not posted
 //! again before its `endsAt`. So a firing alert is posted with `endsAt` a
 //! few refresh periods ahead and re-posted every refresh period (the
@@ -38,10 +39,14 @@ pub fn alertname(a: &Alert) -> String {
     out
 }
 
-fn severity(s: Severity) -> &'static str {
+/// The `severity` label: Alertmanager routes by the usual `critical`,
+/// `warning` and `info`, so gpumon's critical stays critical, its high
+/// becomes `warning` and its warning `info`. The shipped Prometheus rules
+/// (`deploy/prometheus/rules.yml`) map the same way.
+pub fn severity(s: Severity) -> &'static str {
     match s {
-        Severity::Warning => "warning",
-        Severity::High => "high",
+        Severity::Warning => "info",
+        Severity::High => "warning",
         Severity::Critical => "critical",
     }
 }
@@ -143,6 +148,12 @@ mod tests {
     }
 
     #[test]
+    fn severities_are_the_ones_alertmanager_routes_by() {
+        let all = [Severity::Warning, Severity::High, Severity::Critical].map(severity);
+        assert_eq!(all, ["info", "warning", "critical"]);
+    }
+
+    #[test]
     fn a_resolved_alert_ends_at_its_resolution() {
         let m = oom_message(ReceiverKind::Alertmanager, Notice::Resolve);
         let b = body(&m, NOW, 240.0);
@@ -155,7 +166,7 @@ mod tests {
         m.due.previous_severity = Some(Severity::High);
         let b = body(&m, NOW, 240.0);
         assert_eq!(b[0]["labels"]["severity"], "critical");
-        assert_eq!(b[1]["labels"]["severity"], "high");
+        assert_eq!(b[1]["labels"]["severity"], "warning", "gpumon's high");
         assert_eq!(b[1]["endsAt"], rfc3339(NOW));
     }
 
