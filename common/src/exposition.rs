@@ -5,18 +5,17 @@
 //! which writes OpenMetrics 1.0 text. Prometheus asks for OpenMetrics first;
 //! a client that prefers `text/plain` gets the classic text format 0.0.4.
 //!
-//! Both answers must pass `promtool check metrics`, which reads only the
-//! classic format: it takes an OpenMetrics counter family `x` (sample
-//! `x_total`) for two families, and fails on the `info` type. So:
+//! Which one: OpenMetrics when the client asks for it at least as much as
+//! for `text/plain` (Prometheus does); the classic text otherwise, a missing
+//! `Accept` header and `*/*` included. So what `curl` gets, and what tools
+//! that read only the classic format get, is the classic text: promtool
+//! 2.42's `check metrics` is one (it reads an OpenMetrics counter family
+//! `x` with sample `x_total` as two families). The OpenMetrics answer is
+//! OpenMetrics as the specification has it. No collector uses the `info`
+//! type: a build is a gauge named `…_info` with the value 1.
 //!
-//! - no collector uses the `info` type: a build is a gauge named `…_info`
-//!   with the value 1, as in the classic format;
-//! - in the OpenMetrics answer ([`openmetrics`]) a counter family carries the
-//!   name of its sample, `x_total` (any `# UNIT` line of it goes). Prometheus
-//!   reads that as the same counter; a strict OpenMetrics validator would
-//!   want `x`, which is the price of one text that promtool also accepts.
-//!
-//! The classic text ([`to_classic`]) further drops `# UNIT` and `# EOF`,
+//! The classic text ([`to_classic`]) names a counter family `x` as its
+//! sample, `x_total`, drops `# UNIT` and `# EOF`,
 //! turns `unknown` into `untyped`, and unescapes `\"` in help text (the
 //! classic format escapes only `\\` and `\n` there). Sample lines are the
 //! same in both formats and pass through.
@@ -33,9 +32,8 @@
 //!     "# HELP y_total Things.\n# TYPE y_total counter\ny_total 3\n",
 //! );
 //! assert_eq!(to_classic(om), classic);
-//! assert!(Format::OpenMetrics
-//!     .render(om.to_owned())
-//!     .contains("# HELP y_total Things.\n# TYPE y_total counter\ny_total 3\n# EOF\n"));
+//! assert_eq!(Format::OpenMetrics.render(om.to_owned()), om);
+//! assert_eq!(Format::from_accept(None), Format::Classic);
 //! assert_eq!(Format::from_accept(Some("text/plain;version=0.0.4")), Format::Classic);
 //! ```
 
@@ -48,20 +46,20 @@ pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// OpenMetrics 1.0 text: the default.
+    /// OpenMetrics 1.0 text, for clients that ask for it.
     OpenMetrics,
-    /// The classic Prometheus text format 0.0.4.
+    /// The classic Prometheus text format 0.0.4: the default.
     Classic,
 }
 
 impl Format {
-    /// The format an `Accept` header prefers: classic when it names
-    /// `text/plain` with a higher quality than `application/openmetrics-text`
-    /// (or names only the former); OpenMetrics otherwise, a missing header
-    /// and `*/*` included.
+    /// The format an `Accept` header prefers: OpenMetrics when it names
+    /// `application/openmetrics-text` with a quality above 0 and at least
+    /// that of `text/plain`; classic otherwise, a missing header and `*/*`
+    /// included.
     pub fn from_accept(accept: Option<&str>) -> Format {
         let Some(accept) = accept else {
-            return Format::OpenMetrics;
+            return Format::Classic;
         };
         let mut openmetrics: Option<f32> = None;
         let mut plain: Option<f32> = None;
@@ -80,9 +78,9 @@ impl Format {
             *slot = Some(slot.map_or(q, |old| old.max(q)));
         }
         match (openmetrics, plain) {
-            (Some(om), Some(p)) if p > om && p > 0.0 => Format::Classic,
-            (None, Some(p)) if p > 0.0 => Format::Classic,
-            _ => Format::OpenMetrics,
+            (Some(om), Some(p)) if om > 0.0 && om >= p => Format::OpenMetrics,
+            (Some(om), None) if om > 0.0 => Format::OpenMetrics,
+            _ => Format::Classic,
         }
     }
 
@@ -97,45 +95,10 @@ impl Format {
     /// `openmetrics` text (as `prometheus-client` writes it) in this format.
     pub fn render(self, openmetrics: String) -> String {
         match self {
-            Format::OpenMetrics => self::openmetrics(&openmetrics),
+            Format::OpenMetrics => openmetrics,
             Format::Classic => to_classic(&openmetrics),
         }
     }
-}
-
-/// The OpenMetrics answer: `openmetrics` with every counter family named
-/// like its sample (`x_total`) and without a `# UNIT` line; see the module
-/// docs.
-pub fn openmetrics(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.strip_suffix(" counter"))
-        .filter(|name| !name.ends_with("_total"))
-        .collect();
-    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
-    for line in openmetrics.lines() {
-        let meta = ["# HELP ", "# TYPE ", "# UNIT "]
-            .into_iter()
-            .find_map(|p| Some((p, line.strip_prefix(p)?)));
-        if let Some((prefix, rest)) = meta {
-            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-            if counters.contains(name) {
-                if prefix == "# UNIT " {
-                    continue;
-                }
-                out.push_str(prefix);
-                out.push_str(name);
-                out.push_str("_total ");
-                out.push_str(tail);
-                out.push('\n');
-                continue;
-            }
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 /// The classic text format of an OpenMetrics text; see the module docs.
@@ -219,26 +182,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn openmetrics_counters_are_named_like_their_samples() {
-        let om = "# HELP c Count.\n# TYPE c counter\n# UNIT c seconds\nc_total{k=\"v\"} 2\n\
-                  # HELP d_total Done.\n# TYPE d_total counter\nd_total 1\n\
-                  # HELP g_bytes Size.\n# TYPE g_bytes gauge\n# UNIT g_bytes bytes\ng_bytes 1\n# EOF\n";
-        let out = openmetrics(om);
-        assert_eq!(
-            out,
-            "# HELP c_total Count.\n# TYPE c_total counter\nc_total{k=\"v\"} 2\n\
-             # HELP d_total Done.\n# TYPE d_total counter\nd_total 1\n\
-             # HELP g_bytes Size.\n# TYPE g_bytes gauge\n# UNIT g_bytes bytes\ng_bytes 1\n# EOF\n"
-        );
-        assert_eq!(to_classic(&out), to_classic(om));
+    fn the_openmetrics_answer_is_the_text_as_written() {
+        let om = "# HELP c Count.\n# TYPE c counter\nc_total{k=\"v\"} 2\n# EOF\n";
+        assert_eq!(Format::OpenMetrics.render(om.to_owned()), om);
+        assert!(Format::Classic
+            .render(om.to_owned())
+            .starts_with("# HELP c_total Count.\n# TYPE c_total counter\n"));
     }
 
     #[test]
-    fn prometheus_own_accept_header_gets_openmetrics() {
+    fn prometheus_own_accept_header_gets_openmetrics_and_curl_the_classic_text() {
         let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
-        assert_eq!(Format::from_accept(None), Format::OpenMetrics);
-        assert_eq!(Format::from_accept(Some("*/*")), Format::OpenMetrics);
+        assert_eq!(
+            Format::from_accept(Some("application/openmetrics-text")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::from_accept(None), Format::Classic);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Classic);
     }
 
     #[test]
@@ -249,8 +210,8 @@ mod tests {
             Format::Classic
         );
         assert_eq!(
-            Format::from_accept(Some("text/plain;q=0")),
-            Format::OpenMetrics
+            Format::from_accept(Some("application/openmetrics-text;q=0, text/plain")),
+            Format::Classic
         );
     }
 
