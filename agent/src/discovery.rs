@@ -1,11 +1,12 @@
-//! Rank discovery: which torchrun job and rank owns a GPU process, read from
+//! Rank discovery: which job and rank owns a GPU process, read from
 //! `/proc/PID/environ`.
 //!
-//! torchrun hands every worker its identity in environment variables
-//! (`TORCHELASTIC_RUN_ID`, `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
-//! `MASTER_PORT`), so the agent can name the job and rank of every process
-//! NVML reports without any change to the training script (DESIGN.md, "Data
-//! flow" 2). [`parse_environ`] reads one environment blob; [`RankFinder`]
+//! Launchers hand every worker its identity in environment variables
+//! (torchrun: `TORCHELASTIC_RUN_ID`, `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
+//! `MASTER_ADDR`, `MASTER_PORT`; Slurm's `srun`, Open MPI and MPICH have
+//! their own, see [`parse_environ`]), so the agent can name the job and rank
+//! of every process NVML reports without any change to the training
+//! script. [`parse_environ`] reads one environment blob; [`RankFinder`]
 //! fills [`ProcSample::rank`] for a round of samples, caching per process.
 //!
 //! The GPU of a process is the device NVML listed it under. `LOCAL_RANK` is
@@ -48,27 +49,59 @@ pub use gpumon_common::limits::MAX_WORLD_SIZE;
 /// is available.
 pub const UNKNOWN_JOB: &str = "unknown-job";
 
-/// Reads torchrun's job and rank from a `/proc/PID/environ` blob
-/// (`KEY=value` entries separated by NUL bytes).
+/// The launcher variables [`parse_environ`] reads; every other entry is
+/// passed over.
+const KEYS: [&str; 19] = [
+    "TORCHELASTIC_RUN_ID",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMIX_NAMESPACE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_LOCALID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+];
+
+/// Reads a process's job and rank from its `/proc/PID/environ` blob
+/// (`KEY=value` entries separated by NUL bytes), as its launcher set them.
 ///
-/// Returns `None` unless `RANK` and `WORLD_SIZE` are integers with
-/// `RANK < WORLD_SIZE <= MAX_WORLD_SIZE`. The job is `TORCHELASTIC_RUN_ID`
-/// when set and not `none` (torchrun's default id), else
-/// `MASTER_ADDR:MASTER_PORT` when both are set, else [`UNKNOWN_JOB`]; it is
-/// truncated to [`MAX_JOB_BYTES`]. `LOCAL_RANK` defaults to 0 when absent or
-/// invalid. Entries that are not UTF-8 or have no `=` are skipped; where a
-/// key repeats the first entry wins, as with `getenv` and Python's
-/// `os.environ`. A blob over [`MAX_ENVIRON_BYTES`] yields `None`.
+/// Launchers, first match wins (the launcher of the process itself before
+/// the allocation it runs in: `mpirun` inside a Slurm job leaves the
+/// batch step's `SLURM_PROCID` in every rank):
+///
+/// | launcher | rank, world size, local rank | job |
+/// | --- | --- | --- |
+/// | torchrun | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | `TORCHELASTIC_RUN_ID` unless empty or `none` (torchrun's default) |
+/// | Open MPI | `OMPI_COMM_WORLD_RANK`, `_SIZE`, `_LOCAL_RANK` | `PMIX_NAMESPACE` |
+/// | MPICH, Intel MPI (PMI) | `PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID` | |
+/// | Slurm (`srun`) | `SLURM_PROCID`, `SLURM_NTASKS` (or `SLURM_NPROCS`), `SLURM_LOCALID` | `slurm-JOBID` or `slurm-JOBID.STEP` from `SLURM_JOB_ID`, `SLURM_STEP_ID` |
+///
+/// A launcher matches when its rank and world size are integers with
+/// `rank < world size <= MAX_WORLD_SIZE`. Without a job of its launcher's
+/// own, the job is `MASTER_ADDR:MASTER_PORT` when both are set, else
+/// [`UNKNOWN_JOB`]; it is truncated to [`MAX_JOB_BYTES`]. A local rank
+/// absent or not below the world size is 0. Entries that are not UTF-8 or
+/// have no `=` are skipped; where a key repeats the first entry wins, as
+/// with `getenv` and Python's `os.environ`. A blob over
+/// [`MAX_ENVIRON_BYTES`] yields `None`. The Python hook applies the same
+/// rule (`gpumon/_env.py`), and both are tested against one table of cases
+/// (`agent/python/tests/identity_cases.json`).
 pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     if bytes.len() > MAX_ENVIRON_BYTES {
         return None;
     }
-    let mut run_id = None;
-    let mut rank = None;
-    let mut local_rank = None;
-    let mut world_size = None;
-    let mut master_addr = None;
-    let mut master_port = None;
+    let mut vars: HashMap<&str, &str> = HashMap::new();
     for entry in bytes.split(|&b| b == 0) {
         let Ok(entry) = std::str::from_utf8(entry) else {
             continue;
@@ -76,38 +109,70 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
         let Some((key, value)) = entry.split_once('=') else {
             continue;
         };
-        let slot = match key {
-            "TORCHELASTIC_RUN_ID" => &mut run_id,
-            "RANK" => &mut rank,
-            "LOCAL_RANK" => &mut local_rank,
-            "WORLD_SIZE" => &mut world_size,
-            "MASTER_ADDR" => &mut master_addr,
-            "MASTER_PORT" => &mut master_port,
-            _ => continue,
-        };
-        slot.get_or_insert(value);
+        if KEYS.contains(&key) {
+            vars.entry(key).or_insert(value);
+        }
     }
-
-    let rank = parse_u32(rank?)?;
-    let world_size = parse_u32(world_size?)?;
-    if world_size > MAX_WORLD_SIZE || rank >= world_size {
-        return None;
-    }
+    let get = |key: &str| vars.get(key).copied();
+    let named = |value: Option<&str>| {
+        value
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let torchrun_job =
+        named(get("TORCHELASTIC_RUN_ID")).filter(|id| !id.eq_ignore_ascii_case("none"));
+    let slurm_job = named(get("SLURM_JOB_ID")).map(|id| match named(get("SLURM_STEP_ID")) {
+        Some(step) => format!("slurm-{id}.{step}"),
+        None => format!("slurm-{id}"),
+    });
+    let launchers = [
+        (
+            get("RANK"),
+            get("WORLD_SIZE"),
+            get("LOCAL_RANK"),
+            torchrun_job,
+        ),
+        (
+            get("OMPI_COMM_WORLD_RANK"),
+            get("OMPI_COMM_WORLD_SIZE"),
+            get("OMPI_COMM_WORLD_LOCAL_RANK"),
+            named(get("PMIX_NAMESPACE")),
+        ),
+        (
+            get("PMI_RANK"),
+            get("PMI_SIZE"),
+            get("MPI_LOCALRANKID"),
+            None,
+        ),
+        (
+            get("SLURM_PROCID"),
+            get("SLURM_NTASKS").or(get("SLURM_NPROCS")),
+            get("SLURM_LOCALID"),
+            slurm_job,
+        ),
+    ];
+    let (rank, world_size, local_rank, own_job) =
+        launchers.into_iter().find_map(|(rank, size, local, job)| {
+            let rank = parse_u32(rank?)?;
+            let size = parse_u32(size?)?;
+            (size <= MAX_WORLD_SIZE && rank < size).then_some((rank, size, local, job))
+        })?;
     let local_rank = local_rank
         .and_then(parse_u32)
         .filter(|&lr| lr < world_size)
         .unwrap_or(0);
-    let master_addr = master_addr
+    let master_addr = get("MASTER_ADDR")
         .map(str::trim)
         .filter(|a| !a.is_empty())
         .map(|a| truncate(a, MAX_JOB_BYTES).to_owned());
-    let master_port = master_port
+    let master_port = get("MASTER_PORT")
         .and_then(|p| p.trim().parse::<u16>().ok())
         .filter(|&p| p != 0);
 
-    let job = match run_id.map(str::trim) {
-        Some(id) if !id.is_empty() && !id.eq_ignore_ascii_case("none") => id.to_owned(),
-        _ => match (&master_addr, master_port) {
+    let job = match own_job {
+        Some(job) => job,
+        None => match (&master_addr, master_port) {
             // Bracket IPv6 addresses so the port stays readable.
             (Some(addr), Some(port)) if addr.contains(':') && !addr.starts_with('[') => {
                 format!("[{addr}]:{port}")
@@ -559,15 +624,14 @@ mod tests {
         assert_eq!(parse_start_time("4242 (python) S 1 2"), None);
     }
 
+    /// The rank the finder reads for a real `sleep` started with `env`
+    /// (and only that), through the real `/proc`.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn reads_a_real_process_from_the_real_proc() {
+    fn rank_of_a_real_process(env: &[(&str, &str)]) -> RankInfo {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .env_clear()
-            .env("TORCHELASTIC_RUN_ID", "real-proc-test")
-            .env("RANK", "5")
-            .env("WORLD_SIZE", "6")
+            .envs(env.iter().copied())
             .spawn()
             .unwrap();
         let pid = child.id();
@@ -575,12 +639,14 @@ mod tests {
             read_start_time(&Path::new(DEFAULT_PROC_ROOT).join(format!("{pid}/stat"))).is_some()
         );
         // Until the child has exec'd, /proc shows the parent's environment.
+        let (key, value) = env[0];
+        let marker = format!("{key}={value}");
         let environ = Path::new(DEFAULT_PROC_ROOT).join(format!("{pid}/environ"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while !std::fs::read(&environ)
             .unwrap_or_default()
-            .windows(b"real-proc-test".len())
-            .any(|w| w == b"real-proc-test")
+            .split(|b| *b == 0)
+            .any(|entry| entry == marker.as_bytes())
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -593,11 +659,72 @@ mod tests {
         finder.attribute(&mut samples);
         child.kill().unwrap();
         child.wait().unwrap();
-        let rank = samples[0].procs[0].rank.clone().unwrap();
+        samples[0].procs[0].rank.clone().expect("attributed")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_a_real_process_from_the_real_proc() {
+        let rank = rank_of_a_real_process(&[
+            ("TORCHELASTIC_RUN_ID", "real-proc-test"),
+            ("RANK", "5"),
+            ("WORLD_SIZE", "6"),
+        ]);
         assert_eq!(
             (rank.job.as_str(), rank.rank, rank.world_size),
             ("real-proc-test", 5, 6)
         );
+    }
+
+    /// A process as `srun` starts it in a Slurm job (no torchrun).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_a_real_process_started_by_srun() {
+        let rank = rank_of_a_real_process(&[
+            ("SLURM_JOB_ID", "31337"),
+            ("SLURM_STEP_ID", "2"),
+            ("SLURM_PROCID", "13"),
+            ("SLURM_NTASKS", "32"),
+            ("SLURM_LOCALID", "5"),
+            ("SLURM_NODEID", "1"),
+        ]);
+        assert_eq!(
+            (
+                rank.job.as_str(),
+                rank.rank,
+                rank.local_rank,
+                rank.world_size
+            ),
+            ("slurm-31337.2", 13, 5, 32)
+        );
+    }
+
+    /// The table the Python hook is tested against too.
+    #[test]
+    fn every_launcher_case_reads_as_the_hook_reads_it() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../python/tests/identity_cases.json")).unwrap();
+        let cases = table["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        for case in cases {
+            let name = case["name"].as_str().unwrap();
+            let env = env(&case["env"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>());
+            let got = parse_environ(&env).map(|r| {
+                serde_json::json!({
+                    "job": r.job, "rank": r.rank, "local_rank": r.local_rank, "world_size": r.world_size,
+                })
+            });
+            let want = Some(case["expect"].clone()).filter(|v| !v.is_null());
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     // ---- RankFinder over a fake /proc ----

@@ -1,16 +1,27 @@
-"""Who this process is in its torchrun job, read from torchrun's variables.
+"""Who this process is in its job, read from its launcher's variables.
 
 The agent finds the same answer in ``/proc/PID/environ`` and refuses a
 ``register`` that claims another job or rank, so this module follows the
-agent's rule (``agent/src/discovery.rs``) to the letter:
+agent's rule (``parse_environ`` in ``agent/src/discovery.rs``) to the
+letter; both are tested against one table (``tests/identity_cases.json``).
 
-- ``RANK`` and ``WORLD_SIZE`` must be unsigned integers with
-  ``RANK < WORLD_SIZE <= 2**20``; otherwise this is not a torchrun worker.
-- ``LOCAL_RANK`` defaults to 0 when absent or invalid.
-- The job is ``TORCHELASTIC_RUN_ID`` when it is set, not empty and not
-  ``none`` (torchrun's default id, which names nothing); else
-  ``MASTER_ADDR:MASTER_PORT`` (an IPv6 address in brackets) when both are
-  set; else ``unknown-job``. It is cut to 256 bytes.
+Launchers, first match wins (the process's own launcher before the
+allocation it runs in):
+
+- torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``; job
+  ``TORCHELASTIC_RUN_ID`` unless empty or ``none`` (torchrun's default);
+- Open MPI: ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``; job
+  ``PMIX_NAMESPACE``;
+- MPICH, Intel MPI: ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``;
+- Slurm's ``srun``: ``SLURM_PROCID``, ``SLURM_NTASKS`` (or
+  ``SLURM_NPROCS``), ``SLURM_LOCALID``; job ``slurm-JOBID`` or
+  ``slurm-JOBID.STEP`` from ``SLURM_JOB_ID`` and ``SLURM_STEP_ID``.
+
+A launcher matches when its rank and world size are unsigned integers with
+``rank < world size <= 2**20``. Without a job of its launcher's own, the
+job is ``MASTER_ADDR:MASTER_PORT`` (an IPv6 address in brackets) when both
+are set, else ``unknown-job``; it is cut to 256 bytes. A local rank absent
+or not below the world size is 0.
 """
 
 import re
@@ -40,29 +51,58 @@ class Identity:
 
 
 def read_identity(environ: Mapping[str, str]) -> Optional[Identity]:
-    """The torchrun identity in ``environ``, or ``None`` outside torchrun."""
-    rank = _unsigned(_get(environ, "RANK"), 0xFFFFFFFF)
-    world_size = _unsigned(_get(environ, "WORLD_SIZE"), 0xFFFFFFFF)
-    if rank is None or world_size is None:
-        return None
-    if world_size > MAX_WORLD_SIZE or rank >= world_size:
-        return None
-    local_rank = _unsigned(_get(environ, "LOCAL_RANK"), 0xFFFFFFFF)
-    if local_rank is None or local_rank >= world_size:
-        local_rank = 0
-    return Identity(
-        job=job_id(environ),
-        rank=rank,
-        local_rank=local_rank,
-        world_size=world_size,
-    )
+    """This process's identity in ``environ``, or ``None`` outside a launcher."""
+    torchrun_job = _named(_get(environ, "TORCHELASTIC_RUN_ID"))
+    if torchrun_job is not None and torchrun_job.isascii() and torchrun_job.lower() == "none":
+        torchrun_job = None
+    slurm_job = _named(_get(environ, "SLURM_JOB_ID"))
+    if slurm_job is not None:
+        step = _named(_get(environ, "SLURM_STEP_ID"))
+        slurm_job = "slurm-%s.%s" % (slurm_job, step) if step is not None else "slurm-" + slurm_job
+    slurm_size = _get(environ, "SLURM_NTASKS")
+    if slurm_size is None:
+        slurm_size = _get(environ, "SLURM_NPROCS")
+    launchers = [
+        (_get(environ, "RANK"), _get(environ, "WORLD_SIZE"), _get(environ, "LOCAL_RANK"), torchrun_job),
+        (
+            _get(environ, "OMPI_COMM_WORLD_RANK"),
+            _get(environ, "OMPI_COMM_WORLD_SIZE"),
+            _get(environ, "OMPI_COMM_WORLD_LOCAL_RANK"),
+            _named(_get(environ, "PMIX_NAMESPACE")),
+        ),
+        (_get(environ, "PMI_RANK"), _get(environ, "PMI_SIZE"), _get(environ, "MPI_LOCALRANKID"), None),
+        (_get(environ, "SLURM_PROCID"), slurm_size, _get(environ, "SLURM_LOCALID"), slurm_job),
+    ]
+    for rank_text, size_text, local_text, own_job in launchers:
+        rank = _unsigned(rank_text, 0xFFFFFFFF)
+        world_size = _unsigned(size_text, 0xFFFFFFFF)
+        if rank is None or world_size is None:
+            continue
+        if world_size > MAX_WORLD_SIZE or rank >= world_size:
+            continue
+        local_rank = _unsigned(local_text, 0xFFFFFFFF)
+        if local_rank is None or local_rank >= world_size:
+            local_rank = 0
+        job = own_job if own_job is not None else master_job(environ)
+        return Identity(
+            job=truncate_utf8(job, MAX_JOB_BYTES),
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+        )
+    return None
 
 
 def job_id(environ: Mapping[str, str]) -> str:
-    """The job id, by the rule in this module's docstring."""
-    run_id = (_get(environ, "TORCHELASTIC_RUN_ID") or "").strip()
-    if run_id and not (run_id.isascii() and run_id.lower() == "none"):
+    """A torchrun worker's job id: its run id, else the master's address."""
+    run_id = _named(_get(environ, "TORCHELASTIC_RUN_ID"))
+    if run_id is not None and not (run_id.isascii() and run_id.lower() == "none"):
         return truncate_utf8(run_id, MAX_JOB_BYTES)
+    return master_job(environ)
+
+
+def master_job(environ: Mapping[str, str]) -> str:
+    """``MASTER_ADDR:MASTER_PORT`` when both are set, else ``unknown-job``."""
     addr = truncate_utf8((_get(environ, "MASTER_ADDR") or "").strip(), MAX_JOB_BYTES)
     port = _unsigned(_get(environ, "MASTER_PORT"), 0xFFFF)
     if addr and port:
@@ -70,6 +110,14 @@ def job_id(environ: Mapping[str, str]) -> str:
             addr = "[" + addr + "]"
         return truncate_utf8("%s:%d" % (addr, port), MAX_JOB_BYTES)
     return UNKNOWN_JOB
+
+
+def _named(value: Optional[str]) -> Optional[str]:
+    """``value`` stripped, or ``None`` when absent or blank."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
 
 
 def truncate_utf8(text: str, max_bytes: int) -> str:
