@@ -74,15 +74,14 @@ pub struct RunArgs {
 /// `gpumon record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// A coordinator's base URL; any replica will do (each streams what it applies).
+    /// A coordinator's base URL; any replica will do (each streams what it applies) [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
     #[arg(
         long,
         visible_alias = "coordinators",
         env = "GPUMON_COORDINATOR",
-        default_value = "http://127.0.0.1:7070",
         value_name = "URL"
     )]
-    pub coordinator: String,
+    pub coordinator: Option<String>,
     /// The trace to write; gzip-compressed when it ends in `.gz`.
     #[arg(long, short, value_name = "FILE")]
     pub output: PathBuf,
@@ -331,14 +330,9 @@ pub enum ClusterCommand {
 /// `gpumon status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// A coordinator's base URL.
-    #[arg(
-        long,
-        visible_alias = "coordinators",
-        env = "GPUMON_COORDINATOR",
-        default_value = "http://127.0.0.1:7070"
-    )]
-    pub coordinator: String,
+    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    #[arg(long, visible_alias = "coordinators", env = "GPUMON_COORDINATOR")]
+    pub coordinator: Option<String>,
     /// Print JSON (`{"cluster", "jobs", "analysis", "alerts"}`) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -349,14 +343,9 @@ pub struct StatusArgs {
 /// `gpumon top`.
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// A coordinator's base URL.
-    #[arg(
-        long,
-        visible_alias = "coordinators",
-        env = "GPUMON_COORDINATOR",
-        default_value = "http://127.0.0.1:7070"
-    )]
-    pub coordinator: String,
+    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    #[arg(long, visible_alias = "coordinators", env = "GPUMON_COORDINATOR")]
+    pub coordinator: Option<String>,
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 2.0, value_name = "SECS")]
     pub interval: f64,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::config::{CoordinatorFile, FileConfig, LimitsFile};
+use gpumon_common::config::{resolve_limits, CoordinatorFile, FileConfig, LimitsFile};
 use gpumon_common::notify::{NotifyFile, ReceiverKind};
 use gpumon_common::secrets::{read_secret, read_tokens, Secret};
 use gpumon_coordinator::notify::NotifyConfig;
@@ -127,71 +127,14 @@ fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credent
     })
 }
 
-/// The `[limits]` table and `--max-*` flags, into the cluster view's
-/// bounds and the engine's (one number each: the engine's own `max_gpus`,
-/// `max_jobs` and `max_ranks_per_job` keys may only repeat them).
+/// The `[limits]` table and `--max-*` flags, into the cluster view's and
+/// the engine's bounds (see [`gpumon_common::config::resolve_limits`]).
 fn apply_limits(
     flags: &LimitsFile,
     file: &LimitsFile,
     config: &mut CoordinatorConfig,
 ) -> Result<(), String> {
-    let limits = &mut config.limits;
-    let engine = &mut config.engine;
-    let defaults = gpumon_common::engine::EngineConfig::default();
-    let pick = |flag: Option<usize>, key: Option<usize>, name: &str, fallback: usize| {
-        let v = flag.or(key).unwrap_or(fallback);
-        if v == 0 {
-            return Err(format!("--{name} must be at least 1"));
-        }
-        Ok(v)
-    };
-    limits.max_agents = pick(
-        flags.max_agents,
-        file.max_agents,
-        "max-agents",
-        limits.max_agents,
-    )?;
-    limits.max_gpus = pick(flags.max_gpus, file.max_gpus, "max-gpus", limits.max_gpus)?;
-    limits.max_ranks = pick(
-        flags.max_ranks,
-        file.max_ranks,
-        "max-ranks",
-        limits.max_ranks,
-    )?;
-    let max_jobs = pick(flags.max_jobs, file.max_jobs, "max-jobs", engine.max_jobs)?;
-    for (engine_key, set, default, limit, flag) in [
-        (
-            "max_gpus",
-            engine.max_gpus,
-            defaults.max_gpus,
-            limits.max_gpus,
-            "max_gpus",
-        ),
-        (
-            "max_ranks_per_job",
-            engine.max_ranks_per_job,
-            defaults.max_ranks_per_job,
-            limits.max_ranks,
-            "max_ranks",
-        ),
-        (
-            "max_jobs",
-            engine.max_jobs,
-            defaults.max_jobs,
-            max_jobs,
-            "max_jobs",
-        ),
-    ] {
-        if set != default && set != limit {
-            return Err(format!(
-                "[engine] {engine_key} = {set} disagrees with the limit {limit}; set it once, as [limits] {flag}"
-            ));
-        }
-    }
-    engine.max_gpus = limits.max_gpus;
-    engine.max_ranks_per_job = limits.max_ranks;
-    engine.max_jobs = max_jobs;
-    Ok(())
+    resolve_limits(flags, file, &mut config.limits, &mut config.engine)
 }
 
 /// TLS on the listener, from the flags (or their environment), else the

@@ -30,6 +30,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::args::RecordArgs;
+use crate::client_settings;
 use crate::{shutdown, usage, Failure};
 
 /// Seconds a record may be older than the first and still be kept (the
@@ -38,7 +39,8 @@ pub const MAX_SKEW_S: f64 = 60.0;
 /// Bound on connecting and on waiting for the response head.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn run(args: RecordArgs) -> Result<(), Failure> {
+pub async fn run(args: RecordArgs, config_file: Option<&Path>) -> Result<(), Failure> {
+    let settings = client_settings::resolve(args.coordinator.clone(), &args.tls, config_file)?;
     let duration = match args.duration {
         None => None,
         Some(secs) => Some(
@@ -52,13 +54,13 @@ pub async fn run(args: RecordArgs) -> Result<(), Failure> {
                 })?,
         ),
     };
-    let base = args.coordinator.trim_end_matches('/').to_owned();
+    let base = settings.coordinator.trim_end_matches('/').to_owned();
     match reqwest::Url::parse(&base) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
         _ => {
             return Err(usage(format!(
                 "--coordinator {:?}: give a coordinator's base URL such as http://127.0.0.1:7070",
-                args.coordinator
+                settings.coordinator
             )))
         }
     }
@@ -73,8 +75,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Failure> {
     let mut deadline = pin!(until(duration.map(|d| Instant::now() + d)));
 
     let url = format!("{base}/api/v1/stream");
-    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
-    let client = gpumon_net::client_builder(&tls)?
+    let client = gpumon_net::client_builder(&settings.tls)?
         .connect_timeout(CONNECT_TIMEOUT)
         .build()?;
     let mut resp = tokio::select! {

@@ -8,24 +8,50 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use gpumon_common::cluster::Limits;
+use gpumon_common::config::{resolve_limits, FileConfig, LimitsFile};
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::replay;
 use gpumon_common::units::fmt_duration_ms;
 
 use crate::args::ReplayArgs;
-use crate::Failure;
+use crate::{usage, Failure};
 
 /// Records between checks of whether a progress line is due.
 const PROGRESS_CHECK_RECORDS: u64 = 65_536;
 /// Wall time between progress lines.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
 
-pub fn run(args: ReplayArgs) -> Result<(), Failure> {
+/// The bounds and engine tunables of the `--config` file (its `[limits]`,
+/// `[engine]` and `[coordinator] history_windows`), so that a replay
+/// computes what a cluster with that file computed; the defaults without one.
+fn settings(config_file: Option<&Path>) -> Result<(Limits, EngineConfig), Failure> {
+    let mut limits = Limits::default();
+    let Some(path) = config_file else {
+        return Ok((limits, EngineConfig::default()));
+    };
+    let file = FileConfig::load(path).map_err(usage)?;
+    let mut engine = file.engine;
+    if let Some(h) = file.coordinator.history_windows {
+        limits.history_windows = h;
+    }
+    resolve_limits(
+        &LimitsFile::default(),
+        &file.limits,
+        &mut limits,
+        &mut engine,
+    )
+    .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    Ok((limits, engine))
+}
+
+pub fn run(args: ReplayArgs, config_file: Option<&Path>) -> Result<(), Failure> {
     let started = Instant::now();
+    let (limits, engine) = settings(config_file)?;
     let mut reader = gpumon_common::trace::open(&args.trace)
         .with_context(|| format!("cannot replay {}", args.trace.display()))
         .map_err(Failure::Runtime)?;
-    let mut replay = replay::Replay::new(&EngineConfig::default());
+    let mut replay = replay::Replay::with_limits(limits, &engine);
     let mut last_line = Instant::now();
     let quiet = args.quiet;
     replay
@@ -81,4 +107,27 @@ fn write_report(report: &replay::Report, output: Option<&Path>) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_files_limits_engine_and_history_shape_the_replay_and_a_missing_file_stops_it() {
+        let (limits, engine) = settings(None).unwrap();
+        assert_eq!(limits, Limits::default());
+        assert_eq!(engine, EngineConfig::default());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("gpumon.toml");
+        std::fs::write(
+            &file,
+            "[coordinator]\nhistory_windows = 64\n[limits]\nmax_gpus = 100\n[engine]\nwindow_s = 20.0\n",
+        )
+        .unwrap();
+        let (limits, engine) = settings(Some(&file)).unwrap();
+        assert_eq!((limits.history_windows, limits.max_gpus), (64, 100));
+        assert_eq!((engine.max_gpus, engine.window_s), (100, 20.0));
+        assert!(settings(Some(&dir.path().join("missing.toml"))).is_err());
+    }
 }

@@ -4,15 +4,18 @@
 
 use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
 use gpumon_proto::api::{ClusterView, JobsView};
+use std::path::Path;
 
 use crate::api_client::ApiClient;
 use crate::args::StatusArgs;
+use crate::client_settings;
 use crate::text::truncate;
 use crate::{usage, Failure};
 
-pub async fn run(args: StatusArgs) -> Result<(), Failure> {
-    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
-    let client = ApiClient::new(&args.coordinator, &tls).map_err(|e| usage(format!("{e:#}")))?;
+pub async fn run(args: StatusArgs, config_file: Option<&Path>) -> Result<(), Failure> {
+    let settings = client_settings::resolve(args.coordinator.clone(), &args.tls, config_file)?;
+    let client = ApiClient::new(&settings.coordinator, &settings.tls)
+        .map_err(|e| usage(format!("{e:#}")))?;
     let snap = client.snapshot().await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snap)?);

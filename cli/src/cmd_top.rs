@@ -10,6 +10,7 @@
 
 use std::fmt::Write;
 use std::io::{IsTerminal, Write as _};
+use std::path::Path;
 use std::time::Duration;
 
 use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
@@ -18,6 +19,7 @@ use gpumon_proto::api::{Alert, JobSummary, RankSummary, Risk, Severity};
 
 use crate::api_client::{ApiClient, ClusterSnapshot};
 use crate::args::TopArgs;
+use crate::client_settings;
 use crate::text::truncate;
 use crate::{usage, Failure};
 
@@ -42,15 +44,16 @@ impl Style {
     }
 }
 
-pub async fn run(args: TopArgs) -> Result<(), Failure> {
+pub async fn run(args: TopArgs, config_file: Option<&Path>) -> Result<(), Failure> {
     if !(args.interval.is_finite() && args.interval >= 0.2) {
         return Err(usage(format!(
             "--interval {} must be at least 0.2 seconds",
             args.interval
         )));
     }
-    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
-    let client = ApiClient::new(&args.coordinator, &tls).map_err(|e| usage(format!("{e:#}")))?;
+    let settings = client_settings::resolve(args.coordinator.clone(), &args.tls, config_file)?;
+    let client = ApiClient::new(&settings.coordinator, &settings.tls)
+        .map_err(|e| usage(format!("{e:#}")))?;
     let tty = std::io::stdout().is_terminal();
     let style = Style {
         color: tty && !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),

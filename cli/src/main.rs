@@ -5,6 +5,7 @@
 
 mod api_client;
 mod args;
+mod client_settings;
 mod cmd_agent;
 mod cmd_bench;
 mod cmd_cluster;
@@ -78,11 +79,11 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Agent(a) => cmd_agent::run(a, cli.config.as_deref()).await,
             Command::Coordinator(c) => cmd_coordinator::run(*c, cli.config.as_deref()).await,
-            Command::Status(s) => cmd_status::run(s).await,
-            Command::Top(t) => cmd_top::run(t).await,
+            Command::Status(s) => cmd_status::run(s, cli.config.as_deref()).await,
+            Command::Top(t) => cmd_top::run(t, cli.config.as_deref()).await,
             Command::Demo(d) => cmd_demo::run(d).await,
-            Command::Replay(r) => cmd_replay::run(r),
-            Command::Record(r) => cmd_record::run(r).await,
+            Command::Replay(r) => cmd_replay::run(r, cli.config.as_deref()),
+            Command::Record(r) => cmd_record::run(r, cli.config.as_deref()).await,
             Command::Bench(b) => cmd_bench::run(b).await,
             Command::Cluster(c) => cmd_cluster::run(c).await,
             Command::Run(r) => cmd_run::run(r).await,

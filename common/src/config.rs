@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::actions::PlannerConfig;
+use crate::cluster::Limits;
 use crate::engine::EngineConfig;
 use crate::notify::NotifyFile;
 use thiserror::Error;
@@ -165,6 +166,73 @@ pub struct CoordinatorFile {
     pub tls_client_ca_file: Option<PathBuf>,
     /// `--tls-ca-file`: CA certificates peers are verified with.
     pub tls_ca_file: Option<PathBuf>,
+}
+
+/// The `[limits]` table and `--max-*` flags (`flags` over `file`), into the
+/// cluster view's bounds and the engine's: one number each, so the engine's
+/// own `max_gpus`, `max_jobs` and `max_ranks_per_job` keys may only repeat
+/// them. The coordinator and `gpumon replay` both resolve them here.
+pub fn resolve_limits(
+    flags: &LimitsFile,
+    file: &LimitsFile,
+    limits: &mut Limits,
+    engine: &mut EngineConfig,
+) -> Result<(), String> {
+    let defaults = EngineConfig::default();
+    let pick = |flag: Option<usize>, key: Option<usize>, name: &str, fallback: usize| {
+        let v = flag.or(key).unwrap_or(fallback);
+        if v == 0 {
+            return Err(format!("--{name} must be at least 1"));
+        }
+        Ok(v)
+    };
+    limits.max_agents = pick(
+        flags.max_agents,
+        file.max_agents,
+        "max-agents",
+        limits.max_agents,
+    )?;
+    limits.max_gpus = pick(flags.max_gpus, file.max_gpus, "max-gpus", limits.max_gpus)?;
+    limits.max_ranks = pick(
+        flags.max_ranks,
+        file.max_ranks,
+        "max-ranks",
+        limits.max_ranks,
+    )?;
+    let max_jobs = pick(flags.max_jobs, file.max_jobs, "max-jobs", engine.max_jobs)?;
+    for (engine_key, set, default, limit, flag) in [
+        (
+            "max_gpus",
+            engine.max_gpus,
+            defaults.max_gpus,
+            limits.max_gpus,
+            "max_gpus",
+        ),
+        (
+            "max_ranks_per_job",
+            engine.max_ranks_per_job,
+            defaults.max_ranks_per_job,
+            limits.max_ranks,
+            "max_ranks",
+        ),
+        (
+            "max_jobs",
+            engine.max_jobs,
+            defaults.max_jobs,
+            max_jobs,
+            "max_jobs",
+        ),
+    ] {
+        if set != default && set != limit {
+            return Err(format!(
+                "[engine] {engine_key} = {set} disagrees with the limit {limit}; set it once, as [limits] {flag}"
+            ));
+        }
+    }
+    engine.max_gpus = limits.max_gpus;
+    engine.max_ranks_per_job = limits.max_ranks;
+    engine.max_jobs = max_jobs;
+    Ok(())
 }
 
 /// Why the file could not be used.

@@ -43,8 +43,14 @@ pub struct Progress {
 impl Replay {
     /// A replay with the cluster's default bounds and this engine configuration.
     pub fn new(engine_config: &EngineConfig) -> Self {
+        Self::with_limits(Limits::default(), engine_config)
+    }
+
+    /// A replay with these bounds (a cluster's `[limits]`) and engine
+    /// configuration, to match what that cluster computed.
+    pub fn with_limits(limits: Limits, engine_config: &EngineConfig) -> Self {
         Self {
-            state: Replicated::new(Limits::default(), engine_config),
+            state: Replicated::new(limits, engine_config),
             commands: TraceCommands::default(),
         }
     }
