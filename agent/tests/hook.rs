@@ -390,18 +390,45 @@ async fn the_hook_source_samples_hook_devices_and_their_tail() {
     server.stop().await;
 }
 
+/// An agent running as a user keeps its socket to that user; one running
+/// as root (the usual node agent) lets every user's jobs connect, and a
+/// process of another user really can.
 #[tokio::test]
-async fn the_socket_is_private_and_removed_at_shutdown() {
+async fn the_socket_is_the_users_or_everyones_for_root_and_removed_at_shutdown() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sock = dir.path().join("run/gpumon/hook.sock");
     let server = Server::start(&format!("unix:{}", sock.display()), None).await;
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(&sock), 0o600);
-    assert_eq!(
-        mode(sock.parent().unwrap()) & 0o077,
-        0,
-        "created without group/other access"
-    );
+    let euid = rustix::process::geteuid().as_raw();
+    let (socket_mode, dir_mode) = gpumon_agent::hook_endpoint::socket_modes(euid);
+    assert_eq!(mode(&sock), socket_mode);
+    assert_eq!(mode(sock.parent().unwrap()), dir_mode);
+    if euid == 0 {
+        assert_eq!(socket_mode, 0o666, "root serves every user");
+        let connect = format!(
+            "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?}); print('connected')",
+            sock.display().to_string()
+        );
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                &connect,
+            ])
+            .output()
+            .expect("setpriv (util-linux) and /usr/bin/python3 run");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("connected"),
+            "user nobody could not connect: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        assert_eq!(socket_mode & 0o077, 0, "a user's socket is private");
+    }
     server.stop().await;
     assert!(!sock.exists(), "removed at shutdown");
 }

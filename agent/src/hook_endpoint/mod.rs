@@ -48,5 +48,5 @@ pub use hub::{
 };
 pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
 pub use records::{AllocReading, MAX_CLOCK_SKEW_MS, MAX_REASONS, MAX_RECORDS_PER_REPORT};
-pub use server::{HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
+pub use server::{socket_modes, HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
 pub use source::{HookSource, FRESH_MS, TAIL_MS};

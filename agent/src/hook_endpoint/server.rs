@@ -7,10 +7,15 @@
 //!
 //! A Unix socket file left behind by an agent that died is replaced, but
 //! only after checking that nothing answers on it: two agents must never
-//! share (and silently split) one endpoint. The socket is made mode `0600`,
-//! and a missing parent directory is created `0700`, so only the agent's
-//! user (normally the job's) can connect. The file is removed at shutdown
-//! if it is still this server's.
+//! share (and silently split) one endpoint. An agent running as a user
+//! makes the socket mode `0600` (a missing parent directory `0700`), so
+//! only that user (normally the job's) can connect. An agent running as
+//! root serves every user's jobs: the socket is `0666` and a missing parent
+//! `0755`. That opens nothing a process could abuse: the kernel names the
+//! connecting process (`SO_PEERCRED`), a hook may register only its own
+//! PID, and the job and rank it claims must match its environment
+//! ([`super::identity`]). The file is removed at shutdown if it is still
+//! this server's.
 
 use std::future::Future;
 use std::io;
@@ -211,7 +216,18 @@ impl HookServer {
 }
 
 /// Binds a Unix socket at `path`; see the module docs.
+/// The socket's and a new parent directory's modes: open to every user
+/// for an agent running as root, the agent's user only otherwise.
+pub fn socket_modes(euid: u32) -> (u32, u32) {
+    if euid == 0 {
+        (0o666, 0o755)
+    } else {
+        (0o600, 0o700)
+    }
+}
+
 fn bind_unix(addr: &HookAddr, path: &Path) -> Result<Listener, HookError> {
+    let (socket_mode, dir_mode) = socket_modes(rustix::process::geteuid().as_raw());
     let bind_error = |error| HookError::Bind {
         addr: addr.clone(),
         error,
@@ -240,7 +256,7 @@ fn bind_unix(addr: &HookAddr, path: &Path) -> Result<Listener, HookError> {
         if !parent.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(dir_mode)
                 .create(parent)
                 .map_err(bind_error)?;
         }
@@ -252,7 +268,8 @@ fn bind_unix(addr: &HookAddr, path: &Path) -> Result<Listener, HookError> {
             .ok()
             .map(|m| (m.dev(), m.ino())),
     };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(socket_mode))
+        .map_err(bind_error)?;
     Ok(Listener::Unix {
         listener,
         _socket_file: file,
