@@ -232,3 +232,44 @@ async fn a_restarted_coordinator_recovers_from_its_log_and_snapshot() {
     );
     c.shutdown().await;
 }
+
+/// Two agent processes under one id (two nodes with one host name): the
+/// older incarnation keeps pushing after the newer joined. Its data is
+/// applied, and the conflict is counted where an operator looks.
+#[tokio::test]
+async fn two_agents_under_one_id_are_counted_not_silently_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1_000).await;
+    let url = c.api_url();
+    let with_incarnation = |seq: u64, incarnation: u64| {
+        let AgentMessage::V1(AgentMessageV1::Push(mut b)) = batch(seq, GIB) else {
+            unreachable!("batch makes a push")
+        };
+        b.incarnation = incarnation;
+        AgentMessage::V1(AgentMessageV1::Push(b))
+    };
+    let conflicts = || async {
+        let text = support::http()
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("gpumon_ingest_agent_id_conflicts_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("the conflict counter is on /metrics")
+    };
+    push(&url, &with_incarnation(1, 77)).await;
+    // A restart: a new incarnation is no conflict.
+    push(&url, &with_incarnation(1, 78)).await;
+    assert_eq!(conflicts().await, 0.0);
+    // The first process is alive after all.
+    push(&url, &with_incarnation(2, 77)).await;
+    push(&url, &with_incarnation(2, 78)).await;
+    push(&url, &with_incarnation(3, 77)).await;
+    assert_eq!(conflicts().await, 2.0);
+    c.shutdown().await;
+}

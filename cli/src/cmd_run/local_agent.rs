@@ -21,9 +21,28 @@ pub fn runtime_dir() -> PathBuf {
     PathBuf::from(format!("/tmp/gpumon-{uid}"))
 }
 
-/// The default hook address: `unix:RUNTIME_DIR/hook.sock`.
-pub fn default_addr() -> String {
+/// Where the node's agent (a system service or a DaemonSet, as root)
+/// serves the hook, by convention (deploy/systemd, deploy/k8s).
+pub const NODE_AGENT_SOCKET: &str = "/run/gpumon/hook.sock";
+
+/// The default hook address: the node's agent at [`NODE_AGENT_SOCKET`]
+/// when it answers, else `unix:RUNTIME_DIR/hook.sock`.
+pub async fn default_addr() -> String {
+    let node = format!("unix:{NODE_AGENT_SOCKET}");
+    if let Ok(addr) = node.parse::<HookAddr>() {
+        if answers(&addr).await {
+            return node;
+        }
+    }
     format!("unix:{}", runtime_dir().join("hook.sock").display())
+}
+
+/// The agent id of an agent this command starts: the host's name and the
+/// user's id, so it never shares the node agent's id (whose data would
+/// merge with it) and stays the same across runs of one user.
+pub fn run_agent_id() -> String {
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    format!("{}-run-{uid}", crate::cmd_agent::hostname())
 }
 
 /// True when something accepts connections at `addr`.
@@ -60,7 +79,14 @@ pub async fn start(
     let log = dir.join("agent.log");
     let log_file = std::fs::File::create(&log)?;
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("agent").arg("--hook-listen").arg(addr.to_string());
+    cmd.arg("agent")
+        .arg("--hook-listen")
+        .arg(addr.to_string())
+        .arg("--agent-id")
+        .arg(run_agent_id())
+        // The node's agent may serve /metrics on the default port already.
+        .arg("--metrics-listen")
+        .arg("none");
     if let Some(c) = coordinators {
         cmd.arg("--coordinators").arg(c);
     }
@@ -113,5 +139,24 @@ impl StartedAgent {
         {
             let _ = self.child.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_agent_never_takes_the_node_agents_id() {
+        let id = run_agent_id();
+        assert_ne!(
+            id,
+            crate::cmd_agent::hostname(),
+            "the node agent's default id"
+        );
+        assert!(
+            id.starts_with(&crate::cmd_agent::hostname()) && id.contains("-run-"),
+            "{id}"
+        );
     }
 }

@@ -4,9 +4,13 @@
 //! It writes the embedded Python package to a cache directory, puts it and
 //! its `sitecustomize` on PYTHONPATH and sets `GPUMON_AGENT`, so every
 //! Python process torchrun starts calls `gpumon.init()` when torchrun's
-//! variables are present. When no agent answers at the hook address it
-//! starts one (`gpumon agent --hook-listen ADDR`) for the command's
-//! lifetime. Signals are passed on; the exit status is the command's.
+//! variables are present. Without `--agent` it uses the node's agent when
+//! one answers at [`local_agent::NODE_AGENT_SOCKET`] (an agent running as
+//! root serves every user), else the user's own address. When no agent
+//! answers there it starts one (`gpumon agent --hook-listen ADDR`) for the
+//! command's lifetime, under an agent id of its own so it never merges
+//! with the node's agent. Signals are passed on; the exit status is the
+//! command's.
 
 mod local_agent;
 mod python;
@@ -32,7 +36,10 @@ pub async fn run(args: RunArgs) -> Result<(), Failure> {
     let Some((program, rest)) = args.command.split_first() else {
         return Err(usage("give the command to run after --, e.g. gpumon run -- torchrun --nproc-per-node 8 train.py"));
     };
-    let addr_text = args.agent.unwrap_or_else(local_agent::default_addr);
+    let addr_text = match args.agent {
+        Some(a) => a,
+        None => local_agent::default_addr().await,
+    };
     let addr: HookAddr = addr_text
         .parse()
         .map_err(|e| usage(format!("--agent {addr_text:?}: {e}")))?;

@@ -176,6 +176,11 @@ impl ClusterState {
         out
     }
 
+    /// The agent's current (newest) incarnation, when it is known.
+    pub fn current_incarnation(&self, agent_id: &str) -> Option<u64> {
+        self.agents.get(agent_id).map(|a| a.incarnation)
+    }
+
     /// The last seq applied for this incarnation of the agent: 0 when it
     /// was seen in its hello alone, `None` when it is not remembered.
     pub fn last_seq(&self, agent_id: &str, incarnation: u64) -> Option<u64> {

@@ -88,6 +88,12 @@ impl Service {
         check_sizes(batch).map_err(PushError::Refused)?;
         let applied = self.state_machine.read();
         let last = applied.state.last_seq(&batch.agent_id, batch.incarnation);
+        self.agent_ids.check(
+            &batch.agent_id,
+            applied.state.current_incarnation(&batch.agent_id),
+            batch.incarnation,
+            last.is_some(),
+        );
         if batch.seq != 0 && last.is_some_and(|last| batch.seq <= last) {
             return Ok(());
         }

@@ -11,6 +11,7 @@
 
 mod actions;
 mod admission;
+mod agent_ids;
 mod error;
 mod ingest;
 mod members;
@@ -22,6 +23,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};
+pub use agent_ids::AgentIdConflicts;
 pub use error::ServiceError;
 pub use ingest::{PushError, Refusal};
 pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
@@ -42,6 +44,8 @@ pub struct Service {
     probe: reqwest::Client,
     /// How peers are reached, and named to clients.
     link: PeerLink,
+    /// Pushes of two agents under one id.
+    agent_ids: AgentIdConflicts,
     /// The bound on pushes in flight.
     admission: Admission,
     /// The room the data directory keeps.
@@ -82,7 +86,13 @@ impl Service {
             admission,
             storage,
             link,
+            agent_ids: AgentIdConflicts::default(),
         }
+    }
+
+    /// Pushes seen from two agents under one agent id.
+    pub fn agent_id_conflicts(&self) -> u64 {
+        self.agent_ids.count()
     }
 
     /// Whether the data directory has the room a write needs.

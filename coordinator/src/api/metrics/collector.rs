@@ -466,6 +466,12 @@ fn encode_alerts(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
 
 /// This replica's own counters and its build.
 fn encode_local(s: &LocalRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    counter(
+        enc,
+        "gpumon_ingest_agent_id_conflicts",
+        "Pushes of an older incarnation of an agent after a newer one joined: two agents share one agent id",
+        s.agent_id_conflicts,
+    )?;
     counters(
         enc,
         "gpumon_ingest_pushes_rejected",

@@ -227,6 +227,8 @@ pub struct ClusterRows {
 /// This replica's own series.
 #[derive(Debug)]
 pub struct LocalRows {
+    /// Pushes seen from two agents under one agent id.
+    pub agent_id_conflicts: u64,
     /// Pushes this replica refused, by reason.
     pub pushes_rejected: [(&'static str, u64); 6],
     /// Requests the authorization layer refused, by kind of access.
@@ -274,6 +276,7 @@ impl LocalRows {
             .map(|(kind, counts)| (kind.as_str(), counts))
             .collect();
         LocalRows {
+            agent_id_conflicts: inner.service.agent_id_conflicts(),
             pushes_rejected,
             requests_unauthorized: inner.refused.counts(),
             notifications,
