@@ -88,6 +88,15 @@ async fn ingest_against_one_coordinator() {
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{report}");
     assert_eq!(report["errors"], 0, "{report}");
     assert_eq!(report["rejected"], 0, "{report}");
+    // Every committed window reached the cluster view (well within its limits).
+    let committed = num(&report, "windows_committed_total");
+    assert!(committed > 0.0, "{report}");
+    assert_eq!(
+        num(&report, "cluster_windows_applied"),
+        committed,
+        "{report}"
+    );
+    assert_eq!(num(&report, "cluster_windows_skipped"), 0.0, "{report}");
     for (key, want) in [
         ("agents", 8.0),
         ("gpus_per_agent", 4.0),

@@ -259,8 +259,16 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
     if !quiet {
         warn_about(&config);
     }
+    let before = view_counters(&config.urls).await;
     let stats = ingest(&config, quiet).await?;
-    let report = Report::new(&config, &stats);
+    let after = view_counters(&config.urls).await;
+    let applied = before.zip(after).map(|(b, a)| {
+        (
+            a.windows_applied.saturating_sub(b.windows_applied),
+            a.windows_skipped.saturating_sub(b.windows_skipped),
+        )
+    });
+    let report = Report::new(&config, &stats, applied);
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -284,6 +292,28 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// The cluster view's replicated ingest counters, read from the leader
+/// (a linearizable read through any replica); `None` when no replica
+/// answers. Other load on the cluster meanwhile counts too.
+async fn view_counters(urls: &[String]) -> Option<gpumon_proto::api::IngestCounters> {
+    let client = gpumon_net::plain_client_builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .ok()?;
+    for url in urls {
+        let got = client
+            .get(format!("{url}/api/v1/cluster?consistency=linearizable"))
+            .send()
+            .await;
+        if let Ok(resp) = got {
+            if let Ok(view) = resp.json::<gpumon_proto::api::ClusterView>().await {
+                return Some(view.ingest);
+            }
+        }
+    }
+    None
 }
 
 /// Runs the agents for warmup + duration, drains, and returns the counters.

@@ -65,6 +65,15 @@ pub struct Report {
     pub dropped_windows: u64,
     /// Requests still in flight when the drain ended (cancelled).
     pub cancelled_in_flight: u64,
+    /// Windows committed over the whole run (warmup and drain included).
+    pub windows_committed_total: u64,
+    /// Windows the cluster view applied over the whole run, from its
+    /// replicated counters (`null` when they could not be read). Below
+    /// `windows_committed_total` when the view refused some (its limits):
+    /// the figures to trust are the applied ones.
+    pub cluster_windows_applied: Option<u64>,
+    /// Windows the cluster view skipped over the whole run.
+    pub cluster_windows_skipped: Option<u64>,
 }
 
 fn ms(d: Option<Duration>) -> Option<f64> {
@@ -77,7 +86,7 @@ fn per_s(n: u64, secs: f64) -> f64 {
 
 impl Report {
     /// The report from the counters at the end of a run.
-    pub fn new(config: &IngestConfig, stats: &Stats) -> Self {
+    pub fn new(config: &IngestConfig, stats: &Stats, applied: Option<(u64, u64)>) -> Self {
         let secs = config.duration.as_secs_f64();
         let latency = stats.latency.snapshot();
         let samples = stats.samples.load(Relaxed);
@@ -107,6 +116,10 @@ impl Report {
             errors_unmeasured: stats.errors_unmeasured.load(Relaxed),
             dropped_windows: stats.dropped_windows.load(Relaxed),
             cancelled_in_flight: stats.in_flight.load(Relaxed),
+            windows_committed_total: stats.samples_total.load(Relaxed)
+                / u64::from(config.samples_per_window.max(1)),
+            cluster_windows_applied: applied.map(|(a, _)| a),
+            cluster_windows_skipped: applied.map(|(_, s)| s),
         }
     }
 
@@ -134,6 +147,15 @@ impl Report {
             "             {:.1} windows/s, {:.1} pushes/s",
             self.windows_per_s, self.pushes_per_s
         );
+        if let (Some(applied), Some(skipped)) =
+            (self.cluster_windows_applied, self.cluster_windows_skipped)
+        {
+            let _ = writeln!(
+                out,
+                "  applied    {applied} windows applied to the cluster view, {skipped} skipped, of {} committed (whole run)",
+                self.windows_committed_total
+            );
+        }
         let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
         let _ = writeln!(
             out,
