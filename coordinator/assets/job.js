@@ -184,6 +184,7 @@ function flagChips(s, rankView, active) {
   }
   if (!rankView && !s) chips.push(badge("not seen", "state-resolved"));
   else if (rankView && rankView.ended_ms != null) chips.push(badge("ended", "state-resolved"));
+  else if (rankView && rankView.lost) chips.push(badge("lost", "state-lost"));
   return chips;
 }
 

@@ -81,7 +81,7 @@ function jobTable(jobs, active, now) {
       el("td", null, jobLink(j.job)),
       el("td", null, badge(j.live ? "live" : "ended", j.live ? "state-active" : "state-resolved")),
       el("td", { class: "num", text: String(j.world_size) }),
-      el("td", { class: "num", text: String(j.ranks.filter((r) => r.ended_ms == null).length) + " live / " + j.ranks.length }),
+      el("td", { class: "num", text: String(j.ranks.filter((r) => r.ended_ms == null && !r.lost).length) + " live / " + j.ranks.length }),
       el("td", null, el("span", { class: "swatch", style: { background: memColor(fullest) } }), " " + fmtPct(fullest)),
       el("td", null, worst ? badge(worst, "sev-" + worst) : el("span", { class: "muted", text: "none" })),
       el("td", { text: next !== undefined && Number.isFinite(now)

@@ -53,6 +53,9 @@ pub const DEFAULT_MAX_RANKS: usize = 131_072;
 pub const DEFAULT_MAX_GPUS: usize = 65_536;
 /// Default cap on agents tracked: 64k GPUs on nodes of 4 or more.
 pub const DEFAULT_MAX_AGENTS: usize = 16_384;
+/// An agent not heard from for this long (data time) is down, and the live
+/// ranks on its node are shown as lost.
+pub const AGENT_STALE_MS: u64 = 30_000;
 /// Incarnations remembered per agent for de-duplication.
 pub const INCARNATIONS_REMEMBERED: usize = 4;
 

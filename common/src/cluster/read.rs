@@ -7,7 +7,7 @@ use gpumon_proto::api::{
     RankView,
 };
 
-use super::{ClusterState, RankEntry};
+use super::{ClusterState, RankEntry, AGENT_STALE_MS};
 use crate::actions::RankPlace;
 
 impl ClusterState {
@@ -102,6 +102,7 @@ impl ClusterState {
 
     /// `GET /api/v1/jobs`: live jobs first, then by id.
     pub fn jobs_view(&self) -> JobsView {
+        let up = self.nodes_up();
         let mut jobs: Vec<JobView> = Vec::new();
         for ((job, _), r) in &self.ranks {
             if jobs.last().is_none_or(|j| &j.job != job) {
@@ -115,7 +116,7 @@ impl ClusterState {
             let view = jobs.last_mut().expect("pushed above");
             view.world_size = view.world_size.max(r.info.world_size);
             view.live |= r.ended_ms.is_none();
-            view.ranks.push(rank_view(r));
+            view.ranks.push(rank_view(r, &up));
         }
         jobs.sort_by(|a, b| b.live.cmp(&a.live).then_with(|| a.job.cmp(&b.job)));
         JobsView { jobs }
@@ -123,10 +124,11 @@ impl ClusterState {
 
     /// `GET /api/v1/jobs/{job}`; `None` for a job never seen (or forgotten).
     pub fn job_detail(&self, job: &str) -> Option<JobDetail> {
+        let up = self.nodes_up();
         let ranks: Vec<RankDetail> = self
             .job_ranks(job)
             .map(|(_, r)| RankDetail {
-                view: rank_view(r),
+                view: rank_view(r, &up),
                 history: r.history.iter().copied().collect(),
             })
             .collect();
@@ -146,7 +148,20 @@ impl ClusterState {
     }
 }
 
-fn rank_view(r: &RankEntry) -> RankView {
+impl ClusterState {
+    /// Nodes with an agent heard from within [`AGENT_STALE_MS`] of the
+    /// view's clock.
+    fn nodes_up(&self) -> BTreeSet<&str> {
+        self.agents
+            .values()
+            .filter(|a| self.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS)
+            .map(|a| a.node.as_str())
+            .collect()
+    }
+}
+
+/// A rank as the API shows it; lost when alive but its node is not in `up`.
+fn rank_view(r: &RankEntry, up: &BTreeSet<&str>) -> RankView {
     RankView {
         job: r.info.job.clone(),
         rank: r.info.rank,
@@ -162,5 +177,6 @@ fn rank_view(r: &RankEntry) -> RankView {
         first_seen_ms: r.first_seen_ms,
         last_seen_ms: r.last_seen_ms,
         ended_ms: r.ended_ms,
+        lost: r.ended_ms.is_none() && !up.contains(r.node.as_str()),
     }
 }

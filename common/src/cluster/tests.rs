@@ -294,3 +294,36 @@ fn same_messages_give_the_same_state() {
     assert_eq!(a.jobs_view(), b.jobs_view());
     assert_eq!(a.nodes_view(), b.nodes_view());
 }
+
+#[test]
+fn the_ranks_of_a_node_whose_agent_went_quiet_are_lost_not_live() {
+    let mut s = ClusterState::new(Limits::default());
+    s.apply_push(&two_ranks(1, 10_000, GIB));
+    let lost = |s: &ClusterState| -> Vec<bool> {
+        s.job_detail("job-a")
+            .unwrap()
+            .ranks
+            .iter()
+            .map(|r| r.view.lost)
+            .collect()
+    };
+    assert_eq!(lost(&s), vec![false, false]);
+    // Another node's agent moves the clock on; node-0's agent says nothing.
+    let other = |seq: u64, end_ms: u64| {
+        let mut w = window(7, end_ms, Vec::new());
+        w.gpu.uuid = "GPU-n1-7".into();
+        PushBatch {
+            agent_id: "agent-1".into(),
+            node: "node-1".into(),
+            ..batch(seq, 1, vec![w])
+        }
+    };
+    s.apply_push(&other(1, 10_000 + AGENT_STALE_MS));
+    assert_eq!(lost(&s), vec![false, false], "quiet for exactly the bound");
+    s.apply_push(&other(2, 10_000 + AGENT_STALE_MS + 2_000));
+    assert_eq!(lost(&s), vec![true, true]);
+    assert!(s.jobs_view().jobs[0].ranks.iter().all(|r| r.lost));
+    // node-0's agent is back: its ranks are live again.
+    s.apply_push(&two_ranks(2, 10_000 + AGENT_STALE_MS + 4_000, GIB));
+    assert_eq!(lost(&s), vec![false, false]);
+}

@@ -65,6 +65,10 @@ pub struct RankView {
     pub last_seen_ms: u64,
     /// When it left its GPU (process gone), ms; `None` while alive.
     pub ended_ms: Option<u64>,
+    /// Alive by its last window, but no agent on its node has been heard
+    /// from for 30 s of data time: the rank may be gone with its node.
+    #[serde(default)]
+    pub lost: bool,
 }
 
 /// `GET /api/v1/jobs/{job}`: a job with each rank's history.

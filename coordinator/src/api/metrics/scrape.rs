@@ -31,11 +31,11 @@ use crate::raft::copy_times::{CopyFor, CopyStats};
 /// Most ranks given series in one scrape (the first, by job then rank);
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
 pub const MAX_RANK_SERIES: usize = 16_384;
-/// Most step sections given a series per rank, by name: all the state keeps.
-pub use gpumon_common::hook_records::MAX_SECTIONS_PER_RANK;
 /// An agent is up while its newest window ended at most this long before the
 /// cluster's newest one (data time), ms.
-pub const AGENT_STALE_MS: u64 = 30_000;
+pub use gpumon_common::cluster::AGENT_STALE_MS;
+/// Most step sections given a series per rank, by name: all the state keeps.
+pub use gpumon_common::hook_records::MAX_SECTIONS_PER_RANK;
 
 /// Every severity, in rising order.
 pub const SEVERITIES: [Severity; 3] = [Severity::Warning, Severity::High, Severity::Critical];
