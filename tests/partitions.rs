@@ -168,7 +168,7 @@ impl<'a> Replicas<'a> {
         std::fs::read_to_string(&self.logs[i - 1])
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains(needle))
+            .filter(|l| l.contains(needle) && !l.contains("initialized a new cluster"))
             .map(str::to_owned)
             .collect()
     }

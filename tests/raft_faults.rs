@@ -466,6 +466,12 @@ async fn frozen_minority() {
         .iter()
         .find(|&&id| id != new_leader)
         .expect("a live follower");
+    for id in c.live() {
+        eprintln!(
+            "DEBUG {id}: {}",
+            support::cluster::brief(&c.status(id).await)
+        );
+    }
     let local: ClusterView = c.get(reader, "/api/v1/cluster").await;
     let (lin, served_by) = c
         .wait(

@@ -17,6 +17,7 @@ use crate::api::{self, AppParts, AppState};
 use crate::config::{CoordinatorConfig, Formation};
 use crate::notify::{Notifier, NotifyStats};
 use crate::peer_link::PeerLink;
+use crate::raft::election::Backing;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::standing::Contact;
@@ -218,10 +219,12 @@ impl Coordinator {
         );
         let expiry = crate::expiry_task::spawn(raft.clone(), config.expire_after, stopped.clone());
         let contact = Contact::default();
+        let backing = Backing::default();
         let elections = crate::raft::election::spawn(
             raft.clone(),
             config.id,
             contact.clone(),
+            backing.clone(),
             &link,
             config.credentials.cluster_secret.clone(),
             stopped.clone(),
@@ -254,6 +257,7 @@ impl Coordinator {
             notify_stats: notifier.stats(),
             link: link.clone(),
             contact,
+            backing,
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let listener = ApiListener::new(listener, server_tls)

@@ -267,20 +267,16 @@ impl Engine {
             (Edge::Cleared, _) => {
                 self.alerts.resolve(AlertKind::OomPredicted, subject, t);
             }
+            // While it fires, the alert says what the latest forecast says:
+            // its text, severity (up or down) and forecast; `raise` keeps
+            // its id and when it first fired.
             (Edge::Raised, Some(f)) => {
                 let alert = oom_alert(subject, node, gpu, t, risk, &f, total, recommendation);
                 self.alerts.raise(subject.clone(), alert);
             }
             (Edge::Steady, Some(f)) if self.alerts.is_active(AlertKind::OomPredicted, subject) => {
-                let severity = severity_of(risk);
-                self.alerts.update(AlertKind::OomPredicted, subject, |a| {
-                    a.updated_t = t;
-                    a.severity = a.severity.max(severity);
-                    a.predicted_oom_t = Some(f.predicted_oom_t);
-                    a.predicted_oom_interval = Some([f.earliest_oom_t, f.latest_oom_t]);
-                    a.confidence = Some(f.confidence);
-                    a.rate_bytes_per_s = Some(f.slope_bytes_per_s);
-                });
+                let alert = oom_alert(subject, node, gpu, t, risk, &f, total, recommendation);
+                self.alerts.raise(subject.clone(), alert);
             }
             _ => {}
         }

@@ -405,8 +405,11 @@ impl Engine {
         rate: f64,
         why: &str,
     ) {
+        let firing = self.alerts.is_active(AlertKind::Leak, subject);
         match edge {
-            Edge::Raised => {
+            // While it fires, the text and rate follow the latest fit;
+            // `raise` keeps its id and when it first fired.
+            Edge::Raised | Edge::Steady if edge == Edge::Raised || firing => {
                 let mut a = subject.alert(AlertKind::Leak, t, Severity::Warning);
                 a.node = node;
                 a.gpu = gpu;
@@ -422,7 +425,7 @@ impl Engine {
             Edge::Cleared => {
                 self.alerts.resolve(AlertKind::Leak, subject, t);
             }
-            Edge::Steady => {}
+            Edge::Raised | Edge::Steady => {}
         }
     }
 

@@ -342,3 +342,49 @@ fn bounds_hold_and_are_counted() {
     assert_eq!(e.devices().len(), 2);
     assert_eq!(e.counters().over_limit, 3);
 }
+
+/// A firing alert says what is true now: when the leak speeds up, the one
+/// active leak alert carries the new rate and text, and still says when it
+/// first fired; the OOM alert follows the latest forecast the same way.
+#[test]
+fn a_firing_alert_follows_the_latest_evidence_and_keeps_when_it_first_fired() {
+    let (slow, fast) = (8.0 * 1024.0 * 1024.0, 24.0 * 1024.0 * 1024.0);
+    let mut sc = Scenario::steady(4, 900);
+    sc.memory = Box::new(move |rank, t| {
+        let base = 10.0 * GIB + wobble(rank, t);
+        if rank != 1 {
+            return base;
+        }
+        if t < 450.0 {
+            base + slow * t
+        } else {
+            base + slow * 450.0 + fast * (t - 450.0)
+        }
+    });
+    let e = sc.run();
+    let leaks: Vec<_> = e
+        .alerts()
+        .filter(|a| a.kind == AlertKind::Leak && a.rank == Some(1))
+        .collect();
+    assert_eq!(leaks.len(), 1, "one episode: {:?}", kinds(&e));
+    let leak = leaks[0];
+    assert!(leak.resolved_t.is_none(), "still firing");
+    assert!(
+        leak.t < 450.0,
+        "first fired on the slow leak, at {}",
+        leak.t
+    );
+    let rate = leak.rate_bytes_per_s.unwrap();
+    assert!(
+        rate > 1.5 * slow,
+        "the rate is the latest fit's: {rate:.0} B/s"
+    );
+    assert!(leak.message.contains("leaks about"), "{}", leak.message);
+    let oom = e
+        .alerts()
+        .find(|a| a.kind == AlertKind::OomPredicted && a.rank == Some(1))
+        .cloned();
+    if let Some(oom) = oom {
+        assert!(oom.updated_t > oom.t, "the forecast was refreshed");
+    }
+}

@@ -68,6 +68,7 @@ use gpumon_common::actions::IssueRules;
 use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
 use crate::notify::NotifyStats;
 use crate::peer_link::PeerLink;
+use crate::raft::election::Backing;
 use crate::raft::log_store::CommittedIndex;
 use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
@@ -111,6 +112,8 @@ pub struct AppParts {
     pub link: PeerLink,
     /// When this replica last heard from a leader.
     pub contact: Contact,
+    /// The candidate this replica backs in an election.
+    pub backing: Backing,
 }
 
 struct Inner {
@@ -134,6 +137,8 @@ struct Inner {
     link: PeerLink,
     /// When this replica last heard from a leader.
     contact: Contact,
+    /// The candidate this replica backs in an election.
+    backing: Backing,
 }
 
 impl std::fmt::Debug for Inner {
@@ -185,6 +190,7 @@ impl AppState {
                 forward: forward::client(&parts.link),
                 link: parts.link,
                 contact: parts.contact,
+                backing: parts.backing,
             }),
         }
     }

@@ -92,8 +92,13 @@ pub async fn prevote(State(state): State<AppState>, headers: HeaderMap, body: By
         standing,
         since_contact: inner.contact.since(),
         last_log: inner.raft.data_metrics().borrow().last_log,
+        backed: inner.backing.backed(),
     };
-    encode(&decide(&me, &req))
+    let answer = decide(&me, &req);
+    if answer.granted {
+        inner.backing.back(req.candidate);
+    }
+    encode(&answer)
 }
 
 pub async fn snapshot(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {

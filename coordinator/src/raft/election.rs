@@ -4,19 +4,29 @@
 //! again, raising its term each time (1 to 80 in a minute); when the cut
 //! heals its higher term deposes the healthy leader and the majority stops
 //! committing until a new election ends. So openraft's own election timer
-//! is off (`enable_elect: false`) and this task decides when to campaign:
-//! a voter that has heard from no leader for an election timeout (400 to
-//! 800 ms, drawn anew each round) first asks the other voters, on
-//! `POST /raft/prevote`, whether they would vote for it. A voter says yes
-//! only if it has not heard from a leader for the shortest election timeout
-//! itself (and is not a leader a majority still acknowledges), and the
-//! candidate's log is at least as up to date as its own. Only with a
+//! is off (`enable_elect: false`) and this task decides when to campaign,
+//! on openraft's own schedule: a voter that has heard from no leader for
+//! the leader lease (800 ms, while it knew a leader) and an election
+//! timeout (400 to 800 ms, drawn anew each round) first asks the other
+//! voters, on `POST /raft/prevote`, whether they would vote for it. A voter
+//! says yes only if it has not heard from a leader for the leader lease
+//! itself (within it openraft would refuse the real vote anyway), is not a
+//! leader a majority still acknowledges, and the candidate's log is at
+//! least as up to date as its own. Only with a
 //! majority of yeses (its own included) does it call openraft's election,
 //! which raises the term. A cut replica therefore never raises its term,
 //! and returns as a follower. Elections themselves, votes and terms stay
 //! openraft's: this only gates when one starts.
+//!
+//! Replicas that lost their leader at the same moment would otherwise all
+//! campaign at once and split the vote (with two of five replicas down,
+//! every live vote is needed). So a replica that says yes to one candidate
+//! backs it for an election timeout: it says no to the others and holds
+//! its own campaign meanwhile ([`Backing`]). A round ends as soon as a
+//! majority said yes, without waiting for replicas that do not answer.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpumon_common::secrets::Secret;
@@ -26,7 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::network::{RAFT_VERSION, RAFT_VERSION_HEADER};
-use super::standing::{Contact, Standing};
+use super::standing::{Contact, Standing, STEP_DOWN_AFTER};
 use super::Raft;
 use crate::node::ELECTION_TIMEOUT_MS;
 use crate::peer_link::PeerLink;
@@ -54,6 +64,25 @@ pub struct PreVoteResponse {
     pub reason: String,
 }
 
+/// The candidate this replica last said yes to, and when; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Backing(Arc<Mutex<Option<(u64, Instant)>>>);
+
+impl Backing {
+    /// Says yes to `candidate` now.
+    pub fn back(&self, candidate: u64) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((candidate, Instant::now()));
+    }
+
+    /// The candidate backed and how long ago, if any.
+    pub fn backed(&self) -> Option<(u64, Duration)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|(c, at)| (c, at.elapsed()))
+    }
+}
+
 /// What a voter knows when asked.
 #[derive(Debug, Clone, Copy)]
 pub struct Voter {
@@ -63,6 +92,8 @@ pub struct Voter {
     pub since_contact: Duration,
     /// Its own last log entry.
     pub last_log: Option<LogId<u64>>,
+    /// The candidate it last said yes to, and how long ago.
+    pub backed: Option<(u64, Duration)>,
 }
 
 /// The pre-vote rule.
@@ -74,8 +105,7 @@ pub fn decide(me: &Voter, req: &PreVoteRequest) -> PreVoteResponse {
     if me.standing == Standing::Leader {
         return no("I am the leader and a majority acknowledges me".into());
     }
-    let min = Duration::from_millis(ELECTION_TIMEOUT_MS.0);
-    if me.standing == Standing::Other && me.since_contact < min {
+    if me.standing == Standing::Other && me.since_contact < STEP_DOWN_AFTER {
         return no(format!(
             "I heard from the leader {} ms ago",
             me.since_contact.as_millis()
@@ -83,6 +113,11 @@ pub fn decide(me: &Voter, req: &PreVoteRequest) -> PreVoteResponse {
     }
     if req.last_log < me.last_log {
         return no("my log is ahead of yours".into());
+    }
+    if let Some((other, ago)) = me.backed {
+        if other != req.candidate && ago < Duration::from_millis(ELECTION_TIMEOUT_MS.0) {
+            return no(format!("I back replica {other}'s campaign"));
+        }
     }
     PreVoteResponse {
         granted: true,
@@ -95,6 +130,7 @@ pub fn spawn(
     raft: Raft,
     id: u64,
     contact: Contact,
+    backing: Backing,
     link: &PeerLink,
     secret: Option<Secret>,
     mut stop: watch::Receiver<bool>,
@@ -121,12 +157,27 @@ pub fn spawn(
                 continue;
             }
             let quiet = contact.since();
-            if quiet < timeout || last_round.is_some_and(|t| t.elapsed() < timeout) {
+            // While a leader was known, its lease runs first.
+            let wait = if m.current_leader.is_some() {
+                STEP_DOWN_AFTER + timeout
+            } else {
+                timeout
+            };
+            if quiet < wait || last_round.is_some_and(|t| t.elapsed() < timeout) {
+                continue;
+            }
+            // Another candidate this replica backs gets its chance first.
+            if backing
+                .backed()
+                .is_some_and(|(c, ago)| c != id && ago < timeout)
+            {
                 continue;
             }
             last_round = Some(Instant::now());
             rounds += 1;
             timeout = draw_timeout(id, rounds);
+            // A replica campaigning backs itself: it says no to others meanwhile.
+            backing.back(id);
             let last_log = raft.data_metrics().borrow().last_log;
             let req = PreVoteRequest {
                 candidate: id,
@@ -201,6 +252,12 @@ async fn ask_peers(
     while let Some(answer) = asks.join_next().await {
         if matches!(answer, Ok(Some(true))) {
             granted += 1;
+            // A majority with this replica's own yes: no need to wait for
+            // replicas that do not answer.
+            if (granted + 1) * 2 > voters.len() {
+                asks.abort_all();
+                break;
+            }
         }
     }
     granted
@@ -229,8 +286,13 @@ mod tests {
             standing: Standing::Other,
             since_contact: Duration::from_millis(ms),
             last_log: log(1, 10),
+            backed: None,
         };
         assert!(!decide(&follower(100), &ask(log(1, 10))).granted);
+        assert!(
+            !decide(&follower(700), &ask(log(1, 10))).granted,
+            "within the lease"
+        );
         assert!(decide(&follower(1_000), &ask(log(1, 10))).granted);
         // A candidate behind in the log is refused even by a lost follower.
         let behind = decide(&follower(1_000), &ask(log(1, 9)));
@@ -247,6 +309,7 @@ mod tests {
             standing: Standing::Leader,
             since_contact: Duration::from_secs(60),
             last_log: log(1, 10),
+            backed: None,
         };
         assert!(!decide(&leader, &ask(log(1, 10))).granted);
         let cut_leader = Voter {
@@ -254,6 +317,30 @@ mod tests {
             ..leader
         };
         assert!(decide(&cut_leader, &ask(log(1, 10))).granted);
+    }
+
+    #[test]
+    fn a_voter_backs_one_candidate_for_an_election_timeout() {
+        let backing = |candidate, ms| Voter {
+            standing: Standing::Other,
+            since_contact: Duration::from_secs(5),
+            last_log: log(1, 10),
+            backed: Some((candidate, Duration::from_millis(ms))),
+        };
+        // ask() is from replica 2.
+        assert!(
+            decide(&backing(2, 100), &ask(log(1, 10))).granted,
+            "the one it backs"
+        );
+        let other = decide(&backing(3, 100), &ask(log(1, 10)));
+        assert!(
+            !other.granted && other.reason.contains("replica 3"),
+            "{other:?}"
+        );
+        assert!(
+            decide(&backing(3, 1_000), &ask(log(1, 10))).granted,
+            "backing expired"
+        );
     }
 
     #[test]
