@@ -616,10 +616,11 @@ async fn state_copies_for_snapshots_and_digests_are_timed_on_metrics() {
 // ---- which replica exports what --------------------------------------------
 
 /// Families every replica serves about itself; a follower serves only these.
-const REPLICA_LOCAL: [&str; 7] = [
+const REPLICA_LOCAL: [&str; 8] = [
     "gpumon_cluster_series_exported",
     "gpumon_raft_",
     "gpumon_ingest_pushes_rejected_total",
+    "gpumon_ingest_agent_id_conflicts_total",
     "gpumon_api_requests_unauthorized_total",
     "gpumon_notification",
     "gpumon_state_copy_seconds",
