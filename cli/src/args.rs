@@ -206,6 +206,13 @@ pub struct CoordinatorArgs {
     /// Jobs the engine tracks, live and ended; the oldest ended job goes first (every replica the same) [default: 1024].
     #[arg(long, env = "GPUMON_MAX_JOBS")]
     pub max_jobs: Option<usize>,
+    /// Which live ranks get per-rank series on /metrics: auto (all up to 4096 live ranks, then only those with an active alert), all, or alerting [default: auto].
+    #[arg(
+        long,
+        env = "GPUMON_METRICS_RANK_SERIES",
+        value_name = "auto|all|alerting"
+    )]
+    pub metrics_rank_series: Option<String>,
     /// Forget agents, GPUs and ended jobs quiet for this many seconds of data time; 0: never [default: 3600].
     #[arg(long, env = "GPUMON_EXPIRE_AFTER_S")]
     pub expire_after_s: Option<u64>,

@@ -69,6 +69,13 @@ fn resolve(
     }
     config.credentials = credentials;
     config.tls = tls;
+    if let Some(v) = args
+        .metrics_rank_series
+        .as_deref()
+        .or(file.metrics_rank_series.as_deref())
+    {
+        config.metrics_rank_series = v.parse().map_err(usage)?;
+    }
     config.peer_ca_file = peer_ca_file;
     config.engine = whole.engine;
     apply_limits(&limit_flags, &whole.limits, &mut config).map_err(usage)?;

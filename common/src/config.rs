@@ -166,6 +166,8 @@ pub struct CoordinatorFile {
     pub tls_client_ca_file: Option<PathBuf>,
     /// `--tls-ca-file`: CA certificates peers are verified with.
     pub tls_ca_file: Option<PathBuf>,
+    /// `--metrics-rank-series`: `auto`, `all` or `alerting`.
+    pub metrics_rank_series: Option<String>,
 }
 
 /// The `[limits]` table and `--max-*` flags (`flags` over `file`), into the

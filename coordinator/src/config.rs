@@ -9,6 +9,8 @@ use gpumon_common::net::is_loopback_authority;
 use gpumon_common::secrets::Secret;
 use gpumon_net::ServerTls;
 
+pub use crate::api::RankSeries;
+
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
 
@@ -150,6 +152,8 @@ pub struct CoordinatorConfig {
     /// CA certificates trusted when reaching peers over https [default:
     /// the client CA of `tls`, else the public roots].
     pub peer_ca_file: Option<PathBuf>,
+    /// Which live ranks get per-rank series on `/metrics`.
+    pub metrics_rank_series: RankSeries,
 }
 
 impl CoordinatorConfig {
@@ -174,6 +178,7 @@ impl CoordinatorConfig {
             notify: NotifyConfig::default(),
             tls: None,
             peer_ca_file: None,
+            metrics_rank_series: RankSeries::default(),
         }
     }
 

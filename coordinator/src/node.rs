@@ -258,6 +258,7 @@ impl Coordinator {
             link: link.clone(),
             contact,
             backing,
+            rank_series: config.metrics_rank_series,
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let listener = ApiListener::new(listener, server_tls)

@@ -856,3 +856,46 @@ fn every_shipped_rule_is_unit_tested_and_named_like_the_pushed_alerts() {
         assert!(ok, "severity {severity:?}");
     }
 }
+
+/// With `alerting`, only ranks with an active alert get per-rank series;
+/// the others are counted as left out, and the job's series stay.
+#[tokio::test]
+async fn with_alerting_rank_series_only_alerting_ranks_are_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_with(dir.path(), |c| {
+        c.metrics_rank_series = gpumon_coordinator::config::RankSeries::Alerting;
+    })
+    .await;
+    let url = coordinator.api_url();
+    for seq in 1..=20 {
+        push(&url, &support::leak_batch(seq)).await;
+    }
+    let alerts = get_json(&url, "/api/v1/alerts?active=true").await;
+    let alerting: std::collections::BTreeSet<String> = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["rank"].as_u64().map(|r| r.to_string()))
+        .collect();
+    assert_eq!(
+        alerting,
+        ["2".to_owned()].into(),
+        "the leak fires on rank 2 only"
+    );
+
+    let (_, text) = scrape(&url, "text/plain").await;
+    let samples = parse(&text);
+    let ranks: std::collections::BTreeSet<String> =
+        find(&samples, "gpumon_rank_memory_used_bytes", &[])
+            .iter()
+            .map(|s| s.labels["rank"].clone())
+            .collect();
+    assert_eq!(ranks, alerting);
+    let omitted = find(&samples, "gpumon_metrics_ranks_omitted", &[]);
+    assert_eq!(omitted[0].value, 3.0);
+    assert_eq!(
+        find(&samples, "gpumon_job_ranks", &[("job", "job-x")]).len(),
+        1
+    );
+    coordinator.shutdown().await;
+}

@@ -74,6 +74,7 @@ use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 use crate::service::{Admission, Service, StorageGuard};
+pub use metrics::rank_series::RankSeries;
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
@@ -114,6 +115,8 @@ pub struct AppParts {
     pub contact: Contact,
     /// The candidate this replica backs in an election.
     pub backing: Backing,
+    /// Which live ranks get per-rank series on `/metrics`.
+    pub rank_series: RankSeries,
 }
 
 struct Inner {
@@ -139,6 +142,8 @@ struct Inner {
     contact: Contact,
     /// The candidate this replica backs in an election.
     backing: Backing,
+    /// Which live ranks get per-rank series on `/metrics`.
+    rank_series: RankSeries,
 }
 
 impl std::fmt::Debug for Inner {
@@ -191,6 +196,7 @@ impl AppState {
                 link: parts.link,
                 contact: parts.contact,
                 backing: parts.backing,
+                rank_series: parts.rank_series,
             }),
         }
     }

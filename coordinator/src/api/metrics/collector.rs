@@ -309,7 +309,7 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     gauge(
         enc,
         "gpumon_metrics_ranks_omitted",
-        "Live ranks left out of this scrape's per-rank series (over the series bound)",
+        "Live ranks left out of this scrape's per-rank series (--metrics-rank-series, or over the series bound)",
         None,
         s.ranks_omitted,
     )

@@ -17,6 +17,7 @@
 //! jobs are bounded by the cluster view's own limits.
 
 mod collector;
+pub mod rank_series;
 mod scrape;
 
 use axum::extract::State;

@@ -340,6 +340,14 @@ impl ClusterRows {
             .map(|a| a.node.clone())
             .collect();
 
+        let policy = state.inner.rank_series;
+        let alerting: BTreeSet<(&str, u32)> = applied
+            .engine
+            .alert_book()
+            .active()
+            .filter_map(|a| Some((a.job.as_deref()?, a.rank?)))
+            .collect();
+        let live_ranks = cluster.live_ranks;
         let mut ranks = Vec::new();
         let mut ranks_omitted = 0u64;
         let mut jobs = Vec::new();
@@ -367,7 +375,8 @@ impl ClusterRows {
                 oom_in_s: forecast.and_then(|f| oom_in(&f.forecast, now)),
             });
             for r in live {
-                if ranks.len() >= MAX_RANK_SERIES {
+                let alerts = alerting.contains(&(job.job.as_str(), r.rank));
+                if ranks.len() >= MAX_RANK_SERIES || !policy.exports(live_ranks, alerts) {
                     ranks_omitted += 1;
                     continue;
                 }
