@@ -18,20 +18,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod support;
+use support::prometheus::Prometheus;
+use support::trio::Trio;
 use support::{leak_batch, push, GIB, T0_MS, WINDOW_MS};
 
-use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation};
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AllocRecord, AllocStats, GaugeStat, HookRecord, StepRecord,
 };
-use openraft::ServerState;
 use serde_json::{json, Value};
 
-const INSTALL: &str = "install it with: apt-get install -y prometheus";
 /// Bound on every wait for another process.
 const WITHIN: Duration = Duration::from_secs(60);
 /// The job, node and ranks `support::leak_batch` reports.
@@ -483,79 +481,6 @@ fn batch(seq: u64) -> AgentMessage {
     AgentMessage::V1(AgentMessageV1::Push(push))
 }
 
-/// Three replicas on loopback, in this process.
-struct Trio {
-    nodes: Vec<Coordinator>,
-}
-
-impl Trio {
-    async fn start(dir: &Path) -> Self {
-        let listeners: Vec<_> = (0..3)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let peers: BTreeMap<u64, String> = (1..)
-            .zip(&listeners)
-            .map(|(id, l)| (id, l.local_addr().unwrap().to_string()))
-            .collect();
-        drop(listeners);
-        let mut nodes = Vec::new();
-        for (id, addr) in &peers {
-            let mut c = CoordinatorConfig::new(*id, dir.join(id.to_string()));
-            c.listen = addr.clone();
-            c.formation = Formation::Peers(peers.clone());
-            nodes.push(Coordinator::start(c).await.unwrap());
-        }
-        Self { nodes }
-    }
-
-    /// The leader's index once every replica follows it.
-    async fn leader(&self) -> usize {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let leader = self
-                .nodes
-                .iter()
-                .position(|c| c.raft().metrics().borrow().state == ServerState::Leader);
-            if let Some(i) = leader {
-                let id = self.nodes[i].id();
-                if self
-                    .nodes
-                    .iter()
-                    .all(|c| c.raft().metrics().borrow().current_leader == Some(id))
-                {
-                    return i;
-                }
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no leader in time");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn shutdown(self) {
-        for c in self.nodes {
-            c.shutdown().await;
-        }
-    }
-}
-
-/// A Prometheus server; killed when dropped.
-struct Prometheus(Child);
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Prometheus' HTTP API on `web`.
 struct Api {
     web: String,
@@ -646,14 +571,12 @@ fn value(series: &Value) -> f64 {
 
 #[tokio::test]
 async fn every_dashboard_query_answers_from_a_real_prometheus_scraping_a_live_cluster() {
-    let binary = Path::new("/usr/bin/prometheus");
-    assert!(binary.exists(), "no /usr/bin/prometheus; {INSTALL}");
     let dash = dashboard();
     let (queries, bad) = inspect(&dash);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 
     let dir = tempfile::tempdir().unwrap();
-    let trio = Trio::start(&dir.path().join("cluster")).await;
+    let trio = Trio::start().await;
     let leader = trio.leader().await;
     let url = trio.nodes[leader].api_url();
     for seq in 1..=BATCHES {
@@ -690,20 +613,8 @@ async fn every_dashboard_query_answers_from_a_real_prometheus_scraping_a_live_cl
         ),
     )
     .unwrap();
-    let web = format!("127.0.0.1:{}", free_port());
-    let _prometheus = Prometheus(
-        Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); {INSTALL}")),
-    );
+    let prometheus = Prometheus::start(&config, &dir.path().join("tsdb"));
+    let web = prometheus.web.clone();
     let api = Api {
         web,
         client: gpumon_net::plain_client_builder().build().unwrap(),

@@ -249,14 +249,7 @@ async fn two_agents_under_one_id_are_counted_not_silently_merged() {
         AgentMessage::V1(AgentMessageV1::Push(b))
     };
     let conflicts = || async {
-        let text = support::http()
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = support::get_text(format!("{url}/metrics")).await;
         text.lines()
             .find_map(|l| l.strip_prefix("gpumon_ingest_agent_id_conflicts_total "))
             .and_then(|v| v.trim().parse::<f64>().ok())

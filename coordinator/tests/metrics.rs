@@ -11,19 +11,19 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
+use support::prometheus::{Prometheus, INSTALL};
+use support::trio::Trio;
 use support::{leak_batch, push, start_with};
 
 use gpumon_common::engine::AlertKind;
-use gpumon_coordinator::{Coordinator, CoordinatorConfig, Formation};
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo,
     GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
 };
-use openraft::ServerState;
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
@@ -32,7 +32,6 @@ const T0_MS: u64 = 1_700_000_000_000;
 const WINDOW_MS: u64 = 2_000;
 const RANKS: u32 = 4;
 const OPENMETRICS: &str = "application/openmetrics-text";
-const INSTALL: &str = "install it with: apt-get install -y prometheus";
 /// Bound on every wait for another process.
 const WITHIN: Duration = Duration::from_secs(60);
 
@@ -454,28 +453,8 @@ async fn metrics_follow_the_replicated_state_and_pass_promtool() {
     coordinator.shutdown().await;
 }
 
-/// A Prometheus server; killed when dropped.
-struct Prometheus(Child);
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn a_real_prometheus_scrapes_a_rank_memory() {
-    let binary = Path::new("/usr/bin/prometheus");
-    assert!(binary.exists(), "no /usr/bin/prometheus; {INSTALL}");
     let dir = tempfile::tempdir().unwrap();
     let coordinator = start_with(&dir.path().join("coordinator"), |_| {}).await;
     let url = coordinator.api_url();
@@ -495,20 +474,8 @@ async fn a_real_prometheus_scrapes_a_rank_memory() {
         ),
     )
     .unwrap();
-    let web = format!("127.0.0.1:{}", free_port());
-    let _prometheus = Prometheus(
-        Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); {INSTALL}")),
-    );
+    let prometheus = Prometheus::start(&config, &dir.path().join("tsdb"));
+    let web = prometheus.web.clone();
 
     let query = format!("gpumon_rank_memory_used_bytes{{job=\"{job}\",rank=\"2\"}}");
     let encoded = serde_urlencoded::to_string([("query", query.as_str())]).unwrap();
@@ -627,80 +594,6 @@ const REPLICA_LOCAL: [&str; 8] = [
     "gpumon_build_info",
 ];
 
-/// Three replicas on loopback, in this process.
-struct Trio {
-    nodes: Vec<Coordinator>,
-    _dir: tempfile::TempDir,
-}
-
-impl Trio {
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let listeners: Vec<_> = (0..3)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let peers: BTreeMap<u64, String> = (1..)
-            .zip(&listeners)
-            .map(|(id, l)| (id, l.local_addr().unwrap().to_string()))
-            .collect();
-        drop(listeners);
-        let mut nodes = Vec::new();
-        for (id, addr) in &peers {
-            let mut c = CoordinatorConfig::new(*id, dir.path().join(id.to_string()));
-            c.listen = addr.clone();
-            c.formation = Formation::Peers(peers.clone());
-            nodes.push(Coordinator::start(c).await.unwrap());
-        }
-        Self { nodes, _dir: dir }
-    }
-
-    /// The leader's index once every replica follows it.
-    async fn leader(&self) -> usize {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let leader = self
-                .nodes
-                .iter()
-                .position(|c| c.raft().metrics().borrow().state == ServerState::Leader);
-            if let Some(i) = leader {
-                let id = self.nodes[i].id();
-                if self
-                    .nodes
-                    .iter()
-                    .all(|c| c.raft().metrics().borrow().current_leader == Some(id))
-                {
-                    return i;
-                }
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no leader in time");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until every replica has applied `index`.
-    async fn applied(&self, index: u64) {
-        for c in &self.nodes {
-            let mut m = c.raft().metrics();
-            tokio::time::timeout(
-                WITHIN,
-                m.wait_for(|m| m.last_applied.is_some_and(|l| l.index >= index)),
-            )
-            .await
-            .expect("every replica applies in time")
-            .unwrap();
-        }
-    }
-
-    async fn shutdown(self) {
-        for c in self.nodes {
-            c.shutdown().await;
-        }
-    }
-}
-
-/// Only the leader serves the replicated cluster series, so a `sum()` over
-/// every replica's scrape counts each rank once; a follower's answer is
-/// small, quick and valid in both formats, and says it has no cluster series.
 #[tokio::test]
 async fn only_the_leader_exports_the_cluster_series() {
     let trio = Trio::start().await;

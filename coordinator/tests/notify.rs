@@ -407,14 +407,7 @@ async fn a_receiver_failing_twice_gets_each_notification_exactly_once() {
         (hook.len() as u64, 2, 0)
     );
     // The same counts in /metrics, per receiver kind.
-    let text = support::http()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = support::get_text(format!("{url}/metrics")).await;
     for (name, want) in [
         ("gpumon_notifications_sent_total", hook.len()),
         ("gpumon_notification_retries_total", 2),

@@ -5,6 +5,9 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
+pub mod prometheus;
+pub mod trio;
+
 use std::time::Duration;
 
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
@@ -193,6 +196,12 @@ pub fn http() -> reqwest::Client {
     gpumon_net::plain_client_builder()
         .build()
         .expect("the default client builds")
+}
+
+/// `GET url` as text (e.g. `/metrics`); panics on a transport error.
+pub async fn get_text(url: impl reqwest::IntoUrl) -> String {
+    let resp = http().get(url).send().await.expect("the GET is answered");
+    resp.text().await.expect("the answer is text")
 }
 
 /// `GET url` as JSON; panics on a transport or decoding error.
