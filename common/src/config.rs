@@ -273,13 +273,27 @@ impl FileConfig {
 
     /// Parses TOML text.
     pub fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let file: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        file.engine
+            .memory_levels
+            .check()
+            .map_err(|e| format!("[engine.memory_levels]: {e}"))?;
+        Ok(file)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_levels_are_read_and_impossible_ones_refused() {
+        let c = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 70.0\n").unwrap();
+        assert_eq!(c.engine.memory_levels.warning_pct, 70.0);
+        assert_eq!(c.engine.memory_levels.critical_pct, 95.0);
+        let err = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 97.0\n").unwrap_err();
+        assert!(err.contains("[engine.memory_levels]") && err.contains("97"), "{err}");
+    }
 
     #[test]
     fn parses_the_documented_example() {

@@ -31,6 +31,7 @@ const KIND_LABEL = {
   fragmentation: "fragmentation",
   imbalance: "imbalance",
   straggler: "straggler",
+  memory_level: "memory level",
 };
 
 /** A table of alerts; `now` is the data time (seconds) "since" is measured from. */

@@ -8,6 +8,7 @@ use super::forecast::ForecastParams;
 use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
+use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
 use super::straggler::StragglerParams;
 
@@ -51,6 +52,8 @@ pub struct EngineConfig {
     pub max_jobs: usize,
     /// Ranks tracked per job.
     pub max_ranks_per_job: usize,
+    /// Fixed levels of a GPU's capacity that raise `memory_level` alerts.
+    pub memory_levels: MemoryLevelParams,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +76,7 @@ impl Default for EngineConfig {
             max_gpus: crate::cluster::DEFAULT_MAX_GPUS,
             max_jobs: 1024,
             max_ranks_per_job: crate::cluster::DEFAULT_MAX_RANKS,
+            memory_levels: MemoryLevelParams::default(),
         }
     }
 }

@@ -62,6 +62,10 @@ impl Engine {
         }
         track.clock_mhz = g.sm_clock_mhz.or(track.clock_mhz);
         track.power_w = g.power_w.or(track.power_w);
+        self.memory_level(g.node, g.gpu, g.t, g.used_high, g.total);
+        let Some(track) = self.nodes.get_mut(g.node).and_then(|n| n.get_mut(&g.gpu)) else {
+            return;
+        };
 
         let idle = (g.used_high as f64) < self.cfg.idle_frac * g.total as f64;
         if idle {
@@ -388,7 +392,7 @@ fn sole_rank(track: &GpuTrack) -> Option<(String, u32)> {
 }
 
 /// Who an OOM on this GPU is about: its ranks, or the GPU when it has none.
-fn oom_subjects(track: &GpuTrack, node: &str, gpu: u32) -> Vec<Subject> {
+pub(super) fn oom_subjects(track: &GpuTrack, node: &str, gpu: u32) -> Vec<Subject> {
     if track.ranks.is_empty() {
         return vec![Subject::Gpu(node.to_owned(), gpu)];
     }

@@ -12,7 +12,7 @@
 //!
 //! Detectors, one module each, with their method in the module docs:
 //! [`envelope`], [`regime`], [`trend`], [`forecast`], [`early`], [`leak`],
-//! [`fragmentation`], [`imbalance`], [`straggler`].
+//! [`fragmentation`], [`imbalance`], [`straggler`], [`memory_level`].
 //!
 //! ```
 //! use gpumon_common::engine::{Engine, EngineConfig, RankObs};
@@ -37,6 +37,8 @@ mod input;
 mod job;
 mod latch;
 pub mod leak;
+pub mod legacy;
+pub mod memory_level;
 mod rank;
 pub mod regime;
 mod robust_stats;

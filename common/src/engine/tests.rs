@@ -125,6 +125,15 @@ fn kinds(e: &Engine) -> Vec<(AlertKind, Option<u32>)> {
     e.alerts().map(|a| (a.kind, a.rank)).collect()
 }
 
+/// The detectors' verdicts: every alert but the fixed memory levels, which
+/// state where memory is rather than judge it.
+fn verdicts(e: &Engine) -> Vec<(AlertKind, Option<u32>)> {
+    kinds(e)
+        .into_iter()
+        .filter(|(k, _)| *k != AlertKind::MemoryLevel)
+        .collect()
+}
+
 #[test]
 fn a_steady_job_raises_nothing() {
     let e = Scenario::steady(8, 900).run();
@@ -185,7 +194,7 @@ fn an_eval_level_shift_is_no_oom() {
         }
     });
     let e = sc.run();
-    assert!(kinds(&e).is_empty(), "{:?}", kinds(&e));
+    assert!(verdicts(&e).is_empty(), "{:?}", verdicts(&e));
 }
 
 #[test]
@@ -200,7 +209,15 @@ fn a_single_spike_is_no_oom() {
         }
     });
     let e = sc.run();
-    assert!(kinds(&e).is_empty(), "{:?}", kinds(&e));
+    assert!(verdicts(&e).is_empty(), "{:?}", verdicts(&e));
+    // 39 of 40 GiB for four seconds is past the critical level all the same.
+    assert!(kinds(&e).iter().all(|(k, _)| *k == AlertKind::MemoryLevel));
+    assert_eq!(
+        kinds(&e).len(),
+        4,
+        "one level episode per rank: {:?}",
+        kinds(&e)
+    );
 }
 
 #[test]

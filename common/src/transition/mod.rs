@@ -22,7 +22,7 @@ mod state;
 pub use apply::{AppliedBatch, Effects};
 pub use command::{Command, CommandResult, CommandV1};
 pub use from_trace::TraceCommands;
-pub use state::Replicated;
+pub use state::{Replicated, ReplicatedV4};
 
 #[cfg(test)]
 mod bounds_tests;

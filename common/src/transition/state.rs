@@ -69,3 +69,29 @@ impl Replicated {
         }
     }
 }
+
+/// [`Replicated`] as snapshot format 4 laid it out: the engine before
+/// memory levels ([`crate::engine::legacy`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV4 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV4,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+}
+
+impl ReplicatedV4 {
+    /// The current layout, with the replica's configured memory levels.
+    pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
+        Replicated {
+            state: self.state,
+            engine: self.engine.upgrade(engine_config.memory_levels.clone()),
+            actions: self.actions,
+            hook: self.hook,
+            steps: self.steps,
+            notify: self.notify,
+        }
+    }
+}

@@ -15,6 +15,7 @@
 //! | 2 | + the detection engine |
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
+//! | 5 | the engine's configuration gains memory levels |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -24,8 +25,10 @@ use std::path::{Path, PathBuf};
 
 use gpumon_common::actions::ActionBook;
 use gpumon_common::cluster::{ClusterState, Limits};
-use gpumon_common::engine::{Engine, EngineConfig};
+use gpumon_common::engine::legacy::EngineV4;
+use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
+use gpumon_common::transition::ReplicatedV4;
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +41,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 4;
+pub const CURRENT_VERSION: u32 = 5;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -49,11 +52,13 @@ enum SnapshotFile {
     V2 { meta: Meta, data: Vec<u8> },
     /// The cluster view, the engine, actions and hook data.
     V3 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data, the engine without memory levels.
     V4 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V5 { meta: Meta, data: Vec<u8> },
 }
 
-/// [`SnapshotFile::V4`] borrowed, for writing without copying the data;
+/// [`SnapshotFile::V5`] borrowed, for writing without copying the data;
 /// postcard encodes both the same way.
 #[derive(Serialize)]
 enum SnapshotFileRef<'a> {
@@ -63,34 +68,44 @@ enum SnapshotFileRef<'a> {
     V2,
     #[allow(dead_code)]
     V3,
-    V4 {
+    #[allow(dead_code)]
+    V4,
+    V5 {
         meta: &'a Meta,
         data: &'a [u8],
     },
 }
 
+/// [`Applied`] as format 4 laid it out, before memory levels.
+#[derive(Deserialize)]
+struct AppliedV4 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV4,
+}
+
 /// [`Applied`] as format 3 laid it out, before step times.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct AppliedV3 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
     state: ClusterState,
-    engine: Engine,
+    engine: EngineV4,
     actions: ActionBook,
     hook: HookState,
 }
 
 /// [`Applied`] as format 2 laid it out, before actions and hook data.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct AppliedV2 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
     state: ClusterState,
-    engine: Engine,
+    engine: EngineV4,
 }
 
 /// [`Applied`] as format 1 laid it out, before the engine existed.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct AppliedV1 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
@@ -138,6 +153,7 @@ pub fn load(
     let file: SnapshotFile =
         postcard::from_bytes(&bytes).map_err(|e| fail(format!("does not decode: {e}")))?;
     let mut applied = Applied::empty(limits, engine_config);
+    let levels = || engine_config.memory_levels.clone();
     let decode_err = |version: u32| {
         move |e: postcard::Error| fail(format!("format {version} data does not decode: {e}"))
     };
@@ -155,7 +171,8 @@ pub fn load(
             tracing::warn!(path = %path.display(),
                 "snapshot format 2 has no action book; actions start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            (applied.data.state, applied.data.engine) = (old.state, old.engine);
+            applied.data.state = old.state;
+            applied.data.engine = old.engine.upgrade(levels());
             (meta, 2)
         }
         SnapshotFile::V3 { meta, data } => {
@@ -164,18 +181,27 @@ pub fn load(
                 "snapshot format 3 has no step times; they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             let data = &mut applied.data;
-            (data.state, data.engine) = (old.state, old.engine);
+            (data.state, data.engine) = (old.state, old.engine.upgrade(levels()));
             (data.actions, data.hook) = (old.actions, old.hook);
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
+            check_sealed_as(&meta.snapshot_id, &data, 4).map_err(fail)?;
+            let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 4 has no memory levels; they come from this replica's [engine.memory_levels]");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade(engine_config);
+            (meta, 4)
+        }
+        SnapshotFile::V5 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(4))?;
+            applied = decode_applied(&data).map_err(decode_err(5))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 4,
+                version: 5,
             }));
         }
     };
@@ -201,6 +227,11 @@ pub fn seal_id(base: &str, data: &[u8]) -> String {
 /// Checks a sealed id against `data`: the format this build reads and the
 /// checksum. An id without a seal (written by an older build) passes.
 pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
+    check_sealed_as(id, data, CURRENT_VERSION)
+}
+
+/// [`check_sealed`] for a file of format `expected` (an older file on disk).
+fn check_sealed_as(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
     let mut parts = id.rsplitn(3, '.');
     let (Some(sum), Some(version), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         return Ok(());
@@ -211,9 +242,9 @@ pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
     else {
         return Ok(());
     };
-    if version != CURRENT_VERSION {
+    if version != expected {
         return Err(format!(
-            "snapshot {id} is in format {version}; this build reads format {CURRENT_VERSION} from a leader (upgrade every replica to one build)"
+            "snapshot {id} is in format {version}; this build reads format {expected} here (upgrade every replica to one build)"
         ));
     }
     let got = super::digest::checksum(data);
@@ -239,7 +270,7 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// Writes a current-format snapshot file at `path` atomically, streaming:
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
-    let file = SnapshotFileRef::V4 { meta, data };
+    let file = SnapshotFileRef::V5 { meta, data };
     let tmp = path.with_extension("bin.tmp");
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);

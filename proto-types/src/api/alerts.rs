@@ -22,16 +22,20 @@ pub enum AlertKind {
     Imbalance,
     /// A rank's compute is persistently slower than its peers'.
     Straggler,
+    /// A GPU's used memory is at or above a fixed level of its capacity
+    /// (warning or critical), whatever the trend.
+    MemoryLevel,
 }
 
 impl AlertKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 5] = [
+    pub const ALL: [AlertKind; 6] = [
         AlertKind::OomPredicted,
         AlertKind::Leak,
         AlertKind::Fragmentation,
         AlertKind::Imbalance,
         AlertKind::Straggler,
+        AlertKind::MemoryLevel,
     ];
 
     /// The name used in reports and the API.
@@ -42,6 +46,7 @@ impl AlertKind {
             AlertKind::Fragmentation => "fragmentation",
             AlertKind::Imbalance => "imbalance",
             AlertKind::Straggler => "straggler",
+            AlertKind::MemoryLevel => "memory_level",
         }
     }
 }

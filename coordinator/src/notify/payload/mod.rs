@@ -85,6 +85,7 @@ pub fn what(kind: AlertKind) -> &'static str {
         AlertKind::Fragmentation => "Fragmentation",
         AlertKind::Imbalance => "Memory imbalance",
         AlertKind::Straggler => "Straggler",
+        AlertKind::MemoryLevel => "Memory level",
     }
 }
 

@@ -1,0 +1,263 @@
+//! Memory levels: a GPU whose used memory reaches a fixed share of its
+//! capacity raises a `memory_level` alert (warning, then critical), whatever
+//! the trend. The forecast says where memory is going; a level says where it
+//! is, which is what a person who set "tell me at 95 %" wants to hear.
+//!
+//! The level is read from each window's highest sample, so a spike that
+//! fills the GPU between two samples of the window still counts. It clears
+//! when the highest sample falls `clear_margin_pct` below the warning level,
+//! so a GPU that sits on the level does not flap. The alert's subjects are
+//! the GPU's ranks, or the GPU itself when it has none, like the OOM
+//! forecast's. The level in force is the active episode's severity: the
+//! detector keeps no state of its own.
+
+use serde::{Deserialize, Serialize};
+
+use super::alerts::{AlertKind, Severity, Subject};
+use super::gpu::oom_subjects;
+use super::Engine;
+use crate::units::fmt_bytes;
+
+/// The levels, in percent of a GPU's capacity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryLevelParams {
+    /// Used memory at or above this share raises a warning.
+    pub warning_pct: f64,
+    /// Used memory at or above this share raises a critical alert.
+    pub critical_pct: f64,
+    /// The alert clears this many points below `warning_pct`.
+    pub clear_margin_pct: f64,
+}
+
+impl Default for MemoryLevelParams {
+    fn default() -> Self {
+        Self {
+            warning_pct: 80.0,
+            critical_pct: 95.0,
+            clear_margin_pct: 2.0,
+        }
+    }
+}
+
+impl MemoryLevelParams {
+    /// Why these levels cannot be used, if they cannot:
+    /// `0 < warning <= critical <= 100` and a margin in `[0, warning)`.
+    pub fn check(&self) -> Result<(), String> {
+        let (w, c, m) = (self.warning_pct, self.critical_pct, self.clear_margin_pct);
+        if !(w > 0.0 && w <= c && c <= 100.0) {
+            return Err(format!(
+                "memory levels must satisfy 0 < warning_pct ({w}) <= critical_pct ({c}) <= 100"
+            ));
+        }
+        if !(0.0..w).contains(&m) {
+            return Err(format!(
+                "clear_margin_pct ({m}) must be at least 0 and below warning_pct ({w})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The level `pct` of the capacity is at, if any.
+    pub fn level(&self, pct: f64) -> Option<Severity> {
+        if pct >= self.critical_pct {
+            Some(Severity::Critical)
+        } else if pct >= self.warning_pct {
+            Some(Severity::Warning)
+        } else {
+            None
+        }
+    }
+}
+
+impl Engine {
+    /// Raises, updates or clears the memory-level alerts of one GPU after a
+    /// window whose highest sample used `used_high` of `total` bytes.
+    pub(super) fn memory_level(
+        &mut self,
+        node: &str,
+        gpu: u32,
+        t: f64,
+        used_high: u64,
+        total: u64,
+    ) {
+        let Some(track) = self.nodes.get(node).and_then(|n| n.get(&gpu)) else {
+            return;
+        };
+        let params = &self.cfg.memory_levels;
+        let pct = 100.0 * used_high as f64 / total as f64;
+        let level = params.level(pct);
+        let clears = pct < params.warning_pct - params.clear_margin_pct;
+        let (warning, critical) = (params.warning_pct, params.critical_pct);
+        let subjects = oom_subjects(track, node, gpu);
+        // Raised on the GPU before its ranks were known: theirs now.
+        let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
+        if !subjects.contains(&gpu_subject) {
+            self.alerts.resolve(AlertKind::MemoryLevel, &gpu_subject, t);
+        }
+        for subject in &subjects {
+            let active = self.alerts.is_active(AlertKind::MemoryLevel, subject);
+            match level {
+                Some(severity) => {
+                    let mut alert = subject.alert(AlertKind::MemoryLevel, t, severity);
+                    alert.node = Some(node.to_owned());
+                    alert.gpu = Some(gpu);
+                    let (name, at) = match severity {
+                        Severity::Critical => ("critical", critical),
+                        _ => ("warning", warning),
+                    };
+                    alert.message = format!(
+                        "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
+                        fmt_bytes(total),
+                        fmt_bytes(used_high),
+                    );
+                    alert.recommendation = Some(level_advice(severity).to_owned());
+                    self.alerts.raise(subject.clone(), alert);
+                }
+                None if active && clears => {
+                    self.alerts.resolve(AlertKind::MemoryLevel, subject, t);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// What to do about a GPU at a level.
+fn level_advice(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Critical => "one more allocation may not fit: lower the batch size, enable activation (gradient) checkpointing, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if reserved memory is much above allocated",
+        _ => "memory is tight: check the forecast and the allocator's reserved vs allocated before the next larger batch or sequence length",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_checked_and_read_from_the_share_of_capacity() {
+        let p = MemoryLevelParams::default();
+        assert!(p.check().is_ok());
+        assert_eq!(p.level(79.9), None);
+        assert_eq!(p.level(80.0), Some(Severity::Warning));
+        assert_eq!(p.level(95.0), Some(Severity::Critical));
+        for bad in [
+            (0.0, 95.0, 2.0),
+            (90.0, 80.0, 2.0),
+            (80.0, 101.0, 2.0),
+            (80.0, 95.0, 80.0),
+            (80.0, 95.0, -1.0),
+            (f64::NAN, 95.0, 2.0),
+        ] {
+            let p = MemoryLevelParams {
+                warning_pct: bad.0,
+                critical_pct: bad.1,
+                clear_margin_pct: bad.2,
+            };
+            assert!(p.check().is_err(), "{bad:?} accepted");
+        }
+    }
+}
+
+#[cfg(test)]
+mod engine_tests {
+    use super::super::{Engine, EngineConfig, GpuObs, RankObs};
+    use super::*;
+
+    const TOTAL: u64 = 80 << 30;
+
+    fn observe(e: &mut Engine, t: f64, pct: f64) {
+        let used = (pct / 100.0 * TOTAL as f64) as u64;
+        e.observe_gpu(&GpuObs {
+            t,
+            node: "node-0",
+            gpu: 3,
+            uuid: "GPU-3",
+            name: "H100",
+            total: TOTAL,
+            used_low: used / 2,
+            used_high: used,
+            used: used / 2,
+            util: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: &[],
+        });
+    }
+
+    fn level_alerts(e: &Engine) -> Vec<(Option<u32>, Severity, Option<f64>)> {
+        e.alerts()
+            .filter(|a| a.kind == AlertKind::MemoryLevel)
+            .map(|a| (a.rank, a.severity, a.resolved_t))
+            .collect()
+    }
+
+    #[test]
+    fn a_rank_at_a_level_is_warned_then_critical_and_clears_below_the_margin() {
+        let mut e = Engine::new(EngineConfig::default());
+        e.observe_rank(&RankObs {
+            t: 0.0,
+            job: "job",
+            rank: 5,
+            local_rank: 3,
+            world_size: 8,
+            node: "node-0",
+            gpu: 3,
+            pid: 77,
+        });
+        observe(&mut e, 1.0, 50.0);
+        assert!(level_alerts(&e).is_empty());
+        // The window's highest sample counts, not its newest.
+        observe(&mut e, 2.0, 85.0);
+        assert_eq!(level_alerts(&e), vec![(Some(5), Severity::Warning, None)]);
+        observe(&mut e, 3.0, 96.0);
+        assert_eq!(
+            level_alerts(&e),
+            vec![(Some(5), Severity::Critical, None)],
+            "one episode, raised to critical"
+        );
+        let a = e
+            .alerts()
+            .find(|a| a.kind == AlertKind::MemoryLevel)
+            .unwrap();
+        assert_eq!(
+            (a.t, a.node.as_deref(), a.gpu),
+            (2.0, Some("node-0"), Some(3))
+        );
+        assert!(
+            a.message.contains("96.0 %") && a.message.contains("critical"),
+            "{}",
+            a.message
+        );
+        observe(&mut e, 4.0, 79.0);
+        assert_eq!(
+            level_alerts(&e),
+            vec![(Some(5), Severity::Critical, None)],
+            "inside the margin: no flapping"
+        );
+        observe(&mut e, 5.0, 77.0);
+        assert_eq!(
+            level_alerts(&e),
+            vec![(Some(5), Severity::Critical, Some(5.0))]
+        );
+    }
+
+    #[test]
+    fn a_gpu_without_ranks_is_the_subject_and_levels_follow_the_configuration() {
+        let mut cfg = EngineConfig::default();
+        cfg.memory_levels.warning_pct = 50.0;
+        cfg.memory_levels.critical_pct = 60.0;
+        let mut e = Engine::new(cfg);
+        observe(&mut e, 1.0, 55.0);
+        let a = e
+            .alerts()
+            .next()
+            .expect("an alert at 55 % with a 50 % level");
+        assert_eq!(
+            (a.kind, a.job.as_deref(), a.gpu),
+            (AlertKind::MemoryLevel, None, Some(3))
+        );
+        assert_eq!(a.severity, Severity::Warning);
+    }
+}
