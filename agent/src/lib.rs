@@ -32,4 +32,4 @@ pub mod uplink;
 
 pub use config::{AgentConfig, SimPlacement, SourceSpec};
 pub use hook_endpoint::{HookAddr, HookAddrError, HookError};
-pub use run::{run, AgentError};
+pub use run::{run, AgentError, Sampler};

@@ -155,37 +155,158 @@ fn outgoing(
     }
 }
 
-/// Runs the agent until `shutdown` turns true; then flushes briefly and returns.
-pub async fn run(
+/// The agent's sampling side, without the uplink: the source, the hook
+/// endpoint and the attribution of processes to ranks. [`run`] hands its
+/// windows to the uplink; `gpumon profile` applies them in-process.
+pub struct Sampler {
     config: AgentConfig,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), AgentError> {
-    config.validate().map_err(AgentError::Config)?;
+    hooks: Option<Hooks>,
+    source: Box<dyn GpuSource>,
+    finder: Option<RankFinder>,
+    hello: Hello,
+    counts: Arc<AgentMetrics>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("hello", &self.hello)
+            .field("hooks", &self.hooks.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Checks the configuration, binds the hook endpoint (when configured)
+    /// and opens the source.
+    pub async fn start(config: AgentConfig) -> Result<Sampler, AgentError> {
+        config.validate().map_err(AgentError::Config)?;
+        let hooks = Hooks::start(&config).await?;
+        let hub = hooks.as_ref().map(|h| h.hub.clone());
+        let (source, attribute) = match make_source(&config, now_ms(), hub.as_ref()) {
+            Ok(made) => made,
+            Err(e) => {
+                if let Some(hooks) = hooks {
+                    hooks.stop().await;
+                }
+                return Err(e);
+            }
+        };
+        let finder = attribute.then(|| RankFinder::new(PathBuf::from("/proc")));
+        let hello = Hello {
+            agent_id: config.agent_id.clone(),
+            incarnation: new_incarnation(),
+            node: config.node_name.clone(),
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            source: source.name(),
+            gpus: source.gpus(),
+        };
+        Ok(Sampler {
+            config,
+            hooks,
+            source,
+            finder,
+            hello,
+            counts: Arc::new(AgentMetrics::default()),
+        })
+    }
+
+    /// What this agent says of itself to a coordinator.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+
+    /// The hook endpoint's hub, when the agent serves hooks.
+    pub fn hub(&self) -> Option<Arc<HookHub>> {
+        self.hooks.as_ref().map(|h| h.hub.clone())
+    }
+
+    /// The agent's own counters.
+    pub fn counts(&self) -> Arc<AgentMetrics> {
+        self.counts.clone()
+    }
+
+    /// Samples and folds until `shutdown` turns true, handing each window's
+    /// [`Outgoing`] to `tx` without waiting (a full channel drops the window
+    /// set and counts it); then stops the hook endpoint and hands over what
+    /// is left. Dropping `tx` at the end tells the receiver it was the last.
+    pub async fn run(mut self, tx: mpsc::Sender<Outgoing>, mut shutdown: watch::Receiver<bool>) {
+        let hub = self.hub();
+        let counts = self.counts.clone();
+        let mut sample_tick = tokio::time::interval(self.config.sample_interval);
+        sample_tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let window = self.config.window;
+        let mut window_tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+        window_tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut folder = WindowFolder::new();
+        let mut last_error: Option<String> = None;
+        let mut windows_dropped = 0u64;
+        loop {
+            tokio::select! {
+                _ = sample_tick.tick() => {
+                    match self.source.sample(now_ms()) {
+                        Ok(mut samples) => {
+                            if let Some(finder) = self.finder.as_mut() {
+                                finder.attribute(&mut samples);
+                            }
+                            samples.iter().for_each(|s| folder.add(s));
+                            counts.sampled(samples.len());
+                            last_error = None;
+                        }
+                        Err(e) => {
+                            counts.sample_failed();
+                            let text = e.to_string();
+                            if last_error.as_deref() != Some(text.as_str()) {
+                                tracing::warn!(error = %text, "sampling failed; will keep trying");
+                                last_error = Some(text);
+                            }
+                        }
+                    }
+                }
+                _ = window_tick.tick() => {
+                    // The sampler is the only sender, so room seen here is still
+                    // there at `try_send`.
+                    let out = outgoing(folder.take(), hub.as_ref(), self.source.as_mut(), tx.capacity() > 0);
+                    if out.is_empty() {
+                        continue;
+                    }
+                    counts.built(&out.windows);
+                    if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(out) {
+                        windows_dropped += 1;
+                        counts.window_set_dropped();
+                        tracing::warn!(windows_dropped, "uplink is behind; dropped a window set");
+                    }
+                }
+                _ = shutdown.changed() => break,
+            }
+        }
+        // Stop the hook endpoint first, so the acks of actions its sessions
+        // leave unfinished make it into the last hand-over.
+        if let Some(hooks) = self.hooks.take() {
+            hooks.stop().await;
+        }
+        let rest = outgoing(
+            folder.take(),
+            hub.as_ref(),
+            self.source.as_mut(),
+            tx.capacity() > 0,
+        );
+        if !rest.is_empty() {
+            let _ = tx.try_send(rest);
+        }
+    }
+}
+
+/// Runs the agent until `shutdown` turns true; then flushes briefly and returns.
+pub async fn run(config: AgentConfig, shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
     let tls = config
         .tls
         .config()
         .map_err(|e| AgentError::Config(e.to_string()))?;
-    let hooks = Hooks::start(&config).await?;
-    let hub = hooks.as_ref().map(|h| h.hub.clone());
-    let start_ms = now_ms();
-    let (mut source, attribute) = match make_source(&config, start_ms, hub.as_ref()) {
-        Ok(made) => made,
-        Err(e) => {
-            if let Some(hooks) = hooks {
-                hooks.stop().await;
-            }
-            return Err(e);
-        }
-    };
-    let mut finder = attribute.then(|| RankFinder::new(PathBuf::from("/proc")));
-    let hello = Hello {
-        agent_id: config.agent_id.clone(),
-        incarnation: new_incarnation(),
-        node: config.node_name.clone(),
-        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-        source: source.name(),
-        gpus: source.gpus(),
-    };
+    let sampler = Sampler::start(config.clone()).await?;
+    let hub = sampler.hub();
+    let hello = sampler.hello().clone();
     tracing::info!(
         agent = %hello.agent_id, node = %hello.node, source = %hello.source, gpus = hello.gpus.len(),
         coordinators = ?config.coordinators, "agent starting"
@@ -201,13 +322,12 @@ pub async fn run(
     if let Some(hub) = &hub {
         uplink = uplink.with_hook_hub(hub.clone());
     }
-    let counts = Arc::new(AgentMetrics::default());
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let sources = Sources {
                 node: config.node_name.clone(),
                 agent_id: config.agent_id.clone(),
-                agent: counts.clone(),
+                agent: sampler.counts(),
                 uplink: uplink.stats(),
                 hub: hub.clone(),
             };
@@ -217,69 +337,7 @@ pub async fn run(
     };
     let (tx, rx) = mpsc::channel(WINDOW_CHANNEL);
     let uplink_task = tokio::spawn(uplink.run(rx));
-
-    let mut sample_tick = tokio::time::interval(config.sample_interval);
-    sample_tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut window_tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + config.window, config.window);
-    window_tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut folder = WindowFolder::new();
-    let mut last_error: Option<String> = None;
-    let mut windows_dropped = 0u64;
-    loop {
-        tokio::select! {
-            _ = sample_tick.tick() => {
-                match source.sample(now_ms()) {
-                    Ok(mut samples) => {
-                        if let Some(finder) = finder.as_mut() {
-                            finder.attribute(&mut samples);
-                        }
-                        samples.iter().for_each(|s| folder.add(s));
-                        counts.sampled(samples.len());
-                        last_error = None;
-                    }
-                    Err(e) => {
-                        counts.sample_failed();
-                        let text = e.to_string();
-                        if last_error.as_deref() != Some(text.as_str()) {
-                            tracing::warn!(error = %text, "sampling failed; will keep trying");
-                            last_error = Some(text);
-                        }
-                    }
-                }
-            }
-            _ = window_tick.tick() => {
-                // The sampler is the only sender, so room seen here is still
-                // there at `try_send`.
-                let out = outgoing(folder.take(), hub.as_ref(), source.as_mut(), tx.capacity() > 0);
-                if out.is_empty() {
-                    continue;
-                }
-                counts.built(&out.windows);
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(out) {
-                    windows_dropped += 1;
-                    counts.window_set_dropped();
-                    tracing::warn!(windows_dropped, "uplink is behind; dropped a window set");
-                }
-            }
-            _ = shutdown.changed() => break,
-        }
-    }
-    // Stop the hook endpoint first, so the acks of actions its sessions
-    // leave unfinished make it into the last hand-over.
-    if let Some(hooks) = hooks {
-        hooks.stop().await;
-    }
-    let rest = outgoing(
-        folder.take(),
-        hub.as_ref(),
-        source.as_mut(),
-        tx.capacity() > 0,
-    );
-    if !rest.is_empty() {
-        let _ = tx.try_send(rest);
-    }
-    drop(tx);
+    sampler.run(tx, shutdown).await;
     let _ = uplink_task.await;
     if let Some(server) = metrics_server {
         server.stop().await;
