@@ -47,6 +47,49 @@ pub enum Command {
     Bench(crate::cmd_bench::BenchArgs),
     /// Run a training command (e.g. torchrun ...) with the gpumon hook injected; starts a local agent if none answers.
     Run(RunArgs),
+    /// One node, no cluster: run a training command with the hook, watch its GPUs, host RAM and ranks, and write a report when it ends.
+    Profile(ProfileArgs),
+}
+
+/// `gpumon profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Where the JSON report goes [default: gpumon-profile.json].
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Time between two samples of the GPUs and host RAM, ms.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=60_000), value_name = "MS")]
+    pub interval_ms: u64,
+    /// Samples fold into windows this long, ms (at least the interval).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000), value_name = "MS")]
+    pub window_ms: u64,
+    /// What to sample: nvml, none (the hook's memory only) or sim:SCENARIO [default: nvml, the hook's memory where NVML is missing].
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// GPU memory warning level, percent of capacity [default: 80, or [engine.memory_levels] of --config].
+    #[arg(long, value_name = "PCT")]
+    pub gpu_warning_pct: Option<f64>,
+    /// GPU memory critical level, percent [default: 95].
+    #[arg(long, value_name = "PCT")]
+    pub gpu_critical_pct: Option<f64>,
+    /// Host RAM warning level, percent.
+    #[arg(long, default_value_t = 75.0, value_name = "PCT")]
+    pub host_warning_pct: f64,
+    /// Host RAM critical level, percent.
+    #[arg(long, default_value_t = 90.0, value_name = "PCT")]
+    pub host_critical_pct: f64,
+    /// Where the hook saves PyTorch allocator snapshots [default: beside the JSON report].
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// The job's name for a command outside torchrun [default: profile-SCRIPT].
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// No live status line.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// `gpumon run`.

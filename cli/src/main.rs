@@ -11,6 +11,7 @@ mod cmd_bench;
 mod cmd_cluster;
 mod cmd_coordinator;
 mod cmd_demo;
+mod cmd_profile;
 mod cmd_record;
 mod cmd_replay;
 mod cmd_run;
@@ -58,7 +59,8 @@ fn main() -> ExitCode {
         | Command::Replay(_)
         | Command::Record(_)
         | Command::Bench(_)
-        | Command::Cluster(_) => "warn",
+        | Command::Cluster(_)
+        | Command::Profile(_) => "warn",
         // A cut peer fails every RPC, and openraft logs each failure twice;
         // the coordinator logs it going away, staying away and coming back
         // itself (raft::reachability).
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
             Command::Bench(b) => cmd_bench::run(b).await,
             Command::Cluster(c) => cmd_cluster::run(c).await,
             Command::Run(r) => cmd_run::run(r).await,
+            Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
         }
     });
     match result {

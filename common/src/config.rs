@@ -292,7 +292,10 @@ mod tests {
         assert_eq!(c.engine.memory_levels.warning_pct, 70.0);
         assert_eq!(c.engine.memory_levels.critical_pct, 95.0);
         let err = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 97.0\n").unwrap_err();
-        assert!(err.contains("[engine.memory_levels]") && err.contains("97"), "{err}");
+        assert!(
+            err.contains("[engine.memory_levels]") && err.contains("97"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! with the node's agent. Signals are passed on; the exit status is the
 //! command's.
 
-mod local_agent;
-mod python;
+pub(crate) mod local_agent;
+pub(crate) mod python;
 
 use std::process::Stdio;
 
@@ -23,7 +23,7 @@ use crate::args::RunArgs;
 use crate::{shutdown, usage, Failure};
 
 /// Sends a signal by name to a process, through `kill(1)` (no unsafe code here).
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     let _ = std::process::Command::new("kill")
         .arg(format!("-{name}"))
         .arg(pid.to_string())

@@ -1,0 +1,357 @@
+//! `gpumon profile [--json FILE] [--html FILE] -- CMD ARGS...`: one node,
+//! no cluster. Runs a training command (a plain `python train.py` or a
+//! `torchrun` line) with the hook injected, samples its GPUs (NVML, or the
+//! hook's memory source where there is none), host RAM and the command's
+//! process tree, runs the cluster's engine in-process ([`embedded`]), shows
+//! a live line on a terminal, and when the command ends (also on Ctrl-C, or
+//! when it dies of an OOM) writes a JSON report ([`report`]) and passes the
+//! command's exit status on.
+
+mod build;
+mod embedded;
+mod host;
+mod host_levels;
+mod observed;
+mod recommend;
+pub mod report;
+mod series;
+mod signals;
+mod status_line;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use gpumon_agent::{AgentConfig, HookAddr, Sampler, SourceSpec};
+use gpumon_common::config::FileConfig;
+use gpumon_common::engine::memory_level::MemoryLevelParams;
+use gpumon_common::engine::EngineConfig;
+use tokio::sync::{mpsc, watch};
+
+use crate::args::ProfileArgs;
+use crate::cmd_run::{local_agent, python};
+use crate::{usage, Failure};
+use build::{HostRun, RunFacts};
+use embedded::Embedded;
+use host::HostSampler;
+use host_levels::HostLevels;
+use report::{ExitInfo, Levels};
+use series::{PeakMean, Timeline, TIMELINE_POINTS};
+
+/// Window sets queued between the sampler and the engine.
+const WINDOW_CHANNEL: usize = 64;
+/// Time between two redraws of the live line.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// The levels and engine settings of this run.
+fn settings(
+    args: &ProfileArgs,
+    config_file: Option<&Path>,
+) -> Result<(EngineConfig, MemoryLevelParams), Failure> {
+    let mut engine = match config_file {
+        Some(path) => FileConfig::load(path).map_err(usage)?.engine,
+        None => EngineConfig::default(),
+    };
+    let gpu = &mut engine.memory_levels;
+    gpu.warning_pct = args.gpu_warning_pct.unwrap_or(gpu.warning_pct);
+    gpu.critical_pct = args.gpu_critical_pct.unwrap_or(gpu.critical_pct);
+    gpu.check().map_err(|e| usage(format!("GPU levels: {e}")))?;
+    let host = MemoryLevelParams {
+        warning_pct: args.host_warning_pct,
+        critical_pct: args.host_critical_pct,
+        ..MemoryLevelParams::default()
+    };
+    host.check()
+        .map_err(|e| usage(format!("host levels: {e}")))?;
+    Ok((engine, host))
+}
+
+/// Whether the command is a torchrun line, whose workers carry their own
+/// identity (then no process is made rank 0 of a world of one).
+fn is_torchrun(command: &[String]) -> bool {
+    let base = |s: &str| {
+        Path::new(s)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    command.first().is_some_and(|p| base(p) == "torchrun")
+        || command.windows(2).any(|w| {
+            w[0] == "-m" && (w[1] == "torch.distributed.run" || w[1] == "torch.distributed.launch")
+        })
+}
+
+/// The job name of a plain command: `profile-` and the script's stem.
+fn default_job(command: &[String]) -> String {
+    let script = command
+        .iter()
+        .skip(1)
+        .find(|a| a.ends_with(".py"))
+        .or(command.first())
+        .map(|s| {
+            Path::new(s)
+                .file_stem()
+                .and_then(|n| n.to_str())
+                .unwrap_or("run")
+                .to_owned()
+        })
+        .unwrap_or_else(|| "run".to_owned());
+    let clean: String = script
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    format!("profile-{clean}")
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("partial");
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The host's side of the run as it goes.
+struct HostWatch {
+    sampler: HostSampler,
+    levels: HostLevels,
+    run: HostRun,
+    last: Option<(u64, u64)>,
+}
+
+impl HostWatch {
+    fn sample(&mut self) -> Vec<gpumon_common::engine::Alert> {
+        let Some(s) = self.sampler.sample() else {
+            return Vec::new();
+        };
+        let t = unix_now();
+        let run = &mut self.run;
+        run.total = s.total;
+        run.used.add(s.used);
+        run.rss.add(s.tree_rss);
+        run.timeline.push(t, [s.used, s.tree_rss]);
+        run.samples += 1;
+        self.last = Some((s.used, s.total));
+        self.levels
+            .observe(t, s.used, s.total)
+            .cloned()
+            .into_iter()
+            .collect()
+    }
+}
+
+pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Failure> {
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(usage(
+            "give the command to profile after --, e.g. gpumon profile -- python train.py",
+        ));
+    };
+    let (engine_config, host_levels) = settings(&args, config_file)?;
+    let json_path = args
+        .json
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("gpumon-profile.json"));
+    let snapshot_dir = match &args.snapshot_dir {
+        Some(d) => d.clone(),
+        None => json_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_owned),
+    };
+    let source: SourceSpec = args
+        .source
+        .as_deref()
+        .unwrap_or("nvml")
+        .parse()
+        .map_err(|e| usage(format!("--source: {e}")))?;
+    let package = python::materialize()
+        .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot write the hook package: {e}")))?;
+
+    // The hook endpoint: a socket of this run's own, removed at the end.
+    let run_dir = local_agent::runtime_dir().join(format!("profile-{}", std::process::id()));
+    std::fs::create_dir_all(&run_dir)
+        .with_context(|| format!("cannot create {}", run_dir.display()))?;
+    let addr: HookAddr = format!("unix:{}", run_dir.join("hook.sock").display())
+        .parse()
+        .map_err(|e| usage(format!("hook socket under {}: {e}", run_dir.display())))?;
+    let node = crate::cmd_agent::hostname();
+    let mut config = AgentConfig::new(&node);
+    config.agent_id = format!("{node}-profile-{}", std::process::id());
+    config.source = source;
+    config.hook_listen = Some(addr.clone());
+    config.metrics_listen = None;
+    config.sample_interval = Duration::from_millis(args.interval_ms);
+    config.window = Duration::from_millis(args.window_ms.max(args.interval_ms));
+    let sampler = Sampler::start(config)
+        .await
+        .map_err(|e| Failure::Runtime(e.into()))?;
+    let source_name = sampler.hello().source.clone();
+    let mut engine = Embedded::new(&engine_config, sampler.hello().clone());
+
+    let job = args
+        .job
+        .clone()
+        .unwrap_or_else(|| default_job(&args.command));
+    let pythonpath = python::pythonpath(&package, std::env::var_os("PYTHONPATH").as_deref());
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
+        .env("PYTHONPATH", pythonpath)
+        .env("GPUMON_AGENT", addr.to_string())
+        .env("GPUMON_JOB", &job)
+        .env("GPUMON_SNAPSHOT_DIR", &snapshot_dir);
+    if !is_torchrun(&args.command) {
+        cmd.env("GPUMON_STANDALONE", "1");
+    }
+    let started_t = unix_now();
+    let started = Instant::now();
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(usage(format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+
+    let (stop, stopped) = watch::channel(false);
+    let (tx, mut rx) = mpsc::channel(WINDOW_CHANNEL);
+    let sampler_task = tokio::spawn(sampler.run(tx, stopped));
+    let mut host = HostWatch {
+        sampler: HostSampler::new(pid),
+        levels: HostLevels::new(host_levels.clone(), &node),
+        run: HostRun {
+            total: 0,
+            used: PeakMean::default(),
+            rss: PeakMean::default(),
+            timeline: Timeline::new(TIMELINE_POINTS),
+            samples: 0,
+            alerts: Vec::new(),
+        },
+        last: None,
+    };
+    let live = !args.quiet && std::io::stderr().is_terminal();
+    let mut host_tick = tokio::time::interval(Duration::from_millis(args.interval_ms));
+    let mut status_tick = tokio::time::interval(STATUS_EVERY);
+    let mut interrupted = false;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let mut signals = signals::Signals::new();
+    let mut next_stop: Option<signals::Next> = None;
+    let status: ExitStatus = loop {
+        tokio::select! {
+            Some(out) = rx.recv() => {
+                engine.apply(out);
+            }
+            _ = host_tick.tick() => {
+                host.sample();
+            }
+            _ = status_tick.tick(), if live => {
+                status_line::draw(&status_line::line(&engine, started.elapsed().as_secs_f64(), host.last));
+            }
+            status = child.wait() => break status?,
+            stop = signals.next(), if !interrupted => {
+                interrupted = true;
+                let (now, next, after) = signals::first_step(stop);
+                if let (Some(name), true) = (now, pid > 0) {
+                    crate::cmd_run::signal(pid, name);
+                }
+                next_stop = Some(next);
+                deadline = Some(tokio::time::Instant::now() + after);
+            }
+            _ = sleep_until(deadline), if deadline.is_some() => {
+                let (name, then) = signals::after(next_stop.unwrap_or(signals::Next::Kill));
+                if name == "KILL" {
+                    let _ = child.start_kill();
+                } else if pid > 0 {
+                    crate::cmd_run::signal(pid, name);
+                }
+                next_stop = then.map(|t| t.0);
+                deadline = then.map(|t| tokio::time::Instant::now() + t.1);
+            }
+        }
+    };
+    let ended_t = unix_now();
+    if live {
+        status_line::clear();
+    }
+    // The hook sent its last records before its process ended; stop the
+    // sampler, which hands over what it holds, and apply the rest.
+    let _ = stop.send(true);
+    while let Some(out) = rx.recv().await {
+        engine.apply(out);
+    }
+    let _ = sampler_task.await;
+    let _ = std::fs::remove_dir_all(&run_dir);
+
+    let observed_oom = engine.observed().oom.clone();
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    let host_oom = signal == Some(9) && host.levels.critical();
+    let exit = ExitInfo {
+        code: status.code(),
+        signal,
+        oom: observed_oom.is_some() || host_oom,
+        oom_reason: observed_oom.or_else(|| {
+            host_oom.then(|| "killed (SIGKILL) while host RAM was at its critical level: likely the kernel's OOM killer".to_owned())
+        }),
+        interrupted,
+    };
+    host.run.alerts = host.levels.alerts().to_vec();
+    let facts = RunFacts {
+        command: args.command.clone(),
+        started_t,
+        ended_t,
+        exit,
+        levels: Levels {
+            gpu_warning_pct: engine_config.memory_levels.warning_pct,
+            gpu_critical_pct: engine_config.memory_levels.critical_pct,
+            host_warning_pct: host_levels.warning_pct,
+            host_critical_pct: host_levels.critical_pct,
+        },
+        source: source_name,
+    };
+    let report = build::build(&engine, &host.run, facts);
+    let json = serde_json::to_vec_pretty(&report).context("cannot encode the report")?;
+    write_atomic(&json_path, &json).map_err(Failure::Runtime)?;
+    eprintln!(
+        "gpumon: report in {} ({} alerts, {} recommendations)",
+        json_path.display(),
+        report.alerts.len(),
+        report.recommendations.len()
+    );
+    if status.success() {
+        return Ok(());
+    }
+    let code = match (status.code(), signal) {
+        (Some(c), _) => c.clamp(1, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(1, 255) as u8,
+        _ => 1,
+    };
+    Err(Failure::Exit(
+        code,
+        format!("{program} exited with {status}"),
+    ))
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

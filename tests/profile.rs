@@ -1,0 +1,330 @@
+//! `gpumon profile` end to end: the real binary runs a training loop on a
+//! fake GPU (`tests/python/fake_train.py`: the hook's fake caching
+//! allocator, no torch, no GPU), samples it through the hook (`--source
+//! none`), runs the engine in-process and writes its JSON report. The
+//! checks read the report as a user's script would.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::gpumon;
+use tokio::process::Command;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A short-window engine (1 s windows, 2 s of warm-up), so a minute of
+/// training shows forecasts; the defaults suit hours-long jobs.
+const SHORT_ENGINE: &str = "[engine]\nwindow_s = 1.0\nwarmup_s = 2.0\n";
+
+/// `gpumon profile` of `script` in `dir` as rank 0 of a torchrun job of
+/// one (torchrun's variables set by hand), with `env` for the script.
+fn profile(dir: &Path, script: &Path, env: &[(&str, String)]) -> Command {
+    std::fs::write(dir.join("gpumon.toml"), SHORT_ENGINE).unwrap();
+    let mut cmd = gpumon();
+    cmd.current_dir(dir)
+        .args(["--config", "gpumon.toml"])
+        .args([
+            "profile",
+            "--source",
+            "none",
+            "--interval-ms",
+            "100",
+            "--window-ms",
+            "500",
+        ])
+        .args(["--json", "report.json", "--", "python3"])
+        .arg(script)
+        .env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("TORCHELASTIC_RUN_ID", "pjob")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("PYTHONPATH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs `cmd` to its end (within `within`); its exit code and stderr.
+async fn finish(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(within, cmd.output())
+        .await
+        .expect("gpumon profile ends in time")
+        .expect("gpumon runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn report(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).expect("the report is written");
+    serde_json::from_str(&text).expect("the report is JSON")
+}
+
+fn fake_train() -> PathBuf {
+    repo().join("tests/python/fake_train.py")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_training_run_is_profiled_per_gpu_rank_and_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("FAKE_TOTAL_BYTES", (8 * GIB).to_string()),
+        ("FAKE_BASE_BYTES", (4 * GIB).to_string()),
+        ("FAKE_DURATION_S", "12".to_string()),
+    ];
+    let (code, stderr) = finish(
+        profile(dir.path(), &fake_train(), &env),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("report.json"),
+        "says where the report is: {stderr}"
+    );
+    let r = report(dir.path());
+    assert_eq!(r["gpumon_profile"], 1);
+    assert_eq!(r["exit"]["code"], 0);
+    assert_eq!(r["exit"]["oom"], false);
+    assert_eq!(r["command"][0], "python3");
+    assert!(r["ended_t"].as_f64().unwrap() - r["started_t"].as_f64().unwrap() >= 12.0);
+    assert_eq!(r["levels"]["gpu_warning_pct"], 80.0);
+    assert_eq!(r["levels"]["host_critical_pct"], 90.0);
+
+    // The hook's device stands in for the GPU: its capacity and timeline.
+    let gpus = r["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 1, "{gpus:?}");
+    assert_eq!(u(&gpus[0]["total_bytes"]), 8 * GIB);
+    assert!(u(&gpus[0]["peak_used_bytes"]) >= 4 * GIB);
+    let tl = gpus[0]["timeline"].as_array().unwrap();
+    assert!(tl.len() >= 10, "{} GPU points", tl.len());
+    let times: Vec<f64> = tl.iter().map(|p| p[0].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "in time order");
+
+    // The rank: its allocator's peak holds the base and a step's buffers,
+    // its floor the base, its steps and sections as the script ran them.
+    let ranks = r["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 1);
+    let rank = &ranks[0];
+    assert_eq!((rank["job"].as_str(), u(&rank["rank"])), (Some("pjob"), 0));
+    let peak = u(&rank["peak_allocated_bytes"]);
+    assert!(
+        (4 * GIB + 96 * MIB..5 * GIB).contains(&peak),
+        "peak allocated {peak}"
+    );
+    let floor = u(&rank["floor_allocated_bytes"]);
+    assert!(
+        (4 * GIB..4 * GIB + 96 * MIB).contains(&floor),
+        "floor {floor}"
+    );
+    assert!(u(&rank["steps"]) >= 50, "steps {}", rank["steps"]);
+    let p50 = rank["step_ms"]["p50"].as_f64().unwrap();
+    assert!(
+        (40.0..500.0).contains(&p50),
+        "step p50 {p50} ms for 50 ms steps"
+    );
+    for s in ["data", "forward", "backward"] {
+        assert!(
+            rank["sections"][s]["p50"].as_f64().unwrap() > 0.0,
+            "section {s}"
+        );
+    }
+    assert!(rank["timeline"].as_array().unwrap().len() >= 5);
+
+    let marks: Vec<&str> = r["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    for m in ["start", "training start", "warm", "training end"] {
+        assert!(marks.contains(&m), "mark {m} in {marks:?}");
+    }
+    let host = &r["host"];
+    assert!(u(&host["total_bytes"]) > 0 && u(&host["peak_used_bytes"]) <= u(&host["total_bytes"]));
+    assert!(
+        u(&host["peak_rss_bytes"]) > MIB,
+        "the script's resident memory"
+    );
+    assert!(u(&r["summary"]["windows"]) >= 10 && u(&r["summary"]["hook_records"]) >= 50);
+    // 4.2 of 8 GiB, with a batch of 96 MiB: room for a larger batch.
+    let recs = r["recommendations"].as_array().unwrap();
+    let batch = recs
+        .iter()
+        .find(|x| x["kind"] == "batch_size")
+        .expect("a batch-size recommendation");
+    assert!(
+        batch["numbers"]["batch_fraction"].as_f64().unwrap() > 1.5,
+        "{batch}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rank_that_leaks_into_an_oom_is_warned_of_and_its_exit_code_passed_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // 8 GiB, 0.5 of it the context, 4 GiB of model: 3.4 GiB to leak at
+    // 64 MiB/s, out of memory after about 55 s.
+    let env = [
+        ("FAKE_TOTAL_BYTES", (8 * GIB).to_string()),
+        ("FAKE_BASE_BYTES", (4 * GIB).to_string()),
+        ("FAKE_LEAK_BYTES_PER_S", (64 * MIB).to_string()),
+        ("FAKE_DURATION_S", "200".to_string()),
+    ];
+    let (code, stderr) = finish(
+        profile(dir.path(), &fake_train(), &env),
+        Duration::from_secs(150),
+    )
+    .await;
+    assert_eq!(
+        code,
+        Some(3),
+        "the script's own exit code (3: out of memory): {stderr}"
+    );
+    let r = report(dir.path());
+    assert_eq!(r["exit"]["code"], 3);
+    assert_eq!(r["exit"]["oom"], true);
+    let reason = r["exit"]["oom_reason"].as_str().unwrap();
+    assert!(reason.contains("rank 0 of pjob"), "{reason}");
+    let oom_t = r["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "oom")
+        .expect("the script's oom mark")["t"]
+        .as_f64()
+        .unwrap();
+    let alerts = r["alerts"].as_array().unwrap();
+    let first = |kind: &str| {
+        alerts
+            .iter()
+            .filter(|a| a["kind"] == kind && a["rank"] == 0)
+            .map(|a| a["t"].as_f64().unwrap())
+            .reduce(f64::min)
+    };
+    let warned = [first("oom_predicted"), first("leak")]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min);
+    let warned = warned.unwrap_or_else(|| panic!("no forecast or leak alert: {alerts:?}"));
+    assert!(
+        warned < oom_t,
+        "warned at {warned}, out of memory at {oom_t}"
+    );
+    let level = alerts
+        .iter()
+        .filter(|a| a["kind"] == "memory_level" && a["rank"] == 0)
+        .map(|a| a["severity"].as_str().unwrap())
+        .collect::<Vec<_>>();
+    assert!(
+        level.contains(&"critical"),
+        "the GPU filled past 95 %: {level:?}"
+    );
+    let kinds: Vec<&str> = r["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"batch_size") || kinds.contains(&"leak"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_stops_the_command_and_the_report_is_still_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("started");
+    let script = dir.path().join("wait.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import time, gpumon\ngpumon.mark('waiting')\nopen({:?}, 'w').close()\ntime.sleep(300)\n",
+            flag.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut child = profile(dir.path(), &script, &[])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    support::wait_for(Duration::from_secs(30), "the script to start", || async {
+        flag.exists()
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("gpumon ends after Ctrl-C")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(128 + 2),
+        "Python died of the SIGINT passed on, after its exit handlers ran"
+    );
+    let r = report(dir.path());
+    assert_eq!(r["exit"]["interrupted"], true);
+    assert_eq!(r["exit"]["signal"], 2);
+    assert!(r["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "waiting"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn impossible_levels_and_missing_programs_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = gpumon();
+    cmd.current_dir(dir.path())
+        .args(["profile", "--host-warning-pct", "95", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let (code, stderr) = finish(cmd, Duration::from_secs(20)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("host levels") && stderr.contains("95"),
+        "{stderr}"
+    );
+    let mut cmd = gpumon();
+    cmd.current_dir(dir.path())
+        .args(["profile", "--source", "none", "--", "/nonexistent/train"])
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let (code, stderr) = finish(cmd, Duration::from_secs(20)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/train"), "{stderr}");
+    assert!(
+        !dir.path().join("gpumon-profile.json").exists(),
+        "no report of a run that never started"
+    );
+}
