@@ -178,6 +178,56 @@ async fn a_training_run_is_profiled_per_gpu_rank_and_host() {
         batch["numbers"]["batch_fraction"].as_f64().unwrap() > 1.5,
         "{batch}"
     );
+
+    // The report's named snapshots compare like a cluster's.
+    let names: Vec<&str> = r["snapshots"]["pjob"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["start", "warm"]);
+    let mut cmd = gpumon();
+    cmd.current_dir(dir.path()).args([
+        "snapshots",
+        "diff",
+        "start",
+        "warm",
+        "--profile",
+        "report.json",
+        "--json",
+    ]);
+    let out = cmd.output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (cmp["job"].as_str(), cmp["a"].as_str(), cmp["b"].as_str()),
+        (Some("pjob"), Some("start"), Some("warm"))
+    );
+    let start = &r["snapshots"]["pjob"][0]["ranks"][0];
+    let warm = &r["snapshots"]["pjob"][1]["ranks"][0];
+    let grew = warm["allocated"].as_i64().unwrap() - start["allocated"].as_i64().unwrap();
+    assert_eq!(cmp["ranks"][0]["delta"]["allocated"].as_i64(), Some(grew));
+    let mut cmd = gpumon();
+    cmd.current_dir(dir.path()).args([
+        "snapshots",
+        "diff",
+        "start",
+        "nope",
+        "--profile",
+        "report.json",
+    ]);
+    let out = cmd.output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no snapshot \"nope\"") && err.contains("start, warm"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -110,7 +110,7 @@ impl ApiClient {
 }
 
 /// Percent-encodes a path segment (job names are user input).
-fn encode_segment(s: &str) -> String {
+pub fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -49,6 +49,64 @@ pub enum Command {
     Run(RunArgs),
     /// One node, no cluster: run a training command with the hook, watch its GPUs, host RAM and ranks, and write a report when it ends.
     Profile(ProfileArgs),
+    /// Named allocator snapshots (gpumon.snapshot): list them, or show what grew between two, by rank.
+    Snapshots(SnapshotsArgs),
+}
+
+/// `gpumon snapshots`.
+#[derive(Debug, Args)]
+pub struct SnapshotsArgs {
+    #[command(subcommand)]
+    pub action: SnapshotsAction,
+}
+
+/// What `gpumon snapshots` does.
+#[derive(Debug, Subcommand)]
+pub enum SnapshotsAction {
+    /// The snapshots each job's ranks took.
+    List {
+        /// Only this job.
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+        #[command(flatten)]
+        from: SnapshotsFrom,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What grew from snapshot A to snapshot B, per rank and statistic (B minus A).
+    Diff {
+        /// The earlier snapshot's name.
+        a: String,
+        /// The later snapshot's name.
+        b: String,
+        /// The job [default: the only one with snapshots].
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+        #[command(flatten)]
+        from: SnapshotsFrom,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where snapshots are read from: a cluster, or a profile's report.
+#[derive(Debug, Args)]
+pub struct SnapshotsFrom {
+    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    #[arg(
+        long,
+        visible_alias = "coordinators",
+        env = "GPUMON_COORDINATOR",
+        conflicts_with = "profile"
+    )]
+    pub coordinator: Option<String>,
+    /// A `gpumon profile` JSON report instead of a cluster.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// `gpumon profile`.

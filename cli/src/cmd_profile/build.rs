@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gpumon_common::engine::{Alert, Risk};
+use gpumon_common::hook_records::named_snapshot;
 
 use super::embedded::Embedded;
 use super::recommend::recommendations;
@@ -162,7 +163,14 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
             host_samples: host.samples,
             marks_dropped: observed.marks_dropped,
         },
+        snapshots: BTreeMap::new(),
     };
+    for job in report.jobs.keys() {
+        if let Some(sets) = state.hook.snapshots().job(job) {
+            let named = sets.iter().map(|(n, s)| named_snapshot(n, s)).collect();
+            report.snapshots.insert(job.clone(), named);
+        }
+    }
     report.recommendations = recommendations(&report);
     report
 }

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use gpumon_common::engine::{Alert, OomForecast, Risk};
+use gpumon_proto::api::NamedMemorySnapshot;
 use serde::{Deserialize, Serialize};
 
 /// Report format version, in the `gpumon_profile` field.
@@ -50,6 +51,11 @@ pub struct ProfileReport {
     pub recommendations: Vec<Recommendation>,
     /// Counts of what was read and skipped.
     pub summary: Summary,
+    /// Named allocator snapshots (`gpumon.snapshot`) by job, each with
+    /// every rank's statistics: what `gpumon snapshots diff --profile`
+    /// compares.
+    #[serde(default)]
+    pub snapshots: BTreeMap<String, Vec<NamedMemorySnapshot>>,
 }
 
 /// How the command ended.

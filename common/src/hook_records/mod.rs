@@ -5,6 +5,7 @@
 //! of the state machine it is deterministic and bounded.
 
 mod memory_snapshots;
+mod snapshot_diff;
 mod steps;
 mod validate;
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use memory_snapshots::{
     MemorySnapshotBook, MemorySnapshotSet, MAX_MEMORY_SNAPSHOTS_PER_JOB, MAX_MEMORY_SNAPSHOT_JOBS,
 };
+pub use snapshot_diff::{compare_snapshots, named_snapshot, stats_delta};
 pub use steps::{RankSteps, SectionTime, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 

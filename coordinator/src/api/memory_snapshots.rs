@@ -7,48 +7,14 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use gpumon_common::hook_records::MemorySnapshotSet;
+use gpumon_common::hook_records::{compare_snapshots, named_snapshot};
 use gpumon_proto::api::{
-    ApiErrorBody, MemorySnapshotComparison, MemorySnapshotList, MemorySnapshotsAnswer,
-    MemorySnapshotsQuery, NamedMemorySnapshot, RankMemoryComparison, RankMemorySnapshot,
-    StatsDelta,
+    ApiErrorBody, MemorySnapshotList, MemorySnapshotsAnswer, MemorySnapshotsQuery,
 };
-use gpumon_proto::AllocStats;
 
 use super::error_answers::ReadErrors;
 use super::params::check_job_name;
 use super::{ApiError, AppState};
-
-fn delta(a: &AllocStats, b: &AllocStats) -> StatsDelta {
-    let d = |x: Option<u64>, y: Option<u64>| Some(i128::from(y?) - i128::from(x?));
-    StatsDelta {
-        allocated: i128::from(b.allocated) - i128::from(a.allocated),
-        reserved: i128::from(b.reserved) - i128::from(a.reserved),
-        active: d(a.active, b.active),
-        inactive_split: d(a.inactive_split, b.inactive_split),
-        peak_allocated: d(a.peak_allocated, b.peak_allocated),
-        peak_reserved: d(a.peak_reserved, b.peak_reserved),
-        alloc_retries: d(a.alloc_retries, b.alloc_retries),
-        ooms: d(a.ooms, b.ooms),
-    }
-}
-
-fn named(name: &str, set: &MemorySnapshotSet) -> NamedMemorySnapshot {
-    NamedMemorySnapshot {
-        name: name.to_owned(),
-        first_t: set.first_t,
-        last_t: set.last_t,
-        ranks: set
-            .ranks
-            .iter()
-            .map(|(&rank, (t, stats))| RankMemorySnapshot {
-                rank,
-                t: *t,
-                stats: *stats,
-            })
-            .collect(),
-    }
-}
 
 /// Named allocator snapshots (`gpumon.snapshot`); with `a` and `b`, their
 /// difference per rank.
@@ -86,7 +52,7 @@ pub async fn snapshots(
     match (q.a, q.b) {
         (None, None) => Ok(Json(MemorySnapshotsAnswer::List(MemorySnapshotList {
             job,
-            snapshots: sets.iter().map(|(n, s)| named(n, s)).collect(),
+            snapshots: sets.iter().map(|(n, s)| named_snapshot(n, s)).collect(),
         }))),
         (Some(a), Some(b)) => {
             let find = |name: &str| {
@@ -98,29 +64,11 @@ pub async fn snapshots(
                 })
             };
             let (sa, sb) = (find(&a)?, find(&b)?);
-            let mut ranks: Vec<u32> = sa.ranks.keys().chain(sb.ranks.keys()).copied().collect();
-            ranks.sort_unstable();
-            ranks.dedup();
-            let ranks = ranks
-                .into_iter()
-                .map(|rank| {
-                    let ea = sa.ranks.get(&rank).map(|(_, s)| *s);
-                    let eb = sb.ranks.get(&rank).map(|(_, s)| *s);
-                    let delta = match (&ea, &eb) {
-                        (Some(x), Some(y)) => Some(delta(x, y)),
-                        _ => None,
-                    };
-                    RankMemoryComparison {
-                        rank,
-                        a: ea,
-                        b: eb,
-                        delta,
-                    }
-                })
-                .collect();
-            Ok(Json(MemorySnapshotsAnswer::Comparison(
-                MemorySnapshotComparison { job, a, b, ranks },
-            )))
+            Ok(Json(MemorySnapshotsAnswer::Comparison(compare_snapshots(
+                &job,
+                &named_snapshot(&a, sa),
+                &named_snapshot(&b, sb),
+            ))))
         }
         _ => Err(ApiError::BadRequest(
             "give both a=NAME and b=NAME to compare two snapshots, or neither to list them".into(),
