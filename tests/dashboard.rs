@@ -89,6 +89,17 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         "the planted alerts were active after {:?}",
         started.elapsed()
     );
+    // Every simulated rank takes the snapshots "warm" and "warm+60".
+    wait_for(Duration::from_secs(120), "two named snapshots", || async {
+        let list: serde_json::Value = get(&format!("{url}/api/v1/jobs/{JOB}/snapshots"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let names = list["snapshots"].as_array().map_or(0, |s| s.len());
+        (names >= 2)
+            .then_some(())
+            .ok_or(format!("{names} snapshots"))
+    })
+    .await;
     let nodes: NodesView = get(&format!("{url}/api/v1/nodes")).await.unwrap();
 
     let before = active_alerts(&url).await.unwrap();
@@ -125,6 +136,24 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
     for a in steady.iter().filter(|a| a.job.as_deref() == Some(JOB)) {
         assert_alert_shown(&tags, a, "job page");
     }
+    // The snapshot comparison: the two snapshots picked, a row per rank.
+    for which in ["a", "b"] {
+        assert!(
+            find(&tags, |t| t.name == "select"
+                && t.attr("data-which") == Some(which))
+            .is_some(),
+            "the job page has no snapshot picker {which}"
+        );
+    }
+    for rank in 0..RANKS {
+        assert!(
+            find(&tags, |t| t.has_class("snap-row")
+                && t.attr("data-rank") == Some(&rank.to_string()))
+            .is_some(),
+            "the snapshot comparison has no row for rank {rank}"
+        );
+    }
+    assert!(find(&tags, |t| t.has_class("snap-total")).is_some());
     for (kind, rank) in PLANTED {
         assert!(
             find(&tags, |t| t.attr("data-alert-kind") == Some(kind)

@@ -33,6 +33,8 @@ const state = {
   again: false,
   /** Whether any answer has been shown yet. */
   rendered: false,
+  /** The last snapshot list: `{job, at, list}`. */
+  snapshots: null,
 };
 
 /** An HTTP answer that is not 2xx, with the API's reason. */
@@ -79,6 +81,18 @@ function parseRoute() {
 
 const enc = encodeURIComponent;
 
+/** Snapshots are rare and their list carries every rank: asked for at most this often. */
+const SNAPSHOTS_EVERY_MS = 30000;
+
+/** The job's named snapshots, from the last answer while it is fresh. */
+async function snapshotList(job) {
+  const kept = state.snapshots;
+  if (kept && kept.job === job && Date.now() - kept.at < SNAPSHOTS_EVERY_MS) return kept.list;
+  const list = await getJson("api/v1/jobs/" + enc(job) + "/snapshots");
+  state.snapshots = { job, at: Date.now(), list };
+  return list;
+}
+
 /** Fetches, one after the other, what `route` shows. */
 async function load(route) {
   const d = {};
@@ -98,6 +112,7 @@ async function load(route) {
       throw e;
     }
     d.jobAlerts = await getJson("api/v1/alerts?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
+    d.snapshots = await snapshotList(route.job);
     d.actions = await getJson("api/v1/actions?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
   } else if (route.page === "alerts") {
     d.recent = await getJson("api/v1/alerts?limit=" + LIST_LIMIT);
@@ -167,6 +182,7 @@ function render(route, d) {
       alerts: mergeAlerts(d.jobAlerts.alerts, d.active.alerts),
       actions: d.actions.actions,
       now: d.active.now,
+      snapshots: d.snapshots,
     });
   } else if (route.page === "alerts") {
     const all = mergeAlerts(d.recent.alerts, d.active.alerts);

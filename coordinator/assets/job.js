@@ -4,6 +4,7 @@
 
 import { actionTable, alertTable, sortAlerts } from "./alerts.js";
 import { Heatmap, MemoryChart, alignHistories } from "./chart.js";
+import { SnapshotPanel } from "./snapshots.js";
 import {
   badge, el, fmtBytes, fmtClock, fmtDur, fmtMs, fmtPct, fmtSignedBytes, median, memColor,
   nameColor, placeholder, rankColor, section,
@@ -42,12 +43,15 @@ export class JobPage {
     this.imbalanceBody = imbalanceBody;
     const [actionsPanel, actionsBody] = section("Actions");
     this.actionsBody = actionsBody;
+    const [snapshotsPanel, snapshotsBody] = section("Snapshots",
+      "Named allocator snapshots (gpumon.snapshot) compared: what grew per rank, largest first.", "snapshots-panel");
+    this.snapshots = new SnapshotPanel(snapshotsBody, job);
 
     root.replaceChildren(this.title, chartPanel, alertsPanel, ranksPanel, heatPanel,
-      el("div", { class: "two-col" }, sectionsPanel, imbalancePanel), actionsPanel);
+      el("div", { class: "two-col" }, sectionsPanel, imbalancePanel), snapshotsPanel, actionsPanel);
   }
 
-  /** `d`: `{detail, alerts, actions, now}`; `now` is the engine's data time (s). */
+  /** `d`: `{detail, alerts, actions, now, snapshots}`; `now` is the engine's data time (s). */
   update(d) {
     const detail = d.detail;
     const analysis = detail.analysis || null;
@@ -69,6 +73,7 @@ export class JobPage {
     this.sectionsBody.replaceChildren(sectionBars(ranks, steps));
     this.imbalanceBody.replaceChildren(imbalanceBars(ranks, rankViews, summaries));
     this.actionsBody.replaceChildren(actionTable(d.actions.filter((a) => a.job === this.job), { empty: "No actions on this job." }));
+    if (d.snapshots) this.snapshots.update(d.snapshots);
   }
 
   titleParts(detail, analysis, now) {

@@ -71,6 +71,7 @@ const ASSETS: &[Asset] = &[
     asset!("dom.js", JS),
     asset!("job.js", JS),
     asset!("overview.js", JS),
+    asset!("snapshots.js", JS),
     asset!("app.css", CSS),
     asset!("vendor/uplot/uPlot.iife.min.js", JS),
     asset!("vendor/uplot/uPlot.min.css", CSS),

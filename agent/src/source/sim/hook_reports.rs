@@ -27,6 +27,11 @@ pub(crate) const ALLOC_AT: [f64; 3] = [0.05, 0.5, 0.9];
 pub(crate) const WARMUP_STEPS: u64 = 5;
 /// Name of the warm-up marker.
 pub(crate) const WARMUP_MARKER: &str = "warmup done";
+/// Every rank's named allocator snapshots (`gpumon.snapshot`), after the
+/// step that ends with each: one at the end of warm-up, one a minute of
+/// steps later, so a leak shows as growth between the two.
+pub(crate) const SNAPSHOTS: [(u64, &str); 2] =
+    [(WARMUP_STEPS, "warm"), (WARMUP_STEPS + 60, "warm+60")];
 /// Name of the event a rank reports when its allocator runs out of memory.
 pub(crate) const OOM_EVENT: &str = "OutOfMemoryError";
 
@@ -99,6 +104,22 @@ impl Tape {
             step: step + 1,
             duration_ms,
             sections,
+        }));
+    }
+
+    /// Appends a named allocator snapshot.
+    pub(crate) fn snapshot(&mut self, t_ms: u64, info: &RankInfo, name: &str, a: AllocReading) {
+        self.alloc(t_ms, info, a);
+        let Some(HookRecord::Alloc(read)) = self.records.pop() else {
+            unreachable!("alloc appends an alloc record");
+        };
+        self.records.push(HookRecord::Event(EventRecord {
+            t_ms,
+            job: info.job.clone(),
+            rank: info.rank,
+            name: name.to_owned(),
+            detail: None,
+            snapshot: Some(read.stats),
         }));
     }
 

@@ -16,7 +16,7 @@ use gpumon_proto::RankInfo;
 
 use super::allocator::{CachingAllocator, OutOfMemory};
 use super::hook_reports::{
-    alloc_offsets, AllocReading, Tape, OOM_EVENT, WARMUP_MARKER, WARMUP_STEPS,
+    alloc_offsets, AllocReading, Tape, OOM_EVENT, SNAPSHOTS, WARMUP_MARKER, WARMUP_STEPS,
 };
 use super::timing::{self, Pace};
 use super::workload::Workload;
@@ -186,6 +186,10 @@ impl SimRank {
                 self.pace,
             );
             tape.step(at_ms(end), &self.info, step, step_ms as f64, sections);
+            if let Some((_, name)) = SNAPSHOTS.iter().find(|(after, _)| step + 1 == *after) {
+                let reading = self.reading(self.workload.allocated(step, end), 0);
+                tape.snapshot(at_ms(end), &self.info, name, reading);
+            }
             if self.info.rank == 0 && step + 1 == WARMUP_STEPS {
                 let detail =
                     format!("first {WARMUP_STEPS} steps done, memory at its working level");

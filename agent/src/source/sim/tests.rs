@@ -372,15 +372,24 @@ fn hook_records_are_valid_deterministic_and_depend_on_the_seed() {
             .all(|(i, s)| s.step == i as u64 + 1));
         assert!(steps.iter().all(|s| s.sections.len() == 4));
     }
-    // One warm-up marker, from rank 0.
+    // One warm-up marker, from rank 0; every rank's "warm" snapshot.
     let markers: Vec<_> = a
         .iter()
         .filter_map(|r| match r {
-            HookRecord::Event(e) => Some((e.rank, e.name.as_str())),
+            HookRecord::Event(e) if e.snapshot.is_none() => Some((e.rank, e.name.as_str())),
             _ => None,
         })
         .collect();
     assert_eq!(markers, [(0, "warmup done")]);
+    let mut snapshots: Vec<_> = a
+        .iter()
+        .filter_map(|r| match r {
+            HookRecord::Event(e) if e.snapshot.is_some() => Some((e.rank, e.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    snapshots.sort_unstable();
+    assert_eq!(snapshots, (0..8).map(|r| (r, "warm")).collect::<Vec<_>>());
     // Time order across ranks, as one hand-over carries them.
     assert!(a.windows(2).all(|w| w[0].t_ms() <= w[1].t_ms()));
 }
