@@ -15,6 +15,7 @@
 //! | 2 | + the detection engine |
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
+//! | 5 | ranks keep their Kubernetes placement |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -23,9 +24,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gpumon_common::actions::ActionBook;
-use gpumon_common::cluster::{ClusterState, Limits};
+use gpumon_common::cluster::{ClusterStateV4, Limits};
 use gpumon_common::engine::{Engine, EngineConfig};
-use gpumon_common::hook_records::HookState;
+use gpumon_common::hook_records::{HookState, StepTimes};
+use gpumon_common::notify::NotifyBook;
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +40,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 4;
+pub const CURRENT_VERSION: u32 = 5;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -49,11 +51,13 @@ enum SnapshotFile {
     V2 { meta: Meta, data: Vec<u8> },
     /// The cluster view, the engine, actions and hook data.
     V3 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of [`Applied`], ranks without their placement.
     V4 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V5 { meta: Meta, data: Vec<u8> },
 }
 
-/// [`SnapshotFile::V4`] borrowed, for writing without copying the data;
+/// [`SnapshotFile::V5`] borrowed, for writing without copying the data;
 /// postcard encodes both the same way.
 #[derive(Serialize)]
 enum SnapshotFileRef<'a> {
@@ -63,10 +67,25 @@ enum SnapshotFileRef<'a> {
     V2,
     #[allow(dead_code)]
     V3,
-    V4 {
+    #[allow(dead_code)]
+    V4,
+    V5 {
         meta: &'a Meta,
         data: &'a [u8],
     },
+}
+
+/// [`Applied`] as format 4 laid it out, before ranks kept a placement.
+#[derive(Serialize, Deserialize)]
+struct AppliedV4 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    state: ClusterStateV4,
+    engine: Engine,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
 }
 
 /// [`Applied`] as format 3 laid it out, before step times.
@@ -74,7 +93,7 @@ enum SnapshotFileRef<'a> {
 struct AppliedV3 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
     engine: Engine,
     actions: ActionBook,
     hook: HookState,
@@ -85,7 +104,7 @@ struct AppliedV3 {
 struct AppliedV2 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
     engine: Engine,
 }
 
@@ -94,7 +113,7 @@ struct AppliedV2 {
 struct AppliedV1 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
 }
 
 /// A snapshot read from disk, upgraded to the current format.
@@ -147,7 +166,7 @@ pub fn load(
             tracing::warn!(path = %path.display(),
                 "snapshot format 1 has no detector state; detectors start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            applied.data.state = old.state;
+            applied.data.state = old.state.into();
             (meta, 1)
         }
         SnapshotFile::V2 { meta, data } => {
@@ -155,7 +174,7 @@ pub fn load(
             tracing::warn!(path = %path.display(),
                 "snapshot format 2 has no action book; actions start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            (applied.data.state, applied.data.engine) = (old.state, old.engine);
+            (applied.data.state, applied.data.engine) = (old.state.into(), old.engine);
             (meta, 2)
         }
         SnapshotFile::V3 { meta, data } => {
@@ -164,18 +183,30 @@ pub fn load(
                 "snapshot format 3 has no step times; they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             let data = &mut applied.data;
-            (data.state, data.engine) = (old.state, old.engine);
+            (data.state, data.engine) = (old.state.into(), old.engine);
             (data.actions, data.hook) = (old.actions, old.hook);
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 4).map_err(fail)?;
+            let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 4 has no rank placements; they fill in from the next pushes");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            let data = &mut applied.data;
+            (data.state, data.engine) = (old.state.into(), old.engine);
+            (data.actions, data.hook) = (old.actions, old.hook);
+            (data.steps, data.notify) = (old.steps, old.notify);
+            (meta, 4)
+        }
+        SnapshotFile::V5 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(4))?;
+            applied = decode_applied(&data).map_err(decode_err(5))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 4,
+                version: 5,
             }));
         }
     };
@@ -189,7 +220,7 @@ pub fn load(
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
-/// `BASE.v4.HEX`. A follower checks both before it installs the snapshot
+/// `BASE.v5.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
     format!(
@@ -201,6 +232,11 @@ pub fn seal_id(base: &str, data: &[u8]) -> String {
 /// Checks a sealed id against `data`: the format this build reads and the
 /// checksum. An id without a seal (written by an older build) passes.
 pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
+    check_seal(id, data, CURRENT_VERSION)
+}
+
+/// [`check_sealed`] for data in format `expected`.
+fn check_seal(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
     let mut parts = id.rsplitn(3, '.');
     let (Some(sum), Some(version), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         return Ok(());
@@ -211,9 +247,9 @@ pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
     else {
         return Ok(());
     };
-    if version != CURRENT_VERSION {
+    if version != expected {
         return Err(format!(
-            "snapshot {id} is in format {version}; this build reads format {CURRENT_VERSION} from a leader (upgrade every replica to one build)"
+            "snapshot {id} is in format {version}; this build reads format {expected} from a leader (upgrade every replica to one build)"
         ));
     }
     let got = super::digest::checksum(data);
@@ -239,7 +275,7 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// Writes a current-format snapshot file at `path` atomically, streaming:
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
-    let file = SnapshotFileRef::V4 { meta, data };
+    let file = SnapshotFileRef::V5 { meta, data };
     let tmp = path.with_extension("bin.tmp");
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);

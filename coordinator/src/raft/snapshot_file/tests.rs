@@ -5,7 +5,7 @@
 //!
 //! The fixtures hold one scenario: an agent with two GPUs, two ranks of
 //! `job-1`, allocator and step records, a named snapshot, one action and
-//! one notification, at log index 42 of term 3. A missing fixture is
+//! one notification, rank 1's Kubernetes placement, at log index 42 of term 3. A missing fixture is
 //! written by `cargo test -p gpumon-coordinator snapshot_fixtures --
 //! --ignored`; an existing one is never rewritten.
 
@@ -13,12 +13,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpumon_common::actions::{ActionOrigin, ActionRequest, IssueRules};
+use gpumon_common::cluster::ClusterStateV4;
 use gpumon_common::engine::{AlertKind, EngineConfig, Severity, Subject};
 use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
     ActionKind, AllocRecord, AllocStats, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello,
-    HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
+    HookRecord, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
+    StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -97,6 +99,17 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
     ]
 }
 
+/// Rank 1's pod.
+fn placement() -> PodPlacement {
+    PodPlacement {
+        pod_uid: Some("0b5e8a1c-2d3f-4e5a-8b6c-7d8e9f0a1b2c".into()),
+        pod_name: Some("trainer-1".into()),
+        namespace: Some("ml".into()),
+        container_id: Some("5eed".repeat(16)),
+        container_name: Some("pytorch".into()),
+    }
+}
+
 /// The scenario every fixture holds (as much of it as its format keeps).
 fn scenario() -> Applied {
     let mut applied = Applied::empty(Limits::default(), &EngineConfig::default());
@@ -111,7 +124,7 @@ fn scenario() -> Applied {
     })];
     for seq in 1..=3u64 {
         let end_ms = 1_000_000 + seq * 1_000;
-        commands.push(CommandV1::Push(PushBatch {
+        let batch = PushBatch {
             agent_id: node.clone(),
             incarnation: 7,
             seq,
@@ -123,6 +136,13 @@ fn scenario() -> Applied {
             ],
             hook: hook_records(end_ms),
             acks: Vec::new(),
+        };
+        commands.push(CommandV1::PushPlaced(PushBatchV2 {
+            batch,
+            placements: vec![ProcPlacement {
+                pid: 101,
+                placement: placement(),
+            }],
         }));
     }
     commands.push(CommandV1::IssueActions {
@@ -183,7 +203,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
             data: postcard::to_allocvec(&AppliedV1 {
                 last_applied,
                 membership,
-                state: a.state.clone(),
+                state: ClusterStateV4::from(&a.state),
             })
             .unwrap(),
         },
@@ -192,7 +212,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
             data: postcard::to_allocvec(&AppliedV2 {
                 last_applied,
                 membership,
-                state: a.state.clone(),
+                state: ClusterStateV4::from(&a.state),
                 engine: a.engine.clone(),
             })
             .unwrap(),
@@ -202,7 +222,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
             data: postcard::to_allocvec(&AppliedV3 {
                 last_applied,
                 membership,
-                state: a.state.clone(),
+                state: ClusterStateV4::from(&a.state),
                 engine: a.engine.clone(),
                 actions: a.actions.clone(),
                 hook: a.hook.clone(),
@@ -210,6 +230,20 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
             .unwrap(),
         },
         4 => SnapshotFile::V4 {
+            meta,
+            data: postcard::to_allocvec(&AppliedV4 {
+                last_applied,
+                membership,
+                state: ClusterStateV4::from(&a.state),
+                engine: a.engine.clone(),
+                actions: a.actions.clone(),
+                hook: a.hook.clone(),
+                steps: a.steps.clone(),
+                notify: a.notify.clone(),
+            })
+            .unwrap(),
+        },
+        5 => SnapshotFile::V5 {
             meta,
             data: encode_applied(a).unwrap(),
         },
@@ -272,6 +306,12 @@ fn every_supported_format_loads_with_what_it_holds() {
         let rank_steps = a.steps.job("job-1").and_then(|ranks| ranks.get(&0));
         assert_eq!(rank_steps.is_some(), steps_kept, "v{version}");
         assert_eq!(a.notify.len(), usize::from(steps_kept), "v{version}");
+
+        let placement_kept = version >= 5;
+        let job = a.state.job_detail("job-1").expect("job-1");
+        let placements: Vec<_> = job.ranks.iter().map(|r| r.view.placement.clone()).collect();
+        let rank_1 = placement_kept.then(placement);
+        assert_eq!(placements, [None, rank_1], "v{version}");
     }
 }
 
@@ -291,7 +331,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V4 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V5 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -350,7 +390,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v4."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v5."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -363,9 +403,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v4.", ".v5.");
+    let other_format = id.replace(".v5.", ".v6.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 5"), "{err}");
+    assert!(err.contains("format 6"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
@@ -380,4 +420,40 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
         err.contains("damaged") && err.contains(&path.display().to_string()),
         "{err}"
     );
+}
+
+#[test]
+fn a_format_4_file_sealed_by_its_build_loads_and_a_damaged_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(SNAPSHOT_FILE);
+    let bytes = std::fs::read(fixture(4)).unwrap();
+    let SnapshotFile::V4 { mut meta, data } = postcard::from_bytes(&bytes).unwrap() else {
+        panic!("fixture v4 is not format 4");
+    };
+    // What a format-4 build wrote: its id sealed `.v4.` with the data's checksum.
+    let sum = crate::raft::digest::checksum(&data);
+    meta.snapshot_id = format!("3-1-42-0.v4.{sum}");
+    let file = SnapshotFile::V4 {
+        meta: meta.clone(),
+        data: data.clone(),
+    };
+    std::fs::write(&path, postcard::to_allocvec(&file).unwrap()).unwrap();
+    let loaded = load(&path, Limits::default(), &EngineConfig::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.version, 4);
+    assert_eq!(loaded.applied.state.cluster_view().live_ranks, 2);
+
+    let mut damaged = data;
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let file = SnapshotFile::V4 {
+        meta,
+        data: damaged,
+    };
+    std::fs::write(&path, postcard::to_allocvec(&file).unwrap()).unwrap();
+    let err = load(&path, Limits::default(), &EngineConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("damaged"), "{err}");
 }
