@@ -78,6 +78,10 @@ fn commands() -> Vec<CommandV1> {
             entries: vec![],
             at_ms: 1_700_000_000_000,
         },
+        CommandV1::Expire {
+            stale_after_ms: 600_000,
+        },
+        CommandV1::PushPlaced(messages::placed_push()),
     ]
 }
 
