@@ -7,7 +7,9 @@
 //! their own, see [`parse_environ`]), so the agent can name the job and rank
 //! of every process NVML reports without any change to the training
 //! script. [`parse_environ`] reads one environment blob; [`RankFinder`]
-//! fills [`ProcSample::rank`] for a round of samples, caching per process.
+//! fills [`ProcSample::rank`] for a round of samples, caching per process,
+//! and keeps the Kubernetes placement of each rank's process
+//! ([`crate::placement`]) for [`RankFinder::placements_for`].
 //!
 //! The GPU of a process is the device NVML listed it under. `LOCAL_RANK` is
 //! kept for display only: with `CUDA_VISIBLE_DEVICES` remapping, MIG or
@@ -24,7 +26,9 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use gpumon_proto::{GpuSample, ProcSample, RankInfo};
+use gpumon_proto::{GpuSample, GpuWindow, PodPlacement, ProcPlacement, ProcSample, RankInfo};
+
+use crate::placement::read_placement;
 
 /// Where the host's process table is mounted.
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
@@ -101,18 +105,7 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     if bytes.len() > MAX_ENVIRON_BYTES {
         return None;
     }
-    let mut vars: HashMap<&str, &str> = HashMap::new();
-    for entry in bytes.split(|&b| b == 0) {
-        let Ok(entry) = std::str::from_utf8(entry) else {
-            continue;
-        };
-        let Some((key, value)) = entry.split_once('=') else {
-            continue;
-        };
-        if KEYS.contains(&key) {
-            vars.entry(key).or_insert(value);
-        }
-    }
+    let vars = env_vars(bytes, &KEYS);
     let get = |key: &str| vars.get(key).copied();
     let named = |value: Option<&str>| {
         value
@@ -192,6 +185,25 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     })
 }
 
+/// The values of `keys` in an environment blob (`KEY=value` entries
+/// separated by NUL bytes). Entries that are not UTF-8 or have no `=` are
+/// skipped; where a key repeats the first entry wins, as with `getenv`.
+pub(crate) fn env_vars<'a>(bytes: &'a [u8], keys: &[&str]) -> HashMap<&'a str, &'a str> {
+    let mut vars = HashMap::new();
+    for entry in bytes.split(|&b| b == 0) {
+        let Ok(entry) = std::str::from_utf8(entry) else {
+            continue;
+        };
+        let Some((key, value)) = entry.split_once('=') else {
+            continue;
+        };
+        if keys.contains(&key) {
+            vars.entry(key).or_insert(value);
+        }
+    }
+    vars
+}
+
 /// Like Python's `int()` on these variables: surrounding whitespace is fine.
 fn parse_u32(s: &str) -> Option<u32> {
     s.trim().parse().ok()
@@ -239,12 +251,13 @@ enum Cause {
     Other,
 }
 
-/// A cached lookup: the process's start time (when `stat` was readable) and
-/// what its environment said.
+/// A cached lookup: the process's start time (when `stat` was readable),
+/// what its environment said and, for a rank, where in Kubernetes it runs.
 #[derive(Debug, Clone)]
 struct CacheEntry {
     start_time: Option<u64>,
     rank: Option<RankInfo>,
+    placement: Option<PodPlacement>,
 }
 
 /// Attributes NVML's GPU processes to torchrun jobs and ranks by reading
@@ -333,6 +346,23 @@ impl RankFinder {
         self.stats
     }
 
+    /// The placement of each attributed process in `windows` that the last
+    /// [`Self::attribute`] call found in Kubernetes, once per pid, by pid.
+    pub fn placements_for(&self, windows: &[GpuWindow]) -> Vec<ProcPlacement> {
+        let pids: std::collections::BTreeSet<u32> = windows
+            .iter()
+            .flat_map(|w| &w.procs)
+            .filter(|p| p.rank.is_some())
+            .map(|p| p.pid)
+            .collect();
+        pids.into_iter()
+            .filter_map(|pid| {
+                let placement = self.cache.get(&pid)?.placement.clone()?;
+                Some(ProcPlacement { pid, placement })
+            })
+            .collect()
+    }
+
     /// The rank of `pid`, from the cache or its environment.
     fn lookup(&mut self, pid: u32, missing_now: &mut HashSet<u32>) -> Option<RankInfo> {
         let dir = self.proc_root.join(pid.to_string());
@@ -349,11 +379,15 @@ impl RankFinder {
                 match read_bounded(&path, MAX_ENVIRON_BYTES) {
                     Ok(bytes) => {
                         let rank = parse_environ(&bytes);
+                        let placement = rank
+                            .as_ref()
+                            .and_then(|_| read_placement(&self.proc_root, pid, &bytes));
                         self.cache.insert(
                             pid,
                             CacheEntry {
                                 start_time,
                                 rank: rank.clone(),
+                                placement,
                             },
                         );
                         rank

@@ -25,6 +25,7 @@ pub mod config;
 pub mod discovery;
 pub mod hook_endpoint;
 pub mod metrics;
+pub mod placement;
 pub mod push;
 mod run;
 pub mod source;

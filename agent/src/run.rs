@@ -1,5 +1,8 @@
 //! The agent's main loop: sample, attribute, fold into windows, hand to the uplink.
 //!
+//! Each hand-over carries, beside its windows, the Kubernetes placement the
+//! rank finder keeps for their processes (none outside Kubernetes).
+//!
 //! Sampling never waits on the network: windows go to the uplink task
 //! through a bounded channel with `try_send`; when the uplink is that far
 //! behind, the window is dropped and counted (the uplink's own buffer holds
@@ -132,11 +135,13 @@ impl Hooks {
     }
 }
 
-/// This window's hand-over: the windows, plus the hub's records and acks
-/// and the source's own hook records when the channel has room for them
-/// (otherwise they keep in the hub and the source).
+/// This window's hand-over: the windows with the placements `finder`
+/// keeps for their processes, plus the hub's records and acks and the
+/// source's own hook records when the channel has room for them (otherwise
+/// they keep in the hub and the source).
 fn outgoing(
     windows: Vec<gpumon_proto::GpuWindow>,
+    finder: Option<&RankFinder>,
     hub: Option<&Arc<HookHub>>,
     source: &mut dyn GpuSource,
     room: bool,
@@ -148,10 +153,12 @@ fn outgoing(
     if room {
         hook.extend(source.take_hook_records());
     }
+    let placements = finder.map_or_else(Vec::new, |f| f.placements_for(&windows));
     Outgoing {
         windows,
         hook,
         acks,
+        placements,
     }
 }
 
@@ -267,7 +274,7 @@ impl Sampler {
                 _ = window_tick.tick() => {
                     // The sampler is the only sender, so room seen here is still
                     // there at `try_send`.
-                    let out = outgoing(folder.take(), hub.as_ref(), self.source.as_mut(), tx.capacity() > 0);
+                    let out = outgoing(folder.take(), self.finder.as_ref(), hub.as_ref(), self.source.as_mut(), tx.capacity() > 0);
                     if out.is_empty() {
                         continue;
                     }
@@ -288,6 +295,7 @@ impl Sampler {
         }
         let rest = outgoing(
             folder.take(),
+            self.finder.as_ref(),
             hub.as_ref(),
             self.source.as_mut(),
             tx.capacity() > 0,

@@ -22,7 +22,11 @@
 //! doubling to 5 s, with jitter).
 //!
 //! A batch carries windows and, when the agent serves hooks, the hook
-//! records and action acks gathered since the last one ([`Outgoing`]). The
+//! records and action acks gathered since the last one ([`Outgoing`]), and
+//! the Kubernetes placement of its windows' ranks where the agent found
+//! one. A batch with placements is sent as protocol version 2, one without
+//! as version 1 ([`AgentMessage::push`]), so an agent outside Kubernetes
+//! still talks to coordinators that know version 1 only. The
 //! actions in every committed reply go to the [`HookHub`] (see
 //! [`Uplink::with_hook_hub`]), which hands them to the training processes;
 //! their acks come back in a later batch.
@@ -35,7 +39,8 @@ use std::time::Duration;
 use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{
-    ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, PendingAction, PushBatch,
+    ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, PendingAction,
+    ProcPlacement, PushBatch, PushBatchV2,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -83,6 +88,8 @@ pub struct Outgoing {
     pub hook: Vec<HookRecord>,
     /// Action acks, oldest first.
     pub acks: Vec<ActionAck>,
+    /// Where in Kubernetes the windows' processes run, by pid.
+    pub placements: Vec<ProcPlacement>,
 }
 
 impl Outgoing {
@@ -96,11 +103,12 @@ impl Outgoing {
     }
 
     fn encoded_len(&self) -> usize {
-        wire::encode(&(&self.windows, &self.hook, &self.acks)).len()
+        wire::encode(&(&self.windows, &self.hook, &self.acks, &self.placements)).len()
     }
 
     /// Keeps the first `n` items (windows, then records, then acks) and
-    /// returns the rest, order kept.
+    /// returns the rest, order kept; each part keeps the placements of its
+    /// windows' processes.
     fn split_off(&mut self, n: usize) -> Outgoing {
         let w = n.min(self.windows.len());
         let windows = self.windows.split_off(w);
@@ -108,12 +116,28 @@ impl Outgoing {
         let hook = self.hook.split_off(h);
         let a = (n - w - h).min(self.acks.len());
         let acks = self.acks.split_off(a);
+        let placements = placements_in(&windows, &self.placements);
+        self.placements = placements_in(&self.windows, &self.placements);
         Outgoing {
             windows,
             hook,
             acks,
+            placements,
         }
     }
+}
+
+/// The placements of processes in `windows`.
+fn placements_in(windows: &[GpuWindow], placements: &[ProcPlacement]) -> Vec<ProcPlacement> {
+    placements
+        .iter()
+        .filter(|p| {
+            windows
+                .iter()
+                .any(|w| w.procs.iter().any(|q| q.pid == p.pid))
+        })
+        .cloned()
+        .collect()
 }
 
 #[derive(Debug, Error)]
@@ -136,7 +160,8 @@ pub struct Uplink {
     route: Route,
     hello: Hello,
     hello_sent_to: Option<String>,
-    buffer: VecDeque<PushBatch>,
+    /// Batches with the placements of their processes.
+    buffer: VecDeque<PushBatchV2>,
     max_buffered: usize,
     max_batch_bytes: usize,
     next_seq: u64,
@@ -218,11 +243,16 @@ impl Uplink {
         hook: Vec<HookRecord>,
         acks: Vec<ActionAck>,
     ) {
-        let out = Outgoing {
+        self.enqueue_outgoing(Outgoing {
             windows,
             hook,
             acks,
-        };
+            placements: Vec::new(),
+        });
+    }
+
+    /// [`Self::enqueue`] of a hand-over, with its placements.
+    pub fn enqueue_outgoing(&mut self, out: Outgoing) {
         if out.is_empty() {
             return;
         }
@@ -230,6 +260,7 @@ impl Uplink {
             windows,
             hook,
             acks,
+            placements,
         } in self.split(out)
         {
             while self.buffer.len() >= self.max_buffered {
@@ -237,7 +268,7 @@ impl Uplink {
                 let seq_spent = self.front_sent && oldest_unsent == 0;
                 if let Some(old) = self.take_out(oldest_unsent, seq_spent) {
                     self.stats.dropped.fetch_add(1, Relaxed);
-                    self.count_lost(&old.hook, &old.acks);
+                    self.count_lost(&old.batch.hook, &old.batch.acks);
                 }
             }
             let batch = PushBatch {
@@ -251,7 +282,7 @@ impl Uplink {
                 acks,
             };
             self.next_seq += 1;
-            self.buffer.push_back(batch);
+            self.buffer.push_back(PushBatchV2 { batch, placements });
         }
         self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
     }
@@ -259,14 +290,14 @@ impl Uplink {
     /// Takes the batch at `at` out of the buffer. Unless its seq is spent
     /// (sent, maybe committed), the batches after it move down one seq so
     /// that none is skipped.
-    fn take_out(&mut self, at: usize, seq_spent: bool) -> Option<PushBatch> {
+    fn take_out(&mut self, at: usize, seq_spent: bool) -> Option<PushBatchV2> {
         let batch = self.buffer.remove(at)?;
         if at == 0 {
             self.front_sent = false;
         }
         if !seq_spent {
             for later in self.buffer.range_mut(at..) {
-                later.seq -= 1;
+                later.batch.seq -= 1;
             }
             self.next_seq -= 1;
         }
@@ -369,10 +400,10 @@ impl Uplink {
     /// not had one). `Ok(true)` when a batch left the buffer.
     async fn deliver_front(&mut self) -> Result<bool, DeliveryError> {
         self.greet().await?;
-        let Some(batch) = self.buffer.front() else {
+        let Some(front) = self.buffer.front() else {
             return Ok(false);
         };
-        let msg = AgentMessage::V1(AgentMessageV1::Push(batch.clone()));
+        let msg = AgentMessage::push(front.batch.clone(), front.placements.clone());
         self.front_sent = true;
         match self.deliver(&msg).await {
             Ok(()) => {
@@ -381,7 +412,7 @@ impl Uplink {
                 self.stats.last_acked_ms.store(now_ms(), Relaxed);
             }
             Err(DeliveryError::Refused(why)) => {
-                let seq = self.take_out(0, false).map_or(0, |b| b.seq);
+                let seq = self.take_out(0, false).map_or(0, |b| b.batch.seq);
                 self.stats.rejected.fetch_add(1, Relaxed);
                 tracing::error!(seq, %why, "a coordinator refused a batch; dropped it");
             }
@@ -398,10 +429,6 @@ impl Uplink {
         self.jitter ^= self.jitter >> 7;
         self.jitter ^= self.jitter << 17;
         Duration::from_millis(base * 4 / 5 + self.jitter % (base * 2 / 5 + 1))
-    }
-
-    fn enqueue_outgoing(&mut self, out: Outgoing) {
-        self.enqueue(out.windows, out.hook, out.acks);
     }
 
     /// Runs until the channel closes (the sampler stopped), then tries to
@@ -521,7 +548,11 @@ mod tests {
 
     fn seqs_and_gpus(u: &Uplink) -> Vec<(u64, u32)> {
         let gpu = |b: &PushBatch| b.windows[0].gpu.index;
-        u.buffer.iter().map(|b| (b.seq, gpu(b))).collect()
+        batches(u).map(|b| (b.seq, gpu(b))).collect()
+    }
+
+    fn batches(u: &Uplink) -> impl Iterator<Item = &PushBatch> {
+        u.buffer.iter().map(|b| &b.batch)
     }
 
     #[test]
@@ -533,7 +564,7 @@ mod tests {
         assert_eq!(seqs_and_gpus(&u), vec![(1, 2), (2, 3), (3, 4)]);
         assert_eq!(u.stats().dropped.load(Relaxed), 2);
         assert_eq!(
-            u.buffer.back().unwrap().dropped_batches,
+            u.buffer.back().unwrap().batch.dropped_batches,
             2,
             "the drop count travels with later batches"
         );
@@ -566,7 +597,7 @@ mod tests {
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
         u.enqueue((0..64).map(window).collect(), vec![], vec![]);
         assert!(u.buffered() > 1);
-        let total: usize = u.buffer.iter().map(|b| b.windows.len()).sum();
+        let total: usize = batches(&u).map(|b| b.windows.len()).sum();
         assert_eq!(total, 64, "splitting loses no window");
         assert!(u.buffer.iter().all(|b| wire::encode(b).len() <= 4096));
     }
@@ -603,26 +634,17 @@ mod tests {
         );
         assert!(u.buffered() > 3);
         assert!(u.buffer.iter().all(|b| wire::encode(b).len() <= 4096));
-        let seqs: Vec<u64> = u.buffer.iter().map(|b| b.seq).collect();
+        let seqs: Vec<u64> = batches(&u).map(|b| b.seq).collect();
         assert_eq!(seqs, (1..=u.buffered() as u64).collect::<Vec<_>>());
-        let windows: Vec<u32> = u
-            .buffer
-            .iter()
+        let windows: Vec<u32> = batches(&u)
             .flat_map(|b| &b.windows)
             .map(|w| w.gpu.index)
             .collect();
-        let records: Vec<u64> = u
-            .buffer
-            .iter()
+        let records: Vec<u64> = batches(&u)
             .flat_map(|b| &b.hook)
             .map(HookRecord::t_ms)
             .collect();
-        let acks: Vec<u64> = u
-            .buffer
-            .iter()
-            .flat_map(|b| &b.acks)
-            .map(|a| a.id)
-            .collect();
+        let acks: Vec<u64> = batches(&u).flat_map(|b| &b.acks).map(|a| a.id).collect();
         assert_eq!(windows, (0..20).collect::<Vec<_>>());
         assert_eq!(records, (0..100).collect::<Vec<_>>());
         assert_eq!(acks, (0..50).collect::<Vec<_>>());
@@ -640,7 +662,7 @@ mod tests {
         assert_eq!(stats.dropped.load(Relaxed), 1);
         assert_eq!(stats.dropped_hook_records.load(Relaxed), 2);
         assert_eq!(stats.dropped_acks.load(Relaxed), 1);
-        assert_eq!(u.buffer[0].acks[0].id, 4);
+        assert_eq!(u.buffer[0].batch.acks[0].id, 4);
 
         // A lone item over the byte limit is dropped and counted too.
         let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 10, 4096);
@@ -648,8 +670,69 @@ mod tests {
         huge.response = Some("x".repeat(5000));
         u.enqueue(vec![], vec![record(1)], vec![huge]);
         assert_eq!(u.buffered(), 1);
-        assert_eq!(u.buffer[0].hook.len(), 1);
+        assert_eq!(u.buffer[0].batch.hook.len(), 1);
         assert_eq!(u.stats().dropped_acks.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn placements_travel_with_the_windows_of_their_processes() {
+        let on = |i: u32, pids: &[u32]| {
+            let mut w = window(i);
+            w.procs = pids
+                .iter()
+                .map(|&pid| gpumon_proto::ProcWindow {
+                    pid,
+                    used_bytes: BytesStat::single(1),
+                    rank: None,
+                })
+                .collect();
+            w
+        };
+        let placed = |pid: u32| ProcPlacement {
+            pid,
+            placement: gpumon_proto::PodPlacement {
+                pod_name: Some(format!("trainer-{pid}")),
+                ..Default::default()
+            },
+        };
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 800);
+        // Pid 7 uses GPUs 0 and 9: its placement goes with both halves.
+        let mut windows: Vec<GpuWindow> = (0..10).map(|i| on(i, &[100 + i])).collect();
+        windows[0].procs.push(on(0, &[7]).procs.remove(0));
+        windows[9].procs.push(on(9, &[7]).procs.remove(0));
+        u.enqueue_outgoing(Outgoing {
+            windows,
+            placements: [7, 100, 109].map(placed).to_vec(),
+            ..Outgoing::default()
+        });
+        assert!(u.buffered() > 1);
+        for b in &u.buffer {
+            let pids: Vec<u32> = b.placements.iter().map(|p| p.pid).collect();
+            let has = |gpu: u32| b.batch.windows.iter().any(|w| w.gpu.index == gpu);
+            let want: Vec<u32> = [(0, 7), (0, 100), (9, 7), (9, 109)]
+                .into_iter()
+                .filter(|(gpu, _)| has(*gpu))
+                .map(|(_, pid)| pid)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let mut got = pids.clone();
+            got.sort_unstable();
+            assert_eq!(got, want, "batch {}", b.batch.seq);
+            assert!(wire::encode(b).len() <= 800);
+        }
+        let sent = |b: &PushBatchV2| AgentMessage::push(b.batch.clone(), b.placements.clone());
+        let versions: Vec<bool> = u
+            .buffer
+            .iter()
+            .map(|b| matches!(sent(b), AgentMessage::V2(_)))
+            .collect();
+        assert_eq!(versions.first(), Some(&true), "GPU 0's batch is version 2");
+        assert_eq!(versions.last(), Some(&true), "GPU 9's batch is version 2");
+        assert!(
+            versions.contains(&false),
+            "batches without placements stay version 1"
+        );
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! (marker, snapshot, section) up to [`MAX_LABEL_BYTES`] (128): labels go
 //! into every alert and dashboard row that names them.
 //!
+//! A rank's Kubernetes placement has the shapes Kubernetes gives it: a pod
+//! name of up to [`MAX_POD_NAME_BYTES`], namespace and container names of
+//! up to [`MAX_DNS_LABEL_BYTES`], a pod UID of [`POD_UID_BYTES`] and a
+//! container id of [`CONTAINER_ID_BYTES`] (`cluster::check_placement`).
+//!
 //! Sections, three bounds on purpose: a step record may carry up to
 //! [`MAX_SECTIONS`] (32, what the hook and agent have always accepted); the
 //! coordinator keeps the times of at most 16 section names per rank
@@ -22,6 +27,14 @@
 
 /// Longest job, node, agent or GPU name, bytes.
 pub const MAX_NAME_BYTES: usize = 256;
+/// Longest pod name, bytes: a Kubernetes object name (a DNS subdomain).
+pub const MAX_POD_NAME_BYTES: usize = 253;
+/// Longest namespace or container name, bytes: a DNS label.
+pub const MAX_DNS_LABEL_BYTES: usize = 63;
+/// Length of a pod UID with its dashes, bytes.
+pub const POD_UID_BYTES: usize = 36;
+/// Length of a container id (containerd, CRI-O, Docker), hex digits.
+pub const CONTAINER_ID_BYTES: usize = 64;
 /// Longest marker, snapshot or section name in a hook record, bytes.
 pub const MAX_LABEL_BYTES: usize = 128;
 /// Longest free-text detail of a marker, bytes.

@@ -4,9 +4,9 @@
 //! live Raft: only the decode step.
 //!
 //! Inputs: valid bodies (entries of every payload kind and every command,
-//! memberships, votes, a snapshot chunk holding the v4 fixture's state)
-//! damaged by the shared mutator, every body decoded as each of the three
-//! types, and random bytes.
+//! memberships, votes, a snapshot chunk holding the current format's
+//! fixture state) damaged by the shared mutator, every body decoded as
+//! each of the three types, and random bytes.
 //!
 //! Property: decoding never panics; it is `Ok` or a postcard error, and
 //! what it accepts re-encodes to bytes that decode to the same encoding.
@@ -78,6 +78,10 @@ fn commands() -> Vec<CommandV1> {
             entries: vec![],
             at_ms: 1_700_000_000_000,
         },
+        CommandV1::Expire {
+            stale_after_ms: 600_000,
+        },
+        CommandV1::PushPlaced(messages::placed_push()),
     ]
 }
 
@@ -107,10 +111,13 @@ fn append() -> Append {
 }
 
 fn install() -> Install {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/v4.bin");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/fixtures/snapshots/v{}.bin",
+        snapshot_file::CURRENT_VERSION
+    ));
     let loaded = snapshot_file::load(&fixture, Limits::default(), &EngineConfig::default())
         .unwrap()
-        .expect("the v4 fixture");
+        .expect("the current format's fixture");
     InstallSnapshotRequest {
         vote: Vote::new_committed(3, 1),
         meta: SnapshotMeta {

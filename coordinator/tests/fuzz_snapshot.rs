@@ -3,9 +3,9 @@
 //! which it runs on the state a leader sends.
 //!
 //! Inputs: the fixtures of every format (`tests/fixtures/snapshots/
-//! v{1..4}.bin`) damaged by the shared mutator (truncations, bit flips,
-//! splices between versions, length fields blown up), and the v4 state
-//! alone, damaged the same way.
+//! v{1..=CURRENT_VERSION}.bin`) damaged by the shared mutator (truncations,
+//! bit flips, splices between versions, length fields blown up), and the
+//! current format's state alone, damaged the same way.
 //!
 //! Property: `load` never panics; it returns the snapshot, upgraded to the
 //! current format (whose data decodes again), or a `LoadSnapshotError`
@@ -30,7 +30,7 @@ const STATE_CASES: u64 = 6_000;
 
 fn fixtures() -> Vec<Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots");
-    (1..=4)
+    (1..=snapshot_file::CURRENT_VERSION)
         .map(|v| std::fs::read(dir.join(format!("v{v}.bin"))).unwrap())
         .collect()
 }
@@ -90,7 +90,8 @@ fn damaged_snapshot_files_load_or_name_the_file() {
 #[test]
 fn damaged_state_decodes_or_fails() {
     let (_dir, path) = scratch();
-    std::fs::write(&path, &fixtures()[3]).unwrap();
+    let current = fixtures().pop().expect("the current format's fixture");
+    std::fs::write(&path, current).unwrap();
     let data = load(&path).unwrap().unwrap().data;
     let corpus = [data.clone()];
     kit::run("snapshot state", STATE_CASES, |rng| {

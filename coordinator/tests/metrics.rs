@@ -1,5 +1,7 @@
 //! `/metrics` of a real coordinator over loopback HTTP: the per-rank series
-//! agree with the JSON API, every alert kind and severity is reported, the
+//! agree with the JSON API, ranks pushed with a Kubernetes placement have
+//! it in the API and a `gpumon_rank_info` series, every alert kind and
+//! severity is reported, the
 //! classic text passes `promtool check metrics`, a job's series go when it
 //! ends; a real Prometheus server scrapes the coordinator and answers a
 //! query for a rank's memory; and the shipped scrape config and rules in
@@ -21,8 +23,8 @@ use support::{leak_batch, push, start_with};
 
 use gpumon_common::engine::AlertKind;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo,
-    GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
+    AgentMessage, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo, GpuWindow, HookRecord,
+    PodPlacement, ProcPlacement, ProcWindow, PushBatch, RankInfo, StepRecord,
 };
 use serde_json::Value;
 
@@ -53,8 +55,24 @@ fn window_ms(i: u64) -> (u64, u64) {
     (start, start + WINDOW_MS - 100)
 }
 
+/// Ranks below this run in pods (the agent found their placement); the
+/// others do not.
+const IN_PODS: u32 = 3;
+
+/// The pod of rank `rank`'s process (pid `100 + rank`).
+fn pod(rank: u32) -> PodPlacement {
+    PodPlacement {
+        pod_uid: Some(format!("7a1b2c3d-0000-4000-8000-00000000000{rank}")),
+        pod_name: Some(format!("trainer-{rank}")),
+        namespace: Some("ml-research".into()),
+        container_id: Some(format!("{:064x}", 0xc0ffee00 + rank)),
+        container_name: (rank != 0).then(|| "pytorch".to_owned()),
+    }
+}
+
 /// Batch `seq` (from 1) of `job` with ten windows; `live` false: every
-/// process has left its GPU, which ends the ranks.
+/// process has left its GPU, which ends the ranks. Live, it carries the
+/// placement of the ranks in pods (protocol version 2).
 fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
     let mut windows = Vec::new();
     let mut hook = Vec::new();
@@ -120,7 +138,14 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
             }
         }
     }
-    AgentMessage::V1(AgentMessageV1::Push(PushBatch {
+    let placements = (0..IN_PODS)
+        .filter(|_| live)
+        .map(|rank| ProcPlacement {
+            pid: 100 + rank,
+            placement: pod(rank),
+        })
+        .collect();
+    let batch = PushBatch {
         agent_id: format!("agent-{job}"),
         incarnation: 1,
         seq,
@@ -129,7 +154,8 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
         windows,
         hook,
         acks: Vec::new(),
-    }))
+    };
+    AgentMessage::push(batch, placements)
 }
 
 /// One sample of an exposition text.
@@ -244,6 +270,52 @@ fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// A rank's placement as pushed, in the JSON API and in `gpumon_rank_info`
+/// (with the rank's labels and those placement fields pushed); none for a
+/// rank outside the pods.
+async fn assert_placement(url: &str, samples: &[Sample], job: &str, rank: u32) {
+    let detail = get_json(url, &format!("/api/v1/jobs/{job}")).await;
+    let view = detail["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rank"] == rank)
+        .unwrap()["placement"]
+        .clone();
+    let r = rank.to_string();
+    let info = find(samples, "gpumon_rank_info", &[("job", job), ("rank", &r)]);
+    if rank >= IN_PODS {
+        assert_eq!(view, Value::Null, "rank {rank}");
+        assert!(info.is_empty(), "{info:?}");
+        return;
+    }
+    let p = pod(rank);
+    assert_eq!(view, serde_json::to_value(&p).unwrap(), "rank {rank}");
+    assert_eq!(info.len(), 1, "rank {rank}: {info:?}");
+    assert_eq!(info[0].value, 1.0);
+    let want: BTreeMap<String, String> = [
+        ("job", job.to_owned()),
+        ("rank", r),
+        ("node", "node-m".into()),
+        ("gpu", rank.to_string()),
+    ]
+    .into_iter()
+    .chain(
+        [
+            ("namespace", p.namespace),
+            ("pod", p.pod_name),
+            ("container", p.container_name),
+            ("uid", p.pod_uid),
+            ("container_id", p.container_id),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?))),
+    )
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(info[0].labels, want, "rank {rank}");
+}
+
 /// A rank's `used_bytes` as the JSON API shows it.
 async fn api_used_bytes(url: &str, job: &str, rank: u64) -> u64 {
     let detail = get_json(url, &format!("/api/v1/jobs/{job}")).await;
@@ -303,6 +375,7 @@ async fn metrics_follow_the_replicated_state_and_pass_promtool() {
         );
         assert_eq!(forward.len(), 1, "{forward:?}");
         assert!((forward[0].value - 0.1).abs() < 1e-9, "{forward:?}");
+        assert_placement(&url, &samples, job, rank).await;
     }
     // The growing rank's OOM forecast counts from the data's newest time
     // (the last window's end), not from any clock.

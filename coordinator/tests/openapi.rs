@@ -15,6 +15,7 @@ use gpumon_proto::api::{
     ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobWithAnalysis, JobsView,
     MemorySnapshotsAnswer, NodesView, RaftStatus,
 };
+use gpumon_proto::{AgentMessage, AgentMessageV1, PodPlacement, ProcPlacement};
 use schema::check;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -102,6 +103,27 @@ fn json_reads(doc: &Value) -> Vec<(String, Value)> {
     out
 }
 
+/// `message` with rank 0's process (pid 100) placed in a pod.
+fn in_a_pod(message: AgentMessage) -> AgentMessage {
+    let AgentMessage::V1(AgentMessageV1::Push(batch)) = message else {
+        panic!("a version 1 push");
+    };
+    let placement = PodPlacement {
+        pod_uid: Some("1c3f2a4b-5d6e-4f70-8a9b-0c1d2e3f4a5b".into()),
+        pod_name: Some("job-x-worker-0".into()),
+        namespace: Some("ml".into()),
+        container_id: Some("ab".repeat(32)),
+        container_name: None,
+    };
+    AgentMessage::push(
+        batch,
+        vec![ProcPlacement {
+            pid: 100,
+            placement,
+        }],
+    )
+}
+
 /// `GET url` answered 200 with JSON.
 async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     let resp = client.get(url).send().await.unwrap();
@@ -114,11 +136,14 @@ async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_
     let dir = tempfile::tempdir().unwrap();
     let c = start(dir.path(), 1000).await;
     let url = c.api_url();
-    // Ten minutes of data with a leaking rank: jobs, analysis and alerts.
+    // Ten minutes of data with a leaking rank: jobs, analysis and alerts;
+    // rank 0 in a pod, so a rank's placement is checked against its schema.
     for seq in 1..=20 {
-        support::push(&url, &leak_batch(seq)).await;
+        support::push(&url, &in_a_pod(leak_batch(seq))).await;
     }
     let client = gpumon_net::plain_client_builder().build().unwrap();
+    let job = get_json(&client, &format!("{url}/api/v1/jobs/job-x")).await;
+    assert_eq!(job["ranks"][0]["placement"]["namespace"], "ml", "{job}");
     let doc: Value = get_json(&client, &format!("{url}/api/v1/openapi.json")).await;
 
     let reads = json_reads(&doc);

@@ -14,8 +14,9 @@ use gpumon_common::limits::MAX_SEQ_GAP;
 use gpumon_proto::api::{ApiErrorBody, ClusterView};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello, HookRecord,
-    PushBatch, PushOutcome,
+    AgentMessage, AgentMessageV1, AgentMessageV2, BytesStat, EventRecord, GpuInfo, GpuWindow,
+    Hello, HookRecord, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
+    PushOutcome,
 };
 
 /// Up while the newest window ended at most this long before the
@@ -65,11 +66,16 @@ fn msg(batch: PushBatch) -> AgentMessage {
 
 /// Posts `batch` and expects a 400 whose reason contains every one of `words`.
 async fn refused(url: &str, batch: PushBatch, words: &[&str]) {
+    refused_message(url, &msg(batch), words).await;
+}
+
+/// Posts `message` and expects a 400 whose reason contains every one of `words`.
+async fn refused_message(url: &str, message: &AgentMessage, words: &[&str]) {
     let resp = gpumon_net::plain_client_builder()
         .build()
         .unwrap()
         .post(format!("{url}/api/v1/ingest"))
-        .body(wire::encode(&msg(batch)))
+        .body(wire::encode(message))
         .send()
         .await
         .unwrap();
@@ -86,8 +92,12 @@ async fn cluster(url: &str) -> ClusterView {
 
 async fn applied(url: &str, batch: PushBatch) {
     let seq = batch.seq;
+    applied_message(url, &msg(batch), seq).await;
+}
+
+async fn applied_message(url: &str, message: &AgentMessage, seq: u64) {
     assert_eq!(
-        push(url, &msg(batch)).await,
+        push(url, message).await,
         PushOutcome::Committed {
             acked_seq: seq,
             duplicate: false
@@ -214,5 +224,61 @@ async fn a_restarted_agent_is_taken_from_seq_one_and_a_resend_stays_a_duplicate(
             duplicate: true
         }
     );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn placements_beyond_the_processes_are_refused_and_a_malformed_one_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    let placed = |pid, namespace: &str| ProcPlacement {
+        pid,
+        placement: PodPlacement {
+            namespace: Some(namespace.into()),
+            ..PodPlacement::default()
+        },
+    };
+    let v2 = |batch, placements| {
+        AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements }))
+    };
+    // A version 2 hello is a hello.
+    let hello = AgentMessage::V2(AgentMessageV2::Hello(Hello {
+        agent_id: "a".into(),
+        incarnation: 1,
+        node: "node-a".into(),
+        agent_version: "test".into(),
+        source: "test".into(),
+        gpus: Vec::new(),
+    }));
+    push(&url, &hello).await;
+
+    // One window with one process: two placements are one too many.
+    let mut batch = push_of("a", 1, 1, wall_ms());
+    batch.windows[0].procs.push(ProcWindow {
+        pid: 42,
+        used_bytes: BytesStat::single(GIB),
+        rank: None,
+    });
+    let two = vec![placed(42, "ml"), placed(43, "ml")];
+    refused_message(
+        &url,
+        &v2(batch.clone(), two),
+        &["2 placements", "1 processes"],
+    )
+    .await;
+    let rejected = cluster(&url).await.coordinator.unwrap().rejected_pushes;
+    assert_eq!((rejected.malformed, rejected.out_of_bounds), (1, 0));
+
+    // A placement of the wrong shape is skipped and counted; the windows apply.
+    let before = cluster(&url).await.ingest;
+    let malformed = v2(batch, vec![placed(42, "Not A Namespace")]);
+    applied_message(&url, &malformed, 1).await;
+    let after = cluster(&url).await.ingest;
+    assert_eq!(after.windows_applied, before.windows_applied + 1);
+    assert_eq!(after.windows_skipped, before.windows_skipped + 1);
+    // Version 2 without placements applies as a version 1 push does.
+    let plain = v2(push_of("a", 1, 2, wall_ms()), Vec::new());
+    applied_message(&url, &plain, 2).await;
     c.shutdown().await;
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`sample`]: raw NVML-style samples and the per-GPU windows agents push;
 //! - [`hook`]: what the in-process hook reports and the action acknowledgements;
+//! - [`placement`]: the Kubernetes pod and container of a process;
 //! - [`uplink`]: the versioned agent → coordinator messages and the replies;
 //! - [`api`]: every JSON body of the coordinator's HTTP API (with the
 //!   `openapi` feature, their OpenAPI schemas);
@@ -30,6 +31,7 @@
 
 pub mod api;
 pub mod hook;
+pub mod placement;
 pub mod sample;
 pub mod uplink;
 pub mod wire;
@@ -37,13 +39,14 @@ pub mod wire;
 pub use hook::{
     ActionAck, ActionOutcome, AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord,
 };
+pub use placement::{PodPlacement, ProcPlacement};
 pub use sample::{
     BytesStat, GaugeStat, GpuInfo, GpuSample, GpuWindow, ProcSample, ProcWindow, RankInfo,
 };
 pub use uplink::{
-    ActionKind, AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, Hello,
-    PendingAction, PushBatch, PushOutcome,
+    ActionKind, AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV1,
+    Hello, PendingAction, PushBatch, PushBatchV2, PushOutcome,
 };
 
-/// The protocol version this build speaks on the agent uplink.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The newest protocol version this build speaks on the agent uplink.
+pub const PROTOCOL_VERSION: u32 = 2;

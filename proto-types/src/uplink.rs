@@ -6,10 +6,16 @@
 //! at-least-once (an agent re-sends what was not acknowledged); the state
 //! machine drops a batch whose `seq` it has already applied for that
 //! `(agent_id, incarnation)`, so the effect is exactly-once.
+//!
+//! Version 2 adds the Kubernetes placement of the batch's processes
+//! ([`PushBatchV2`]). An agent sends a push as version 2 only when it has a
+//! placement to carry, and as version 1 otherwise, so an agent outside
+//! Kubernetes still talks to a coordinator that knows version 1 alone.
 
 use serde::{Deserialize, Serialize};
 
 use crate::hook::{ActionAck, HookRecord};
+use crate::placement::ProcPlacement;
 use crate::sample::{GpuInfo, GpuWindow};
 
 /// Everything an agent sends to a coordinator; the variant is the protocol version.
@@ -17,6 +23,20 @@ use crate::sample::{GpuInfo, GpuWindow};
 pub enum AgentMessage {
     /// Protocol version 1.
     V1(AgentMessageV1),
+    /// Protocol version 2: pushes carry placements.
+    V2(AgentMessageV2),
+}
+
+impl AgentMessage {
+    /// A push in the oldest version that carries it: version 1 without
+    /// placements, version 2 with.
+    pub fn push(batch: PushBatch, placements: Vec<ProcPlacement>) -> Self {
+        if placements.is_empty() {
+            Self::V1(AgentMessageV1::Push(batch))
+        } else {
+            Self::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements }))
+        }
+    }
 }
 
 /// The messages of protocol version 1.
@@ -26,6 +46,15 @@ pub enum AgentMessageV1 {
     Hello(Hello),
     /// Windows of samples.
     Push(PushBatch),
+}
+
+/// The messages of protocol version 2.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AgentMessageV2 {
+    /// An agent introduces itself (as in version 1).
+    Hello(Hello),
+    /// Windows of samples with the placement of their processes.
+    Push(PushBatchV2),
 }
 
 /// An agent introduces itself and its GPUs.
@@ -65,6 +94,16 @@ pub struct PushBatch {
     pub hook: Vec<HookRecord>,
     /// How actions delivered earlier ended.
     pub acks: Vec<ActionAck>,
+}
+
+/// A version 1 batch and where in Kubernetes its processes run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushBatchV2 {
+    /// The batch, as version 1 lays it out.
+    pub batch: PushBatch,
+    /// The placement of processes in `batch.windows`, by pid; a process
+    /// without one is unknown or outside Kubernetes.
+    pub placements: Vec<ProcPlacement>,
 }
 
 /// What a coordinator answers to an [`AgentMessage`]; the variant is the protocol version.

@@ -15,7 +15,7 @@ pub trait Versioned: Serialize + DeserializeOwned {
 
 impl Versioned for AgentMessage {
     const NAME: &'static str = "agent message";
-    const MAX_VERSION: u32 = 1;
+    const MAX_VERSION: u32 = crate::PROTOCOL_VERSION;
 }
 
 impl Versioned for CoordinatorReply {
@@ -109,8 +109,9 @@ pub fn decode<T: Versioned>(bytes: &[u8], max_bytes: usize) -> Result<T, DecodeE
 mod tests {
     use super::*;
     use crate::hook::{ActionAck, ActionOutcome, AllocRecord, AllocStats, HookRecord, StepRecord};
+    use crate::placement::{PodPlacement, ProcPlacement};
     use crate::sample::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
-    use crate::uplink::{AgentMessageV1, PushBatch};
+    use crate::uplink::{AgentMessageV1, AgentMessageV2, PushBatch, PushBatchV2};
 
     fn push() -> AgentMessage {
         let gpu = GpuInfo {
@@ -193,6 +194,48 @@ mod tests {
     }
 
     #[test]
+    fn a_push_with_placements_is_version_2_and_round_trips() {
+        let AgentMessage::V1(AgentMessageV1::Push(batch)) = push() else {
+            unreachable!()
+        };
+        let placement = PodPlacement {
+            pod_uid: Some("6f1c2b3a-4d5e-4f60-8a9b-0c1d2e3f4a5b".into()),
+            pod_name: Some("trainer-0".into()),
+            namespace: Some("ml".into()),
+            container_id: Some("ab".repeat(32)),
+            container_name: None,
+        };
+        let placed = vec![ProcPlacement { pid: 42, placement }];
+        let msg = AgentMessage::push(batch.clone(), placed.clone());
+        let bytes = encode(&msg);
+        assert_eq!(bytes[0], 1, "variant 1 is protocol version 2");
+        let back = decode::<AgentMessage>(&bytes, 1 << 20).unwrap();
+        assert_eq!(
+            back,
+            AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 {
+                batch: batch.clone(),
+                placements: placed
+            }))
+        );
+        // Without placements the push stays version 1, for older coordinators.
+        assert_eq!(AgentMessage::push(batch, Vec::new()), push());
+    }
+
+    /// [`push`] as encoded by the build before protocol version 2: this
+    /// build must still decode it to the same message.
+    const V1_PUSH_OF_AN_OLDER_BUILD: &str = "000101610903016e0001054750552d3100044831303080808080c00201d10f040109050400000000012a0707070701016a0303080001bce6010200d00f016a0305090001010000000001d10f016a030c0000000000506f400107666f727761726400000000000054400104d20f0003010c00";
+
+    #[test]
+    fn a_version_1_push_of_an_older_build_still_decodes() {
+        let hex = V1_PUSH_OF_AN_OLDER_BUILD;
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(decode::<AgentMessage>(&bytes, 1 << 20).unwrap(), push());
+    }
+
+    #[test]
     fn refuses_oversized_before_decoding() {
         let bytes = encode(&push());
         let err = decode::<AgentMessage>(&bytes, 10).unwrap_err();
@@ -205,17 +248,17 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 1; // variant 1 = protocol version 2
+        bytes[0] = 2; // variant 2 = protocol version 3
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 2,
-                max: 1
+                got: 3,
+                max: 2
             }
         );
-        assert!(err.to_string().contains("version 2"));
+        assert!(err.to_string().contains("version 3"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! the reply an agent decodes ([`CoordinatorReply`]).
 //!
 //! Inputs: valid encodings of hellos, full and empty push batches (windows,
-//! every hook record kind, acks) and replies, damaged by the shared mutator
+//! every hook record kind, acks), a version 2 push with placements, and
+//! replies, damaged by the shared mutator
 //! (bit flips, truncations, insertions, deletions, splices, varint length
 //! fields blown up to huge values), and plain random bytes.
 //!
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use gpumon_proto::wire::{self, DecodeError, Versioned};
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
+    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
 };
 use kit::{varint, Rng};
 
@@ -35,12 +36,14 @@ const CASES: u64 = 100_000;
 
 fn agent_seeds() -> Vec<Vec<u8>> {
     [
-        AgentMessageV1::Hello(messages::hello()),
-        AgentMessageV1::Push(messages::push()),
-        AgentMessageV1::Push(messages::empty_push()),
+        AgentMessage::V1(AgentMessageV1::Hello(messages::hello())),
+        AgentMessage::V1(AgentMessageV1::Push(messages::push())),
+        AgentMessage::V1(AgentMessageV1::Push(messages::empty_push())),
+        AgentMessage::V2(AgentMessageV2::Hello(messages::hello())),
+        AgentMessage::V2(AgentMessageV2::Push(messages::placed_push())),
     ]
-    .into_iter()
-    .map(|m| wire::encode(&AgentMessage::V1(m)))
+    .iter()
+    .map(wire::encode)
     .collect()
 }
 

@@ -8,8 +8,8 @@
 
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, EventRecord,
-    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, PendingAction, ProcWindow, PushBatch,
-    RankInfo, StepRecord,
+    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, PendingAction, PodPlacement, ProcPlacement,
+    ProcWindow, PushBatch, PushBatchV2, RankInfo, StepRecord,
 };
 
 pub fn gpu(index: u32) -> GpuInfo {
@@ -150,6 +150,33 @@ pub fn push() -> PushBatch {
         windows: vec![window(0, true), window(1, false)],
         hook: hook_records(),
         acks: acks(),
+    }
+}
+
+/// [`push`] with the placement of its rank (every field set) and of its
+/// other process (one field).
+pub fn placed_push() -> PushBatchV2 {
+    PushBatchV2 {
+        batch: push(),
+        placements: vec![
+            ProcPlacement {
+                pid: 4242,
+                placement: PodPlacement {
+                    pod_uid: Some("1c3f2a4b-5d6e-4f70-8a9b-0c1d2e3f4a5b".into()),
+                    pod_name: Some("run-7-worker-0".into()),
+                    namespace: Some("ml".into()),
+                    container_id: Some("0123456789abcdef".repeat(4)),
+                    container_name: Some("pytorch".into()),
+                },
+            },
+            ProcPlacement {
+                pid: 77,
+                placement: PodPlacement {
+                    namespace: Some("default".into()),
+                    ..PodPlacement::default()
+                },
+            },
+        ],
     }
 }
 

@@ -7,7 +7,7 @@ use gpumon_agent::uplink::Outgoing;
 use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::transition::{Command, CommandV1, Replicated};
-use gpumon_proto::{Hello, PushBatch};
+use gpumon_proto::{Hello, PushBatch, PushBatchV2};
 
 use super::observed::Observed;
 
@@ -47,7 +47,16 @@ impl Embedded {
             hook: out.hook,
             acks: out.acks,
         };
-        self.state.apply(Command::V1(CommandV1::Push(batch)), false);
+        // As a leader proposes it: with placements only when there are some.
+        let command = if out.placements.is_empty() {
+            CommandV1::Push(batch)
+        } else {
+            CommandV1::PushPlaced(PushBatchV2 {
+                batch,
+                placements: out.placements,
+            })
+        };
+        self.state.apply(Command::V1(command), false);
     }
 
     /// The replicated state.

@@ -1,9 +1,12 @@
 //! Applying agent messages to the view.
 
 use gpumon_proto::api::{HistoryPoint, ProcessView};
-use gpumon_proto::{GpuInfo, GpuWindow, Hello, PushBatch};
+use std::collections::BTreeMap;
+
+use gpumon_proto::{GpuInfo, GpuWindow, Hello, PodPlacement, ProcPlacement, PushBatch};
 use serde::{Deserialize, Serialize};
 
+use super::placement::check_placement;
 use super::validate::{check_name, check_window};
 use super::{
     AgentEntry, ClusterState, GpuEntry, RankEntry, RankKey, Ring, INCARNATIONS_REMEMBERED,
@@ -108,6 +111,18 @@ impl ClusterState {
 
     /// Applies a batch of windows, once per `(agent_id, incarnation, seq)`.
     pub fn apply_push(&mut self, batch: &PushBatch) -> PushApplied {
+        self.apply_push_placed(batch, &[])
+    }
+
+    /// [`Self::apply_push`], and each rank whose process has a placement
+    /// here keeps it. A placement that fails [`check_placement`] is skipped
+    /// and counted in `windows_skipped`; one whose pid is in none of the
+    /// batch's windows is passed over; where a pid repeats the first wins.
+    pub fn apply_push_placed(
+        &mut self,
+        batch: &PushBatch,
+        placements: &[ProcPlacement],
+    ) -> PushApplied {
         let mut out = PushApplied::default();
         // An incarnation without a record has no history to poison: any
         // seq starts it (after lost state, or when forged incarnations
@@ -148,6 +163,14 @@ impl ClusterState {
         }
         agent.dropped_batches = agent.dropped_batches.max(batch.dropped_batches);
         self.counters.batches_applied += 1;
+        let mut placed: BTreeMap<u32, &PodPlacement> = BTreeMap::new();
+        for p in placements {
+            if check_placement(&p.placement).is_ok() {
+                placed.entry(p.pid).or_insert(&p.placement);
+            } else {
+                self.counters.windows_skipped += 1;
+            }
+        }
         let mut seen_ms = None;
         let leap_bound = self.leap_bound();
         let mut leapt = false;
@@ -156,7 +179,7 @@ impl ClusterState {
             leapt |= leaps;
             if !leaps
                 && check_window(w).is_ok()
-                && self.apply_window(&batch.node, w, &mut out.events)
+                && self.apply_window(&batch.node, w, &placed, &mut out.events)
             {
                 out.windows_applied += 1;
                 out.applied_indexes.push(i as u32);
@@ -282,8 +305,15 @@ impl ClusterState {
         Some(gpu)
     }
 
-    /// Applies one valid window; false when it was skipped over a bound.
-    fn apply_window(&mut self, node: &str, w: &GpuWindow, events: &mut Vec<ClusterEvent>) -> bool {
+    /// Applies one valid window, with the placements of its processes by
+    /// pid; false when it was skipped over a bound.
+    fn apply_window(
+        &mut self,
+        node: &str,
+        w: &GpuWindow,
+        placed: &BTreeMap<u32, &PodPlacement>,
+        events: &mut Vec<ClusterEvent>,
+    ) -> bool {
         let history = self.limits.history_windows;
         let Some(gpu) = self.gpu_entry(node, &w.gpu, events) else {
             return false;
@@ -339,12 +369,14 @@ impl ClusterState {
                         last_seen_ms: 0,
                         ended_ms: None,
                         history: Ring::new(history),
+                        placement: None,
                     }),
                 );
             }
             let Some(entry) = self.ranks.get_mut(&key) else {
                 continue;
             };
+            let placement = placed.get(&p.pid).copied();
             let moved = entry.pid != p.pid || entry.gpu_uuid != w.gpu.uuid;
             if newest && (moved || entry.ended_ms.is_some()) {
                 events.push(ClusterEvent::RankStarted {
@@ -361,6 +393,12 @@ impl ClusterState {
                 entry.gpu_index = w.gpu.index;
                 entry.pid = p.pid;
                 entry.ended_ms = None;
+                // A new process: the old one's pod is not this one's.
+                entry.placement = placement.cloned();
+            } else if let Some(placement) = placement.filter(|_| entry.pid == p.pid) {
+                if entry.placement.as_ref() != Some(placement) {
+                    entry.placement = Some(placement.clone());
+                }
             }
             entry.peak_used_bytes = entry.peak_used_bytes.max(p.used_bytes.max);
             if newest && w.end_ms >= entry.last_seen_ms {

@@ -20,12 +20,19 @@
 //! proposes (the coordinator's `service::push_bounds`), so these catch what
 //! an older leader let into the log.
 //!
+//! A rank keeps the Kubernetes placement of its process (pod, namespace,
+//! container) when the agent sent one ([`ClusterState::apply_push_placed`]);
+//! a placement without the shapes Kubernetes gives its names is skipped and
+//! counted with the skipped windows and fields.
+//!
 //! Everything is bounded by [`Limits`]: history per series, ended jobs kept
 //! for post-mortems, ranks, GPUs and agents; past a bound the state skips and
 //! counts rather than grows.
 
 mod apply;
 mod expiry;
+mod legacy;
+mod placement;
 mod read;
 mod ring;
 mod validate;
@@ -33,13 +40,17 @@ mod validate;
 use std::collections::BTreeMap;
 
 use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
-use gpumon_proto::{GpuInfo, RankInfo};
+use gpumon_proto::{GpuInfo, PodPlacement, RankInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::shared::Shared;
 
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
+pub use legacy::ClusterStateV4;
+pub use placement::{
+    check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,
+};
 pub use ring::Ring;
 pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 
@@ -144,6 +155,8 @@ struct RankEntry {
     last_seen_ms: u64,
     ended_ms: Option<u64>,
     history: Ring<HistoryPoint>,
+    /// Where in Kubernetes the rank's process runs, when known.
+    placement: Option<PodPlacement>,
 }
 
 impl ClusterState {
@@ -192,5 +205,7 @@ impl ClusterState {
 mod bounds_tests;
 #[cfg(test)]
 mod expiry_tests;
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod tests;

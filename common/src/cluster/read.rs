@@ -178,5 +178,6 @@ fn rank_view(r: &RankEntry, up: &BTreeSet<&str>) -> RankView {
         last_seen_ms: r.last_seen_ms,
         ended_ms: r.ended_ms,
         lost: r.ended_ms.is_none() && !up.contains(r.node.as_str()),
+        placement: r.placement.clone(),
     }
 }

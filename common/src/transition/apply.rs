@@ -1,6 +1,6 @@
 //! [`Replicated::apply`]: one command in, its effects out.
 
-use gpumon_proto::{GpuWindow, HookRecord, PushBatch};
+use gpumon_proto::{GpuWindow, HookRecord, ProcPlacement, PushBatch, PushBatchV2};
 
 use super::{Command, CommandResult, CommandV1, Replicated};
 use crate::cluster::ClusterEvent;
@@ -43,7 +43,10 @@ impl Replicated {
                 events: self.state.apply_hello(&hello),
                 ..Effects::default()
             },
-            CommandV1::Push(batch) => self.apply_push(batch, keep_applied),
+            CommandV1::Push(batch) => self.apply_push(batch, &[], keep_applied),
+            CommandV1::PushPlaced(PushBatchV2 { batch, placements }) => {
+                self.apply_push(batch, &placements, keep_applied)
+            }
             CommandV1::IssueActions { requests, rules } => {
                 let t = self.now_t();
                 let issued = requests
@@ -81,8 +84,13 @@ impl Replicated {
         }
     }
 
-    fn apply_push(&mut self, batch: PushBatch, keep_applied: bool) -> Effects {
-        let out = self.state.apply_push(&batch);
+    fn apply_push(
+        &mut self,
+        batch: PushBatch,
+        placements: &[ProcPlacement],
+        keep_applied: bool,
+    ) -> Effects {
+        let out = self.state.apply_push_placed(&batch, placements);
         for &i in &out.applied_indexes {
             if let Some(w) = batch.windows.get(i as usize) {
                 self.engine.observe_window(&batch.node, w);

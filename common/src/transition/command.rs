@@ -4,7 +4,7 @@
 //! encoding is a compatibility promise: add variants at the end of
 //! [`CommandV1`] or start a `V2`, never reorder.
 
-use gpumon_proto::{Hello, PushBatch};
+use gpumon_proto::{Hello, PushBatch, PushBatchV2};
 use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionRequest, IssueOutcome, IssueRules};
@@ -55,6 +55,10 @@ pub enum CommandV1 {
         /// How long an agent, GPU or ended job may stay quiet.
         stale_after_ms: u64,
     },
+    /// An agent pushed windows with the Kubernetes placement of their
+    /// processes (protocol version 2). The leader proposes it only for a
+    /// push that carries placements, [`CommandV1::Push`] otherwise.
+    PushPlaced(PushBatchV2),
 }
 
 /// What applying a command did, returned to the proposer.

@@ -70,11 +70,12 @@ impl Replicated {
     }
 }
 
-/// [`Replicated`] as snapshot format 4 laid it out: the engine before
-/// memory levels ([`crate::engine::legacy`]).
+/// [`Replicated`] as snapshot format 4 laid it out: ranks before their
+/// placement (`cluster::legacy`) and the engine before memory levels
+/// ([`crate::engine::legacy`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV4 {
-    state: ClusterState,
+    state: crate::cluster::ClusterStateV4,
     engine: crate::engine::legacy::EngineV4,
     actions: ActionBook,
     hook: HookState,
@@ -86,7 +87,7 @@ impl ReplicatedV4 {
     /// The current layout, with the replica's configured memory levels.
     pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
         Replicated {
-            state: self.state,
+            state: self.state.into(),
             engine: self.engine.upgrade(engine_config.memory_levels.clone()),
             actions: self.actions,
             hook: self.hook,

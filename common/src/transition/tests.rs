@@ -96,6 +96,42 @@ fn a_push_applies_once_and_its_resend_changes_nothing() {
 }
 
 #[test]
+fn a_push_with_placements_applies_like_a_push_and_places_its_ranks() {
+    let Command::V1(CommandV1::Push(batch)) = push(1, vec![window(1, 1_000, GIB)], Vec::new())
+    else {
+        unreachable!()
+    };
+    let placement = gpumon_proto::PodPlacement {
+        namespace: Some("ml".into()),
+        pod_name: Some("trainer-1".into()),
+        ..Default::default()
+    };
+    let command = Command::V1(CommandV1::PushPlaced(gpumon_proto::PushBatchV2 {
+        batch: batch.clone(),
+        placements: vec![gpumon_proto::ProcPlacement {
+            pid: 101,
+            placement: placement.clone(),
+        }],
+    }));
+    let mut placed = fresh();
+    let effects = placed.apply(command.clone(), true);
+    assert_eq!(effects.result.windows_applied, 1);
+    let applied = effects.applied.expect("the window was applied");
+    assert_eq!(applied.windows, batch.windows);
+    let job = placed.state.job_detail("job-1").unwrap();
+    assert_eq!(job.ranks[0].view.placement, Some(placement));
+    assert!(placed.apply(command, false).result.duplicate);
+
+    // The engine saw the same window as without placements.
+    let mut plain = fresh();
+    plain.apply(Command::V1(CommandV1::Push(batch)), false);
+    assert_eq!(
+        postcard::to_allocvec(&placed.engine).unwrap(),
+        postcard::to_allocvec(&plain.engine).unwrap()
+    );
+}
+
+#[test]
 fn applied_windows_and_records_come_back_only_when_asked_and_only_the_valid_ones() {
     let mut bad_window = window(1, 1_000, GIB);
     bad_window.used_bytes.max = 100 * GIB;

@@ -29,7 +29,7 @@ use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
     request_body(content = Postcard, description = "postcard `AgentMessage`.", content_type = "application/octet-stream"),
     responses(
         (status = 200, description = "postcard `CoordinatorReply`: acknowledged sequence numbers and actions for the agent.", body = Postcard, content_type = "application/octet-stream"),
-        (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
+        (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, more placements than its windows have processes, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
         (status = 429, description = "Too many pushes in flight on this replica, or the push would add agents, GPUs or live ranks past the cluster's limits (the message says which); retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// the data the commands built. Reads go through to the data
 /// (`applied.engine`, `applied.state`, ...).
 ///
-/// Its postcard encoding is the data of snapshot format 4 (see
+/// Its postcard encoding is the data of snapshot format 5 (see
 /// [`super::snapshot_file`]): the fields in this order, flattened.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Applied {

@@ -15,7 +15,7 @@
 //! | 2 | + the detection engine |
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
-//! | 5 | the engine's configuration gains memory levels |
+//! | 5 | ranks keep their Kubernetes placement; the engine's configuration gains memory levels |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -24,7 +24,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gpumon_common::actions::ActionBook;
-use gpumon_common::cluster::{ClusterState, Limits};
+use gpumon_common::cluster::{ClusterStateV4, Limits};
 use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
@@ -52,7 +52,8 @@ enum SnapshotFile {
     V2 { meta: Meta, data: Vec<u8> },
     /// The cluster view, the engine, actions and hook data.
     V3 { meta: Meta, data: Vec<u8> },
-    /// All of the replicated data, the engine without memory levels.
+    /// All of the replicated data, ranks without their placement and the
+    /// engine without memory levels.
     V4 { meta: Meta, data: Vec<u8> },
     /// All of [`Applied`].
     V5 { meta: Meta, data: Vec<u8> },
@@ -76,7 +77,7 @@ enum SnapshotFileRef<'a> {
     },
 }
 
-/// [`Applied`] as format 4 laid it out, before memory levels.
+/// [`Applied`] as format 4 laid it out, before ranks kept a placement and the engine memory levels.
 #[derive(Deserialize)]
 struct AppliedV4 {
     last_applied: Option<LogId<u64>>,
@@ -89,7 +90,7 @@ struct AppliedV4 {
 struct AppliedV3 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
     engine: EngineV4,
     actions: ActionBook,
     hook: HookState,
@@ -100,7 +101,7 @@ struct AppliedV3 {
 struct AppliedV2 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
     engine: EngineV4,
 }
 
@@ -109,7 +110,7 @@ struct AppliedV2 {
 struct AppliedV1 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterState,
+    state: ClusterStateV4,
 }
 
 /// A snapshot read from disk, upgraded to the current format.
@@ -163,7 +164,7 @@ pub fn load(
             tracing::warn!(path = %path.display(),
                 "snapshot format 1 has no detector state; detectors start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            applied.data.state = old.state;
+            applied.data.state = old.state.into();
             (meta, 1)
         }
         SnapshotFile::V2 { meta, data } => {
@@ -171,7 +172,7 @@ pub fn load(
             tracing::warn!(path = %path.display(),
                 "snapshot format 2 has no action book; actions start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            applied.data.state = old.state;
+            applied.data.state = old.state.into();
             applied.data.engine = old.engine.upgrade(levels());
             (meta, 2)
         }
@@ -181,15 +182,15 @@ pub fn load(
                 "snapshot format 3 has no step times; they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             let data = &mut applied.data;
-            (data.state, data.engine) = (old.state, old.engine.upgrade(levels()));
+            (data.state, data.engine) = (old.state.into(), old.engine.upgrade(levels()));
             (data.actions, data.hook) = (old.actions, old.hook);
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
-            check_sealed_as(&meta.snapshot_id, &data, 4).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 4).map_err(fail)?;
             let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
             tracing::info!(path = %path.display(),
-                "snapshot format 4 has no memory levels; they come from this replica's [engine.memory_levels]");
+                "snapshot format 4 has no rank placements (they fill in from the next pushes) and no memory levels (they come from this replica's [engine.memory_levels])");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             applied.data = old.data.upgrade(engine_config);
             (meta, 4)
@@ -215,7 +216,7 @@ pub fn load(
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
-/// `BASE.v4.HEX`. A follower checks both before it installs the snapshot
+/// `BASE.v5.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
     format!(
@@ -227,11 +228,11 @@ pub fn seal_id(base: &str, data: &[u8]) -> String {
 /// Checks a sealed id against `data`: the format this build reads and the
 /// checksum. An id without a seal (written by an older build) passes.
 pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
-    check_sealed_as(id, data, CURRENT_VERSION)
+    check_seal(id, data, CURRENT_VERSION)
 }
 
-/// [`check_sealed`] for a file of format `expected` (an older file on disk).
-fn check_sealed_as(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
+/// [`check_sealed`] for data in format `expected`.
+fn check_seal(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
     let mut parts = id.rsplitn(3, '.');
     let (Some(sum), Some(version), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         return Ok(());

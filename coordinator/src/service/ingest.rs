@@ -3,9 +3,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gpumon_proto::{AgentMessage, AgentMessageV1, CoordinatorReplyV1, PushBatch, PushOutcome};
+use gpumon_proto::{
+    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReplyV1, PushBatch, PushBatchV2,
+    PushOutcome,
+};
 
-use super::push_bounds::{check_seq, check_sizes, check_times};
+use super::push_bounds::{check_placements, check_seq, check_sizes, check_times};
 use super::{Service, ServiceError};
 use crate::raft::{Command, CommandV1};
 
@@ -39,13 +42,17 @@ impl Service {
     /// Commits an agent's message and answers it: `NotLeader` with the
     /// leader's URL from a follower, the actions for the agent's node after
     /// a committed push.
+    ///
+    /// A version 2 push with placements is proposed as
+    /// [`CommandV1::PushPlaced`], one without as [`CommandV1::Push`], so
+    /// the log holds the newer command only where it carries something.
     pub async fn push(&self, message: AgentMessage) -> Result<CoordinatorReplyV1, PushError> {
-        let AgentMessage::V1(message) = message;
         let Some(_slot) = self.admission.admit() else {
             return Err(PushError::Busy);
         };
         let (acked_seq, node, command) = match message {
-            AgentMessageV1::Hello(hello) => {
+            AgentMessage::V1(AgentMessageV1::Hello(hello))
+            | AgentMessage::V2(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .state
@@ -53,9 +60,20 @@ impl Service {
                     .map_err(PushError::Full)?;
                 (0, None, CommandV1::Hello(hello))
             }
-            AgentMessageV1::Push(batch) => {
+            AgentMessage::V1(AgentMessageV1::Push(batch)) => {
                 self.check_push(&batch)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
+            }
+            AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements })) => {
+                check_placements(&batch, &placements).map_err(PushError::Refused)?;
+                self.check_push(&batch)?;
+                let (seq, node) = (batch.seq, Some(batch.node.clone()));
+                let command = if placements.is_empty() {
+                    CommandV1::Push(batch)
+                } else {
+                    CommandV1::PushPlaced(PushBatchV2 { batch, placements })
+                };
+                (seq, node, command)
             }
         };
         let outcome = match self.write(Command::V1(command), "the push").await {

@@ -3,7 +3,7 @@
 //! Three layers share the work, each doing what only it can:
 //!
 //! - **here, the leader, before the log**: sizes (windows, hook records,
-//!   acks per batch); the seq against the last one applied for the
+//!   acks per batch, no more placements than the windows have processes); the seq against the last one applied for the
 //!   batch's `(agent, incarnation)` (0 is no seq, more than
 //!   [`MAX_SEQ_GAP`] ahead is refused; an incarnation the state does not
 //!   remember takes any seq but 0, having no history to poison); every time the batch carries
@@ -21,7 +21,7 @@
 //!   refused batch, logs the reason and sends the next one.
 
 use gpumon_common::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
-use gpumon_proto::PushBatch;
+use gpumon_proto::{ProcPlacement, PushBatch};
 
 use super::ingest::{PushRefused, Refusal};
 use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
@@ -44,6 +44,25 @@ pub(super) fn check_sizes(batch: &PushBatch) -> Result<(), PushRefused> {
                 "push has {} hook records and {} acks; at most {MAX_HOOK_RECORDS_PER_PUSH} and {MAX_ACKS_PER_PUSH} are accepted in one batch",
                 batch.hook.len(),
                 batch.acks.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a version 2 push has no more placements than its windows
+/// have processes: each placement is of one of them.
+pub(super) fn check_placements(
+    batch: &PushBatch,
+    placements: &[ProcPlacement],
+) -> Result<(), PushRefused> {
+    let procs: usize = batch.windows.iter().map(|w| w.procs.len()).sum();
+    if placements.len() > procs {
+        return Err(PushRefused::new(
+            Refusal::TooMany,
+            format!(
+                "push has {} placements for {procs} processes; at most one per process is accepted",
+                placements.len()
             ),
         ));
     }

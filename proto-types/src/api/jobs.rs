@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::analysis::JobSummary;
+use crate::placement::PodPlacement;
 
 /// `GET /api/v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +70,10 @@ pub struct RankView {
     /// from for 30 s of data time: the rank may be gone with its node.
     #[serde(default)]
     pub lost: bool,
+    /// The Kubernetes pod and container of the rank's process, where the
+    /// agent found them; `None` outside Kubernetes.
+    #[serde(default)]
+    pub placement: Option<PodPlacement>,
 }
 
 /// `GET /api/v1/jobs/{job}`: a job with each rank's history.

@@ -4,7 +4,11 @@
 //! Every name starts with `gpumon_`, is in base units (`_bytes`,
 //! `_seconds`, `_ratio`), and counters end in `_total`. Per-rank series
 //! carry `job`, `rank`, `node` and `gpu` labels; per-GPU series `node`,
-//! `gpu`, `uuid` and `model`. A series whose value is unknown (no forecast,
+//! `gpu`, `uuid` and `model`. A rank in Kubernetes also has
+//! `gpumon_rank_info` (always 1) with its `namespace`, `pod`, `container`,
+//! `uid` and `container_id`, those known: one series per exported rank, so
+//! the pod labels add no series to the others and join onto them by
+//! `job` and `rank`. A series whose value is unknown (no forecast,
 //! no hook data) is left out rather than reported as 0.
 //!
 //! The cluster series come from the leader only (see [`super::scrape`]);
@@ -113,6 +117,7 @@ pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     if let Some(c) = &s.cluster {
         encode_gpus(c, enc)?;
         encode_ranks(c, enc)?;
+        encode_rank_info(c, enc)?;
         encode_jobs(c, enc)?;
         encode_alerts(c, enc)?;
         encode_cluster(c, enc)?;
@@ -313,6 +318,37 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
         None,
         s.ranks_omitted,
     )
+}
+
+/// `gpumon_rank_info` for the exported ranks with a placement.
+fn encode_rank_info(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let mut m = enc.encode_descriptor(
+        "gpumon_rank_info",
+        "1 for a rank in Kubernetes, labelled with the namespace, pod and container of its process (those known)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for r in &s.ranks {
+        let Some(p) = &r.placement else { continue };
+        let placement = [
+            ("namespace", &p.namespace),
+            ("pod", &p.pod_name),
+            ("container", &p.container_name),
+            ("uid", &p.pod_uid),
+            ("container_id", &p.container_id),
+        ];
+        let labels: Vec<(&str, &str)> = r
+            .labels()
+            .into_iter()
+            .chain(
+                placement
+                    .iter()
+                    .filter_map(|(name, v)| Some((*name, v.as_deref()?))),
+            )
+            .collect();
+        m.encode_family(&labels)?.encode_gauge(&1u64)?;
+    }
+    Ok(())
 }
 
 fn encode_jobs(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {

@@ -21,6 +21,7 @@ use gpumon_common::actions::ActionState;
 use gpumon_common::engine::summary::RankSummary;
 use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
 use gpumon_common::hook_records::RankSteps;
+use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 
 use crate::api::raft_status::{lag, peers_matched};
@@ -100,6 +101,8 @@ pub struct RankRow {
     /// No agent on the rank's node is up (data time): its figures are the
     /// last ones reported.
     pub lost: bool,
+    /// The Kubernetes pod and container of the rank's process, when known.
+    pub placement: Option<PodPlacement>,
 }
 
 /// Flag names, in the order of [`RankRow::flags`].
@@ -478,6 +481,7 @@ fn rank_row(
             [e.leak, e.fragmentation, e.imbalance, e.straggler]
         }),
         lost: false,
+        placement: r.placement.clone(),
     }
 }
 

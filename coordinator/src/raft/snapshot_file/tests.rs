@@ -5,7 +5,7 @@
 //!
 //! The fixtures hold one scenario: an agent with two GPUs, two ranks of
 //! `job-1`, allocator and step records, a named snapshot, one action and
-//! one notification, at log index 42 of term 3. A missing fixture is
+//! one notification, rank 1's Kubernetes placement, at log index 42 of term 3. A missing fixture is
 //! written by `cargo test -p gpumon-coordinator snapshot_fixtures --
 //! --ignored`; an existing one is never rewritten.
 
@@ -18,7 +18,8 @@ use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, Receiv
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
     ActionKind, AllocRecord, AllocStats, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello,
-    HookRecord, ProcWindow, PushBatch, RankInfo, StepRecord,
+    HookRecord, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
+    StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -97,6 +98,17 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
     ]
 }
 
+/// Rank 1's pod.
+fn placement() -> PodPlacement {
+    PodPlacement {
+        pod_uid: Some("0b5e8a1c-2d3f-4e5a-8b6c-7d8e9f0a1b2c".into()),
+        pod_name: Some("trainer-1".into()),
+        namespace: Some("ml".into()),
+        container_id: Some("5eed".repeat(16)),
+        container_name: Some("pytorch".into()),
+    }
+}
+
 /// The scenario every fixture holds (as much of it as its format keeps).
 fn scenario() -> Applied {
     let mut applied = Applied::empty(Limits::default(), &EngineConfig::default());
@@ -111,7 +123,7 @@ fn scenario() -> Applied {
     })];
     for seq in 1..=3u64 {
         let end_ms = 1_000_000 + seq * 1_000;
-        commands.push(CommandV1::Push(PushBatch {
+        let batch = PushBatch {
             agent_id: node.clone(),
             incarnation: 7,
             seq,
@@ -123,6 +135,13 @@ fn scenario() -> Applied {
             ],
             hook: hook_records(end_ms),
             acks: Vec::new(),
+        };
+        commands.push(CommandV1::PushPlaced(PushBatchV2 {
+            batch,
+            placements: vec![ProcPlacement {
+                pid: 101,
+                placement: placement(),
+            }],
         }));
     }
     commands.push(CommandV1::IssueActions {
@@ -242,6 +261,12 @@ fn every_supported_format_loads_with_what_it_holds() {
         let rank_steps = a.steps.job("job-1").and_then(|ranks| ranks.get(&0));
         assert_eq!(rank_steps.is_some(), steps_kept, "v{version}");
         assert_eq!(a.notify.len(), usize::from(steps_kept), "v{version}");
+
+        let placement_kept = version >= 5;
+        let job = a.state.job_detail("job-1").expect("job-1");
+        let placements: Vec<_> = job.ranks.iter().map(|r| r.view.placement.clone()).collect();
+        let rank_1 = placement_kept.then(placement);
+        assert_eq!(placements, [None, rank_1], "v{version}");
     }
 }
 
@@ -350,4 +375,40 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
         err.contains("damaged") && err.contains(&path.display().to_string()),
         "{err}"
     );
+}
+
+#[test]
+fn a_format_4_file_sealed_by_its_build_loads_and_a_damaged_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(SNAPSHOT_FILE);
+    let bytes = std::fs::read(fixture(4)).unwrap();
+    let SnapshotFile::V4 { mut meta, data } = postcard::from_bytes(&bytes).unwrap() else {
+        panic!("fixture v4 is not format 4");
+    };
+    // What a format-4 build wrote: its id sealed `.v4.` with the data's checksum.
+    let sum = crate::raft::digest::checksum(&data);
+    meta.snapshot_id = format!("3-1-42-0.v4.{sum}");
+    let file = SnapshotFile::V4 {
+        meta: meta.clone(),
+        data: data.clone(),
+    };
+    std::fs::write(&path, postcard::to_allocvec(&file).unwrap()).unwrap();
+    let loaded = load(&path, Limits::default(), &EngineConfig::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.version, 4);
+    assert_eq!(loaded.applied.state.cluster_view().live_ranks, 2);
+
+    let mut damaged = data;
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let file = SnapshotFile::V4 {
+        meta,
+        data: damaged,
+    };
+    std::fs::write(&path, postcard::to_allocvec(&file).unwrap()).unwrap();
+    let err = load(&path, Limits::default(), &EngineConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("damaged"), "{err}");
 }
