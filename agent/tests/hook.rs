@@ -17,7 +17,7 @@ use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
 use gpumon_proto::{
     ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, HookRecord, PendingAction,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 use support::*;
 
 const RANK3: &[u8] = include_bytes!("fixtures/environ/torchrun_rank3.environ");
@@ -314,6 +314,47 @@ async fn poll_and_ack_cycle() {
     server.stop().await;
 }
 
+/// A process without launcher variables may not pass itself off as a rank
+/// of a real job, whatever it writes on the socket.
+#[tokio::test]
+async fn a_plain_process_cannot_claim_a_real_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let script = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+def register(job, rank, world_size):
+    claim = {"v": 1, "op": "register", "pid": os.getpid(), "job": job, "rank": rank,
+             "local_rank": 0, "world_size": world_size}
+    f.write(json.dumps(claim).encode() + b"\n")
+    f.flush()
+    return json.loads(f.readline())
+me = "pid-%d" % os.getpid()
+print(json.dumps([register("run-7", 3, 8), register(me, 0, 2), register(me, 0, 1)]))
+"#;
+    let path = server.addr.unix_path().unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .kill_on_drop(true)
+        .output();
+    let out = bounded(out).await.expect("python3 runs");
+    let answers: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_refused(&answers[0], "neither launcher variables nor GPUMON_JOB");
+    assert_refused(&answers[1], "rank 0 (local rank 0) of 2");
+    assert_ok(&answers[2]);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_disconnect_fails_the_pending_actions() {
     let dir = tempfile::tempdir().unwrap();
@@ -464,14 +505,14 @@ async fn a_live_socket_is_not_taken_over_but_a_stale_one_is_replaced() {
         "{e}"
     );
     // The live server still answers.
-    assert_ok(&first.connect().await.register("run-7", 0).await);
+    assert_ok(&first.connect().await.register_as_myself().await);
     first.stop().await;
 
     // A socket file nothing listens on (an agent that died): replaced.
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     assert!(sock.exists());
     let second = Server::start(&addr.to_string(), None).await;
-    assert_ok(&second.connect().await.register("run-7", 0).await);
+    assert_ok(&second.connect().await.register_as_myself().await);
     second.stop().await;
 
     // Something else at the path is never removed.
@@ -507,11 +548,14 @@ async fn the_agent_refuses_to_start_on_a_live_hook_socket() {
 /// reaches the hook's poll, and its ack comes back in a later push.
 #[tokio::test]
 async fn the_agent_relays_hook_records_actions_and_acks() {
-    let (url, mut pushes) = fake_coordinator(|msg| {
+    // The agent checks the claim against this process's real environment.
+    let me = own_claim();
+    let (job, rank) = (me.job.clone(), me.rank);
+    let (url, mut pushes) = fake_coordinator(move |msg| {
         // Answer the first push carrying hook records with an action.
         match msg {
             AgentMessage::V1(AgentMessageV1::Push(b)) if !b.hook.is_empty() => {
-                vec![action(77, "run-7", 0)]
+                vec![action(77, &job, rank)]
             }
             _ => Vec::new(),
         }
@@ -536,10 +580,7 @@ async fn the_agent_relays_hook_records_actions_and_acks() {
     // The agent binds before it says hello.
     let mut c = Client::connect(config.hook_listen.as_ref().unwrap()).await;
     let device = json!({"index": 0, "uuid": "GPU-e2e", "name": "H100", "total_bytes": 80u64 << 30});
-    assert_ok(
-        &c.call(register(std::process::id(), "run-7", 0, Some(device)))
-            .await,
-    );
+    assert_ok(&c.call(me.register(Some(device))).await);
     let mut record = alloc(now_s(), 1 << 30, 2 << 30);
     record["device_used"] = json!(3u64 << 30);
     record["device_total"] = json!(80u64 << 30);
@@ -551,7 +592,10 @@ async fn the_agent_relays_hook_records_actions_and_acks() {
     while !(saw_record && saw_window) {
         let msg = bounded(pushes.recv()).await.unwrap();
         if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
-            saw_record |= b.hook.iter().any(|r| r.subject() == ("run-7", 0));
+            saw_record |= b
+                .hook
+                .iter()
+                .any(|r| r.subject() == (me.job.as_str(), me.rank));
             saw_window |= b
                 .windows
                 .iter()

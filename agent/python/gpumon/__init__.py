@@ -1,11 +1,12 @@
 """gpumon's in-process hook: allocator statistics, steps and actions for the local agent.
 
-Call :func:`init` once in every torchrun worker (``gpumon run`` does it for
-you), then, optionally, mark what the agent cannot see from outside::
+Call :func:`init` once in every training process (``gpumon run`` and
+``gpumon profile`` do it for you), then, optionally, mark what the agent
+cannot see from outside::
 
     import gpumon
 
-    gpumon.init()                      # reads RANK, WORLD_SIZE, ... ; False outside torchrun
+    gpumon.init()                      # reads RANK, WORLD_SIZE, ...; rank 0 of 1 in a plain python
     gpumon.watch(model)                # times the "forward" section
     for batch in loader:
         with gpumon.section("data"):
@@ -15,10 +16,11 @@ you), then, optionally, mark what the agent cannot see from outside::
             loss.backward()
         optimizer.step()               # a step boundary (global optimizer hook)
 
-Every function here is cheap and never raises into the training loop (except
-``TypeError`` for arguments of the wrong type); when the hook is off they do
-nothing. One daemon thread does all the I/O; actions the agent sends (release
-the allocator's cache) run in the training thread at the next step boundary.
+Every function here never raises into the training loop (except
+``TypeError`` for arguments of the wrong type); when the hook is off they
+send nothing. One daemon thread does all the I/O; actions the agent sends
+(release the allocator's cache) run in the training thread at the next step
+boundary.
 See ``README.md`` beside this package for the details, and ``PROTOCOL.md``
 for the wire format.
 """
@@ -49,18 +51,23 @@ __all__ = [
 
 
 def init(memory_source: Any = None, agent: Optional[str] = None) -> bool:
-    """Starts the hook in this torchrun worker; returns whether it is active.
+    """Starts the hook in this process; returns whether it is active.
 
-    Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and the job id
-    (``TORCHELASTIC_RUN_ID``, else ``MASTER_ADDR:MASTER_PORT``) from the
-    environment; without them it logs one line and returns ``False``.
-    Connects to the agent at ``agent`` (``"unix:PATH"`` or loopback
-    ``"HOST:PORT"``), else ``GPUMON_AGENT``, else the default socket, from one
-    daemon thread that reports every ``GPUMON_REPORT_INTERVAL`` seconds
-    (default 1). ``memory_source`` defaults to :class:`TorchMemorySource`
-    when torch is installed (see :mod:`gpumon._memory` for the interface).
+    Reads the rank from the launcher's variables (torchrun's ``RANK``,
+    ``LOCAL_RANK``, ``WORLD_SIZE`` and job id ``TORCHELASTIC_RUN_ID``, else
+    ``MASTER_ADDR:MASTER_PORT``; Open MPI's, MPICH's or Slurm's). Without a
+    launcher the process is rank 0 of a world of 1, in the job that
+    ``GPUMON_JOB`` names, else in job ``pid-<PID>``. Connects to the agent at
+    ``agent`` (``"unix:PATH"`` or loopback ``"HOST:PORT"``), else
+    ``GPUMON_AGENT``, else the default socket, from one daemon thread that
+    reports every ``GPUMON_REPORT_INTERVAL`` seconds (default 1).
+    ``memory_source`` defaults to :class:`TorchMemorySource` when torch is
+    installed (see :mod:`gpumon._memory` for the interface).
 
-    Calling it again is harmless: no second thread starts, and a given
+    It returns ``False`` (with one log line) only when the agent's address
+    is not usable, when a parent process already reports this rank, or when
+    something unexpected fails; it never raises but ``TypeError``. Calling
+    it again is harmless: no second thread starts, and a given
     ``memory_source`` replaces the current one.
     """
     return _RUNTIME.init(memory_source=memory_source, agent=agent)

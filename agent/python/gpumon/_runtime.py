@@ -7,6 +7,9 @@ boundary with actions pending, the actions run here, in the training thread,
 because ``empty_cache`` must not race the script's own allocations; their
 acks go back through a deque.
 
+A process without launcher variables is rank 0 of a world of 1 in the job
+``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``).
+
 Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
 waits, in the timeline, until the GPU has run past its events.
@@ -25,7 +28,7 @@ from typing import Any, Callable, Dict, List, MutableMapping, Optional
 from . import _torch_hooks
 from ._actions import run_action
 from ._address import resolve_address
-from ._env import Identity, read_identity
+from ._env import Identity, read_identity, standalone_identity
 from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
@@ -147,8 +150,12 @@ class Runtime:
     ) -> bool:
         identity = read_identity(environ)
         if identity is None:
-            logger.info("gpumon: no torchrun environment (RANK, WORLD_SIZE); the hook stays off")
-            return False
+            identity = standalone_identity(os.getpid())
+            logger.info(
+                "gpumon: no launcher variables (RANK, WORLD_SIZE, ...) nor GPUMON_JOB; "
+                "reporting as rank 0 of a world of 1 in job %r",
+                identity.job,
+            )
         owner = _owner(environ.get(OWNER_VAR))
         if owner is not None and owner[0] != os.getpid() and owner[1:] == (identity.rank, identity.job):
             logger.info(
