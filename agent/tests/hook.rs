@@ -8,9 +8,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpumon_agent::discovery::standalone_job;
 use gpumon_agent::hook_endpoint::{
-    HookAddr, HookError, HookHub, HookServer, HookSource, DISCONNECTED_REASON, MAX_LINE_BYTES,
-    TAIL_MS,
+    HookAddr, HookAlert, HookAlertSeverity, HookError, HookHub, HookServer, HookSource,
+    DISCONNECTED_REASON, MAX_LINE_BYTES, MAX_PENDING_ALERTS_PER_SESSION, TAIL_MS,
 };
 use gpumon_agent::source::GpuSource;
 use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
@@ -312,6 +313,179 @@ async fn poll_and_ack_cycle() {
     );
     assert!(server.hub.take_outgoing().1.is_empty());
     server.stop().await;
+}
+
+fn alert(kind: &str, message: &str) -> HookAlert {
+    HookAlert {
+        kind: kind.into(),
+        severity: HookAlertSeverity::Critical,
+        message: message.into(),
+        t_ms: 1_763_700_000_250,
+    }
+}
+
+#[tokio::test]
+async fn alerts_come_with_the_next_poll_once() {
+    let server = Server::tcp().await;
+    let mut c3 = server.connect().await;
+    let mut c4 = server.connect().await;
+    assert_ok(&c3.register("run-7", 3).await);
+    assert_ok(&c4.register("run-7", 4).await);
+    assert_eq!(
+        c3.call(json!({"v": 1, "op": "poll"})).await["alerts"],
+        json!([])
+    );
+    let hub = &server.hub;
+    assert_eq!(hub.post_alert("run-7", None, alert("leak", "job-wide")), 2);
+    assert_eq!(
+        hub.post_alert("run-7", Some(3), alert("oom_risk", "rank 3")),
+        1
+    );
+    let answer = c3.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(
+        answer,
+        json!({"ok": true, "actions": [], "alerts": [
+            {"kind": "leak", "severity": "critical", "job": "run-7", "rank": null,
+             "message": "job-wide", "t": 1_763_700_000.25},
+            {"kind": "oom_risk", "severity": "critical", "job": "run-7", "rank": 3,
+             "message": "rank 3", "t": 1_763_700_000.25}]})
+    );
+    assert_eq!(
+        c3.call(json!({"v": 1, "op": "poll"})).await["alerts"],
+        json!([]),
+        "delivered once"
+    );
+    let answer = c4.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(answer["alerts"].as_array().unwrap().len(), 1);
+    // A hook that does not poll holds a bounded queue.
+    for i in 0..MAX_PENDING_ALERTS_PER_SESSION + 1 {
+        hub.post_alert("run-7", Some(4), alert("straggler", &i.to_string()));
+    }
+    let alerts = c4.call(json!({"v": 1, "op": "poll"})).await["alerts"].clone();
+    let alerts = alerts.as_array().unwrap();
+    assert_eq!(alerts.len(), MAX_PENDING_ALERTS_PER_SESSION);
+    assert_eq!(alerts[0]["message"], json!("1"), "the oldest went");
+    assert_eq!(hub.stats().alerts_dropped, 1);
+    server.stop().await;
+}
+
+/// A Python process running `script` with this repository's hook, in a
+/// clean environment (no launcher variables) plus `env`, reporting to
+/// `server` every 50 ms. Killed if the test ends first.
+fn hooked_python(server: &Server, script: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PYTHONPATH", package)
+        .env("GPUMON_AGENT", server.addr.to_string())
+        .env("GPUMON_REPORT_INTERVAL", "0.05")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs (the test command installs it)")
+}
+
+/// Starts the hook with `gpumon.init()`, steps until an alert has reached
+/// its callback (10 s at most), then prints what `init` returned and the
+/// alerts, each with the thread and step it was delivered at.
+const ALERTED_SCRIPT: &str = r#"
+import json, threading, time, gpumon
+seen = []
+gpumon.on_alert(lambda a: seen.append(dict(a, thread=threading.current_thread().name, step=gpumon.stats()["step"])))
+ok = gpumon.init()
+deadline = time.monotonic() + 10
+while not seen and time.monotonic() < deadline:
+    gpumon.step()
+    time.sleep(0.01)
+gpumon.shutdown(2.0)
+print(json.dumps({"init": ok, "alerts": seen}))
+"#;
+
+/// Runs [`ALERTED_SCRIPT`] with `env`; once its session is up, checks that
+/// the agent registered it as rank 0 of a world of 1 in `job` (or in
+/// `pid-<PID>`) and posts one alert to `rank`; returns what the script saw.
+async fn alerted_python(env: &[(&str, &str)], job: Option<&str>, rank: Option<u32>) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    // The real /proc: the agent reads the child's real environment.
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let child = hooked_python(&server, ALERTED_SCRIPT, env);
+    let pid = child.id().unwrap();
+    let job = job.map_or_else(|| standalone_job(pid), str::to_owned);
+    server.until(|hub| hub.stats().sessions_live == 1).await;
+    let reg = server.hub.sessions()[0].registration.clone();
+    assert_eq!(
+        (
+            reg.pid,
+            reg.job.as_str(),
+            reg.rank,
+            reg.local_rank,
+            reg.world_size
+        ),
+        (pid, job.as_str(), 0, 0, 1)
+    );
+    let posted = alert("memory_level", "GPU memory above 90%");
+    assert_eq!(server.hub.post_alert(&job, rank, posted), 1);
+    let out = bounded(child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the script failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
+    server.stop().await;
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_python_process_is_rank_0_of_its_own_job_and_gets_alerts() {
+    let got = alerted_python(&[], None, None).await;
+    assert_eq!(got["init"], json!(true), "{got}");
+    let alerts = got["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{got}");
+    let a = &alerts[0];
+    assert_eq!(
+        (
+            &a["kind"],
+            &a["severity"],
+            &a["message"],
+            &a["rank"],
+            &a["t"]
+        ),
+        (
+            &json!("memory_level"),
+            &json!("critical"),
+            &json!("GPU memory above 90%"),
+            &Value::Null,
+            &json!(1_763_700_000.25)
+        )
+    );
+    assert_eq!(
+        a["thread"],
+        json!("MainThread"),
+        "run in the training thread"
+    );
+    assert!(a["step"].as_u64().unwrap() >= 1, "at a step boundary: {a}");
+}
+
+#[tokio::test]
+async fn gpumon_job_names_the_job_of_a_plain_python_process() {
+    let got = alerted_python(&[("GPUMON_JOB", "profile-7")], Some("profile-7"), Some(0)).await;
+    let alerts = got["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{got}");
+    assert_eq!(
+        (&alerts[0]["job"], &alerts[0]["rank"]),
+        (&json!("profile-7"), &json!(0))
+    );
 }
 
 /// A process without launcher variables may not pass itself off as a rank

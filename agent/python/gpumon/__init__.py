@@ -8,6 +8,7 @@ cannot see from outside::
 
     gpumon.init()                      # reads RANK, WORLD_SIZE, ...; rank 0 of 1 in a plain python
     gpumon.watch(model)                # times the "forward" section
+    gpumon.on_alert(lambda a: print(a["severity"], a["message"]))
     for batch in loader:
         with gpumon.section("data"):
             batch = batch.cuda()
@@ -19,8 +20,8 @@ cannot see from outside::
 Every function here never raises into the training loop (except
 ``TypeError`` for arguments of the wrong type); when the hook is off they
 send nothing. One daemon thread does all the I/O; actions the agent sends
-(release the allocator's cache) run in the training thread at the next step
-boundary.
+(release the allocator's cache) and its alerts reach the training thread at
+the next step boundary.
 See ``README.md`` beside this package for the details, and ``PROTOCOL.md``
 for the wire format.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "mark",
     "snapshot",
     "on_action",
+    "on_alert",
     "shutdown",
     "stats",
     "TorchMemorySource",
@@ -121,6 +123,21 @@ def on_action(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]],
     acknowledgement; exceptions are logged and ignored. Usable as a decorator.
     """
     return _RUNTIME.on_action(fn)
+
+
+def on_alert(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+    """Registers ``fn(alert)``, called in the training thread at the next step
+    boundary after the agent sends an alert about this job or rank.
+
+    ``alert`` has ``kind`` (e.g. ``"memory_level"``, ``"oom_risk"``,
+    ``"leak"``, ``"straggler"``), ``severity`` (``"critical"``,
+    ``"warning"`` or ``"info"``), ``message``, ``job``, ``rank`` (``None``
+    when it is about the whole job) and ``t`` (seconds since the epoch).
+    What ``fn`` returns is ignored; exceptions are logged and ignored. At
+    most 64 alerts wait for a boundary (the oldest are dropped and counted
+    in :func:`stats`). Usable as a decorator.
+    """
+    return _RUNTIME.on_alert(fn)
 
 
 def shutdown(timeout_s: Optional[float] = None) -> None:

@@ -5,7 +5,8 @@ a tuple to a bounded deque, check a flag. Everything else (sampling, socket
 I/O, retries) happens in the reporter thread (``_reporter``). At a step
 boundary with actions pending, the actions run here, in the training thread,
 because ``empty_cache`` must not race the script's own allocations; their
-acks go back through a deque.
+acks go back through a deque. Alerts from the agent reach the ``on_alert``
+callbacks at the same point (``_alerts``).
 
 A process without launcher variables is rank 0 of a world of 1 in the job
 ``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``).
@@ -28,6 +29,7 @@ from typing import Any, Callable, Dict, List, MutableMapping, Optional
 from . import _torch_hooks
 from ._actions import run_action
 from ._address import resolve_address
+from ._alerts import AlertInbox
 from ._env import Identity, read_identity, standalone_identity
 from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
@@ -107,6 +109,7 @@ class Runtime:
         self._actions: "collections.deque[Dict[str, Any]]" = collections.deque()
         self._actions_pending = False
         self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
+        self._alerts = AlertInbox()
         self._dropped = 0
         self._settings = Settings()
         self._clock_warned = False
@@ -178,6 +181,7 @@ class Runtime:
         self._acks.clear()
         self._actions.clear()
         self._actions_pending = False
+        self._alerts.clear()
         self._dropped = 0
         self._reset_steps()
         self._reporter = Reporter(
@@ -189,6 +193,7 @@ class Runtime:
             acks=self._acks,
             deliver=self._deliver_action,
             dropped=lambda: self._dropped,
+            deliver_alerts=self._alerts.deliver,
         )
         self._reporter.start()
         self._active = True
@@ -242,6 +247,7 @@ class Runtime:
         self._acks.clear()
         self._actions.clear()
         self._actions_pending = False
+        self._alerts.clear()
 
     def _set_source(self, source: Any) -> None:
         self._source = source
@@ -293,6 +299,8 @@ class Runtime:
                 self._observe_device()
             if self._actions_pending:
                 self._run_actions(step)
+            if self._alerts.pending:
+                self._alerts.run()
         except Exception:
             logger.warning("gpumon: step boundary failed", exc_info=True)
 
@@ -462,6 +470,13 @@ class Runtime:
         if ran and reporter is not None:
             reporter.wake()
 
+    def on_alert(self, fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+        """See :func:`gpumon.on_alert`."""
+        if not callable(fn):
+            raise TypeError("on_alert needs a callable, not %s" % type(fn).__name__)
+        self._alerts.add_callback(fn)
+        return fn
+
     # -- introspection ----------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
@@ -476,6 +491,8 @@ class Runtime:
             "queued": len(self._records),
             "dropped": self._dropped,
             "connected": bool(reporter is not None and reporter.connected),
+            "alerts_received": self._alerts.received,
+            "alerts_dropped": self._alerts.dropped,
         }
         if reporter is not None:
             out.update(reporter.counters)

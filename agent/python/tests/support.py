@@ -2,7 +2,9 @@
 a fake clock and a duck-typed module.
 
 ``FakeAgent`` only checks message shapes against PROTOCOL.md (framing,
-``register``/``report``/``poll``/``ack``); the real agent is tested from Rust.
+``register``/``report``/``poll``/``ack``, alerts in poll answers); the real
+agent is tested from Rust (``agent/tests/hook.rs`` runs this package against
+it too).
 """
 
 import contextlib
@@ -85,7 +87,8 @@ class FakeAgent:
     """A JSON-lines server on a Unix socket that records every request.
 
     Answers as PROTOCOL.md says; ``actions`` are listed on ``poll`` until
-    acknowledged; ``refuse_register`` (a string) makes ``register`` fail.
+    acknowledged; alerts posted with :meth:`post_alert` go out once, with
+    the next ``poll``; ``refuse_register`` (a string) makes ``register`` fail.
     """
 
     def __init__(self):
@@ -96,6 +99,8 @@ class FakeAgent:
         self.requests = []  # (connection number, dict)
         self.raw_lines = []
         self.actions = []
+        self.alerts = []
+        self.alerts_sent = 0
         self.acked = set()
         self.polls_with_actions = 0
         self.refuse_register = None
@@ -125,6 +130,11 @@ class FakeAgent:
     def add_action(self, action_id, kind="release_cache", reason="test"):
         with self.lock:
             self.actions.append({"id": action_id, "kind": kind, "reason": reason})
+
+    def post_alert(self, alert):
+        """Queues ``alert`` (a dict as PROTOCOL.md shows it) for the next poll."""
+        with self.lock:
+            self.alerts.append(alert)
 
     def drop_connections(self):
         with self.lock:
@@ -202,7 +212,9 @@ class FakeAgent:
                 pending = [a for a in self.actions if a["id"] not in self.acked]
                 if pending:
                     self.polls_with_actions += 1
-            return {"ok": True, "actions": pending}, registered
+                alerts, self.alerts = self.alerts, []
+                self.alerts_sent += len(alerts)
+            return {"ok": True, "actions": pending, "alerts": alerts}, registered
         if op == "ack":
             if self.refuse_acks:
                 return {
