@@ -9,6 +9,7 @@ cannot see from outside::
     gpumon.init()                      # reads RANK, WORLD_SIZE, ...; rank 0 of 1 in a plain python
     gpumon.watch(model)                # times the "forward" section
     gpumon.on_alert(lambda a: print(a["severity"], a["message"]))
+    gpumon.analyze_model(model, optimizer)   # bytes by module and dtype, NaN/Inf counts
     for batch in loader:
         with gpumon.section("data"):
             batch = batch.cuda()
@@ -16,6 +17,8 @@ cannot see from outside::
         with gpumon.section("backward"):
             loss.backward()
         optimizer.step()               # a step boundary (global optimizer hook)
+        if step % 100 == 0:
+            gpumon.check_finite(model)     # counts NaN/Inf, reports them when any
 
 Every function here never raises into the training loop (except
 ``TypeError`` for arguments of the wrong type); when the hook is off they
@@ -43,6 +46,8 @@ __all__ = [
     "snapshot",
     "on_action",
     "on_alert",
+    "analyze_model",
+    "check_finite",
     "shutdown",
     "stats",
     "TorchMemorySource",
@@ -138,6 +143,39 @@ def on_alert(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], 
     in :func:`stats`). Usable as a decorator.
     """
     return _RUNTIME.on_alert(fn)
+
+
+def analyze_model(model: Any, optimizer: Any = None) -> Dict[str, Any]:
+    """What ``model`` (a ``torch.nn.Module``) and ``optimizer`` hold, and
+    reports a summary as an ``event`` named ``model``.
+
+    Returns element and byte counts (``{"tensors", "elements", "bytes"}``) of
+    ``params`` (split into ``trainable`` and ``frozen``), ``grads`` and
+    ``optimizer_state``; ``total_bytes``; the same by top-level module
+    (``by_module``: the model's named children, ``"(root)"`` for parameters
+    set on the model itself) and by dtype (``by_dtype``); and ``nonfinite``:
+    NaN and Inf counts in parameters and gradients, with the tensors holding
+    any. Tied or shared tensors count once. Meta and sparse tensors are
+    sized from their metadata and parts; what cannot be read is counted in
+    ``skipped`` or ``nonfinite["unchecked"]`` and logged once. Raises only
+    ``TypeError`` for a ``model`` without ``named_parameters`` or an
+    ``optimizer`` without ``state``.
+    """
+    return _RUNTIME.analyze_model(model, optimizer)
+
+
+def check_finite(model: Any) -> Dict[str, Any]:
+    """Counts NaN and Inf values in the parameters and gradients of ``model``;
+    cheap enough to call every few steps.
+
+    One reduction per tensor (its norm, fused per device and dtype where
+    torch can) and one read per device; exact counts only for tensors that
+    hold any. Returns ``{"params": {"nan", "inf"}, "grads": {"nan", "inf"},
+    "tensors", "where", "unchecked"}`` and reports an ``event`` named
+    ``nonfinite`` when it found any. Raises only ``TypeError``, for a
+    ``model`` without ``named_parameters``.
+    """
+    return _RUNTIME.check_finite(model)
 
 
 def shutdown(timeout_s: Optional[float] = None) -> None:

@@ -9,7 +9,8 @@ acks go back through a deque. Alerts from the agent reach the ``on_alert``
 callbacks at the same point (``_alerts``).
 
 A process without launcher variables is rank 0 of a world of 1 in the job
-``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``).
+``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``). Model analysis
+(``_model``) reports through the same queue as markers.
 
 Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
@@ -29,6 +30,7 @@ from typing import Any, Callable, Dict, List, MutableMapping, Optional
 from . import _torch_hooks
 from ._actions import run_action
 from ._address import resolve_address
+from . import _model
 from ._alerts import AlertInbox
 from ._env import Identity, read_identity, standalone_identity
 from ._memory import check_source, default_memory_source, read_alloc_fields
@@ -476,6 +478,21 @@ class Runtime:
             raise TypeError("on_alert needs a callable, not %s" % type(fn).__name__)
         self._alerts.add_callback(fn)
         return fn
+
+    # -- the model ----------------------------------------------------------------------
+
+    def analyze_model(self, model: Any, optimizer: Any = None) -> Dict[str, Any]:
+        """See :func:`gpumon.analyze_model`."""
+        result = _model.analyze(model, optimizer)
+        self.mark("model", _model.model_detail(result))
+        return result
+
+    def check_finite(self, model: Any) -> Dict[str, Any]:
+        """See :func:`gpumon.check_finite`."""
+        result = _model.check(model)
+        if result["tensors"]:
+            self.mark("nonfinite", _model.nonfinite_detail(result))
+        return result
 
     # -- introspection ----------------------------------------------------------------
 

@@ -13,6 +13,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -317,3 +319,41 @@ def queued(runtime, kind=None):
 
     records = [to_record(item) for item in list(runtime._records)]
     return [r for r in records if kind is None or r["type"] == kind]
+
+
+def torch_import_error():
+    """Why ``import torch`` fails in this Python, or ``None`` when it works."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", "import torch"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if result.returncode == 0:
+        return None
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else "exit status %d" % result.returncode
+
+
+def run_hooked(test, script, **env_extra):
+    """Runs ``script`` with the hook injected as under torchrun, reporting to a
+    fake agent; returns the agent and the script's last line of JSON. The
+    agent closes at the end of ``test`` (a test case, or a test class from
+    ``setUpClass``)."""
+    agent = FakeAgent()
+    cleanup = test.addClassCleanup if isinstance(test, type) else test.addCleanup
+    cleanup(agent.close)
+    env = dict(os.environ, **TORCHRUN_ENV)
+    env.pop("GPUMON_SECTION_CLOCK", None)
+    env.update(
+        GPUMON_AGENT=agent.address,
+        GPUMON_REPORT_INTERVAL="0.1",
+        PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
+        **env_extra,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    if result.returncode != 0:
+        raise AssertionError("the script failed (exit status %d):\n%s" % (result.returncode, result.stderr))
+    return agent, json.loads(result.stdout.strip().splitlines()[-1])
