@@ -48,6 +48,7 @@ __all__ = [
     "on_alert",
     "analyze_model",
     "check_finite",
+    "save_allocator_snapshot",
     "shutdown",
     "stats",
     "TorchMemorySource",
@@ -69,7 +70,10 @@ def init(memory_source: Any = None, agent: Optional[str] = None) -> bool:
     ``GPUMON_AGENT``, else the default socket, from one daemon thread that
     reports every ``GPUMON_REPORT_INTERVAL`` seconds (default 1).
     ``memory_source`` defaults to :class:`TorchMemorySource` when torch is
-    installed (see :mod:`gpumon._memory` for the interface).
+    installed (see :mod:`gpumon._memory` for the interface). With
+    ``GPUMON_SNAPSHOT_DIR`` set it also records the allocator's history for
+    :func:`save_allocator_snapshot` and saves a snapshot on an out-of-memory
+    error, once the script has initialised CUDA.
 
     It returns ``False`` (with one log line) only when the agent's address
     is not usable, when a parent process already reports this rank, or when
@@ -176,6 +180,20 @@ def check_finite(model: Any) -> Dict[str, Any]:
     ``model`` without ``named_parameters``.
     """
     return _RUNTIME.check_finite(model)
+
+
+def save_allocator_snapshot(path: Any = None) -> Optional[str]:
+    """Saves PyTorch's allocator snapshot (``torch.cuda.memory._snapshot()``,
+    pickled as ``_dump_snapshot`` does; open it at pytorch.org/memory_viz).
+
+    Writes to ``path``, else to a new ``allocator-<job>-rank<R>-<n>.pickle``
+    in ``GPUMON_SNAPSHOT_DIR`` (or the current directory); returns where, and
+    reports an ``event`` named ``allocator_snapshot`` with the path. Returns
+    ``None`` and logs why (once) when the process has no CUDA memory to
+    show: no torch, no CUDA, or CUDA not initialised yet. Raises only
+    ``TypeError`` for a ``path`` that is not a string or path.
+    """
+    return _RUNTIME.save_allocator_snapshot(path)
 
 
 def shutdown(timeout_s: Optional[float] = None) -> None:

@@ -10,7 +10,8 @@ callbacks at the same point (``_alerts``).
 
 A process without launcher variables is rank 0 of a world of 1 in the job
 ``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``). Model analysis
-(``_model``) reports through the same queue as markers.
+(``_model``) and allocator snapshots (``_snapshots``) report through the
+same queue as markers.
 
 Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
@@ -37,6 +38,8 @@ from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
 from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
+from ._snapshots import EVENT_NAME as SNAPSHOT_EVENT
+from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._timing import CudaTimeline, cuda_clock
 
 logger = logging.getLogger("gpumon")
@@ -112,6 +115,8 @@ class Runtime:
         self._actions_pending = False
         self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
         self._alerts = AlertInbox()
+        self._snapshots = AllocatorSnapshots(self._snapshot_saved)
+        self._snapshot_settings = SnapshotSettings()
         self._dropped = 0
         self._settings = Settings()
         self._clock_warned = False
@@ -210,6 +215,10 @@ class Runtime:
             atexit.register(self.shutdown)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=self._after_fork_in_child)
+        self._snapshot_settings = SnapshotSettings.from_env(environ)
+        self._snapshots.configure(self._snapshot_settings, identity)
+        if self._snapshots.waiting:
+            self._snapshots.probe()
         environ[OWNER_VAR] = "%d:%d:%s" % (os.getpid(), identity.rank, identity.job)
         logger.info(
             "gpumon: reporting rank %d of job %r to the agent at %s",
@@ -303,6 +312,8 @@ class Runtime:
                 self._run_actions(step)
             if self._alerts.pending:
                 self._alerts.run()
+            if self._snapshots.waiting:
+                self._snapshots.probe()
         except Exception:
             logger.warning("gpumon: step boundary failed", exc_info=True)
 
@@ -479,7 +490,7 @@ class Runtime:
         self._alerts.add_callback(fn)
         return fn
 
-    # -- the model ----------------------------------------------------------------------
+    # -- the model and the allocator --------------------------------------------------
 
     def analyze_model(self, model: Any, optimizer: Any = None) -> Dict[str, Any]:
         """See :func:`gpumon.analyze_model`."""
@@ -493,6 +504,21 @@ class Runtime:
         if result["tensors"]:
             self.mark("nonfinite", _model.nonfinite_detail(result))
         return result
+
+    def save_allocator_snapshot(self, path: Any = None) -> Optional[str]:
+        """See :func:`gpumon.save_allocator_snapshot`."""
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError("path must be a str or os.PathLike, not %s" % type(path).__name__)
+            path = os.fspath(path)
+        identity = self._identity if self._active else None
+        settings = self._snapshot_settings if self._active else SnapshotSettings.from_env(os.environ)
+        if identity is None:
+            identity = read_identity(os.environ) or standalone_identity(os.getpid())
+        return self._snapshots.save(path, identity, settings)
+
+    def _snapshot_saved(self, path: str) -> None:
+        self.mark(SNAPSHOT_EVENT, path)
 
     # -- introspection ----------------------------------------------------------------
 

@@ -77,6 +77,7 @@ class InitTest(unittest.TestCase):
                     active = runtime.init(environ=dict(environ), settings=Settings(report_interval_s=3600.0))
                     self.assertIsInstance(active, bool)
                     runtime.step()
+                    self.assertIsNone(runtime.save_allocator_snapshot())
         self.assertEqual(self.logs.at(logging.ERROR), [])
 
     def test_second_init_starts_no_second_thread_and_swaps_the_source(self):

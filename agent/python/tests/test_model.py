@@ -98,12 +98,13 @@ sparse_analysis = gpumon.analyze_model(sparse)
 empty_analysis = gpumon.analyze_model(torch.nn.ReLU())
 empty_check = gpumon.check_finite(torch.nn.ReLU())
 wide = gpumon.analyze_model(torch.nn.Sequential(*[torch.nn.Linear(4, 4 + i % 7) for i in range(300)]))
+snapshot = [gpumon.save_allocator_snapshot(), gpumon.save_allocator_snapshot()]
 gpumon.shutdown(2.0)
 print(json.dumps({
     "expect": expect, "analysis": analysis, "calls": calls, "dtypes": dtypes, "clean": clean, "dirty": dirty,
     "meta": [meta_analysis, meta_check], "sparse": [sparse_expect, sparse_analysis],
     "empty": [empty_analysis, empty_check], "wide_modules": len(wide["by_module"]),
-    "warnings": warnings,
+    "snapshot": snapshot, "warnings": warnings,
 }))
 """
 
@@ -184,6 +185,12 @@ class ModelAnalysisTest(unittest.TestCase):
         self.assertEqual(sizes, sorted(sizes, reverse=True), "the largest modules are kept")
         for event in self.agent.records("event"):
             self.assertLessEqual(len(event["detail"].encode()), 1024)
+
+    def test_without_cuda_a_snapshot_is_none_and_said_once(self):
+        self.assertEqual(self.out["snapshot"], [None, None])
+        said = [w for w in self.out["warnings"] if "no allocator snapshot" in w]
+        self.assertEqual(said, ["gpumon: no allocator snapshot: CUDA is not available in this process"])
+        self.assertEqual(self.events("allocator_snapshot"), [])
 
 
 if __name__ == "__main__":
