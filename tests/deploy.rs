@@ -1273,6 +1273,7 @@ while time.time() < deadline:
 stats = gpumon.stats()
 gpumon.shutdown(1.0)
 print(json.dumps({
+    "pid": os.getpid(),
     "file": os.path.realpath(gpumon.__file__),
     "version": gpumon.__version__,
     "dist_version": md.version("gpumon-hook"),
@@ -1302,13 +1303,20 @@ print(json.dumps({
             cmd.env_remove(var);
         }
     };
-    let mut cmd = Command::new(&python);
-    clean(&mut cmd);
-    cmd.args(["-c", check])
-        .current_dir(outside.path())
-        .envs(torchrun_env)
-        .env("GPUMON_AGENT", format!("unix:{}", socket.display()));
-    let got: Value = serde_json::from_str(run_ok(&mut cmd).trim()).expect("the check's JSON");
+    let run_check = |launcher: &[(&str, &str)]| -> Value {
+        let mut cmd = Command::new(&python);
+        clean(&mut cmd);
+        for (var, _) in torchrun_env {
+            cmd.env_remove(var);
+        }
+        cmd.args(["-c", check])
+            .current_dir(outside.path())
+            .envs(launcher.iter().copied())
+            .env("GPUMON_REPORT_INTERVAL", "0.1")
+            .env("GPUMON_AGENT", format!("unix:{}", socket.display()));
+        serde_json::from_str(run_ok(&mut cmd).trim()).expect("the check's JSON")
+    };
+    let got = run_check(&torchrun_env);
     let file = got["file"].as_str().unwrap();
     let site = venv.canonicalize().unwrap();
     assert!(
@@ -1333,18 +1341,14 @@ print(json.dumps({
     assert!(stats["records_sent"].as_u64().unwrap() >= 3, "{stats}");
     assert_eq!(stats["step"], 3, "{stats}");
 
-    // Outside torchrun it stays off and says why, without raising.
-    let mut cmd = Command::new(&python);
-    clean(&mut cmd);
-    for (var, _) in torchrun_env {
-        cmd.env_remove(var);
-    }
-    cmd.args([
-        "-c",
-        "import gpumon; print(gpumon.init(), gpumon.stats()['active'])",
-    ])
-    .current_dir(outside.path());
-    assert_eq!(run_ok(&mut cmd).trim(), "False False");
+    // Without a launcher, the process is rank 0 of a world of 1 in job
+    // pid-PID, and the real agent (reading its real environment) takes it.
+    let alone = run_check(&[]);
+    assert_eq!(alone["init"], true, "init() in a plain python: {alone}");
+    let stats = &alone["stats"];
+    assert_eq!(stats["connected"], true, "the agent took pid-PID: {stats}");
+    assert!(stats["records_sent"].as_u64().unwrap() >= 3, "{stats}");
+    assert_ne!(alone["pid"], got["pid"]);
 }
 
 // ---------------------------------------------------------------------- Slurm

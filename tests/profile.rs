@@ -378,3 +378,80 @@ async fn impossible_levels_and_missing_programs_are_usage_errors() {
         "no report of a run that never started"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_python_script_is_rank_0_of_its_own_job_and_hears_its_alerts() {
+    let dir = tempfile::tempdir().unwrap();
+    let alerts_file = dir.path().join("alerts.jsonl");
+    let wrapper = dir.path().join("train.py");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "import json, runpy, sys, gpumon\n\
+             def on_alert(a):\n    \
+                 with open({alerts:?}, 'a') as f:\n        \
+                     f.write(json.dumps(a) + '\\n')\n\
+             gpumon.on_alert(on_alert)\n\
+             sys.argv = [{script:?}]\n\
+             runpy.run_path({script:?}, run_name='__main__')\n",
+            alerts = alerts_file.display().to_string(),
+            script = fake_train().display().to_string(),
+        ),
+    )
+    .unwrap();
+    // 6.9 of 8 GiB in use: past the 80 % warning level from the start.
+    let env = [
+        ("FAKE_TOTAL_BYTES", (8 * GIB).to_string()),
+        ("FAKE_BASE_BYTES", (6 * GIB + 400 * MIB).to_string()),
+        ("FAKE_DURATION_S", "10".to_string()),
+    ];
+    let mut cmd = profile(dir.path(), &wrapper, &env);
+    for var in [
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "TORCHELASTIC_RUN_ID",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ] {
+        cmd.env_remove(var);
+    }
+    let (code, stderr) = finish(cmd, Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let r = report(dir.path());
+    let ranks = r["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 1, "one process, one rank: {ranks:?}");
+    assert_eq!(
+        (ranks[0]["job"].as_str(), u(&ranks[0]["rank"])),
+        (Some("profile-train"), 0)
+    );
+    assert_eq!(r["jobs"]["profile-train"]["world_size"], 1);
+    let level = r["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "memory_level" && a["rank"] == 0)
+        .unwrap_or_else(|| panic!("no memory_level alert: {}", r["alerts"]));
+    assert_eq!(level["severity"], "warning");
+    // The training process heard of it through gpumon.on_alert.
+    let heard: Vec<Value> = std::fs::read_to_string(&alerts_file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen = heard
+        .iter()
+        .find(|a| a["kind"] == "memory_level")
+        .unwrap_or_else(|| panic!("the callback heard no memory_level alert: {heard:?}"));
+    assert_eq!(
+        (seen["severity"].as_str(), seen["job"].as_str()),
+        (Some("warning"), Some("profile-train"))
+    );
+    assert!(
+        seen["message"]
+            .as_str()
+            .unwrap()
+            .contains("warning level of 80"),
+        "{seen}"
+    );
+}

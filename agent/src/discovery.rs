@@ -6,7 +6,9 @@
 //! `MASTER_ADDR`, `MASTER_PORT`; Slurm's `srun`, Open MPI and MPICH have
 //! their own, see [`parse_environ`]), so the agent can name the job and rank
 //! of every process NVML reports without any change to the training
-//! script. [`parse_environ`] reads one environment blob; [`RankFinder`]
+//! script. A process started without a launcher is attributed only when
+//! its `GPUMON_JOB` names a job (`gpumon profile` sets it): rank 0 of a
+//! world of 1. [`parse_environ`] reads one environment blob; [`RankFinder`]
 //! fills [`ProcSample::rank`] for a round of samples, caching per process,
 //! and keeps the Kubernetes placement of each rank's process
 //! ([`crate::placement`]) for [`RankFinder::placements_for`].
@@ -53,9 +55,20 @@ pub use gpumon_common::limits::MAX_WORLD_SIZE;
 /// is available.
 pub const UNKNOWN_JOB: &str = "unknown-job";
 
-/// The launcher variables [`parse_environ`] reads; every other entry is
-/// passed over.
-const KEYS: [&str; 19] = [
+/// The variable naming the job of a process started without a launcher
+/// (`gpumon profile` sets it): such a process is rank 0 of a world of 1.
+pub const STANDALONE_JOB_VAR: &str = "GPUMON_JOB";
+
+/// The job of a process with neither a launcher nor `GPUMON_JOB` whose hook
+/// registers anyway (an explicit `gpumon.init()` in a plain `python`): the
+/// only claim the hook endpoint accepts from it. The Python hook names it
+/// the same (`standalone_identity` in `gpumon/_env.py`).
+pub fn standalone_job(pid: u32) -> String {
+    format!("pid-{pid}")
+}
+
+/// The variables [`parse_environ`] reads; every other entry is passed over.
+const KEYS: [&str; 20] = [
     "TORCHELASTIC_RUN_ID",
     "RANK",
     "LOCAL_RANK",
@@ -75,6 +88,7 @@ const KEYS: [&str; 19] = [
     "SLURM_LOCALID",
     "SLURM_JOB_ID",
     "SLURM_STEP_ID",
+    STANDALONE_JOB_VAR,
 ];
 
 /// Reads a process's job and rank from its `/proc/PID/environ` blob
@@ -95,7 +109,12 @@ const KEYS: [&str; 19] = [
 /// `rank < world size <= MAX_WORLD_SIZE`. Without a job of its launcher's
 /// own, the job is `MASTER_ADDR:MASTER_PORT` when both are set, else
 /// [`UNKNOWN_JOB`]; it is truncated to [`MAX_JOB_BYTES`]. A local rank
-/// absent or not below the world size is 0. Entries that are not UTF-8 or
+/// absent or not below the world size is 0.
+///
+/// Without any launcher, a process whose `GPUMON_JOB` ([`STANDALONE_JOB_VAR`])
+/// is not blank is rank 0 (local rank 0) of a world of 1 in that job,
+/// trimmed and truncated like any job: a single process `gpumon profile`
+/// started. A launcher's variables always win over it. Entries that are not UTF-8 or
 /// have no `=` are skipped; where a key repeats the first entry wins, as
 /// with `getenv` and Python's `os.environ`. A blob over
 /// [`MAX_ENVIRON_BYTES`] yields `None`. The Python hook applies the same
@@ -145,12 +164,15 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
             slurm_job,
         ),
     ];
-    let (rank, world_size, local_rank, own_job) =
-        launchers.into_iter().find_map(|(rank, size, local, job)| {
-            let rank = parse_u32(rank?)?;
-            let size = parse_u32(size?)?;
-            (size <= MAX_WORLD_SIZE && rank < size).then_some((rank, size, local, job))
-        })?;
+    let launched = launchers.into_iter().find_map(|(rank, size, local, job)| {
+        let rank = parse_u32(rank?)?;
+        let size = parse_u32(size?)?;
+        (size <= MAX_WORLD_SIZE && rank < size).then_some((rank, size, local, job))
+    });
+    let (rank, world_size, local_rank, own_job) = match launched {
+        Some(found) => found,
+        None => (0, 1, None, Some(named(get(STANDALONE_JOB_VAR))?)),
+    };
     let local_rank = local_rank
         .and_then(parse_u32)
         .filter(|&lr| lr < world_size)

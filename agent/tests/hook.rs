@@ -8,16 +8,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpumon_agent::discovery::standalone_job;
 use gpumon_agent::hook_endpoint::{
-    HookAddr, HookError, HookHub, HookServer, HookSource, DISCONNECTED_REASON, MAX_LINE_BYTES,
-    TAIL_MS,
+    HookAddr, HookAlert, HookAlertSeverity, HookError, HookHub, HookServer, HookSource,
+    DISCONNECTED_REASON, MAX_LINE_BYTES, MAX_PENDING_ALERTS_PER_SESSION, TAIL_MS,
 };
 use gpumon_agent::source::GpuSource;
 use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
 use gpumon_proto::{
     ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, HookRecord, PendingAction,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 use support::*;
 
 const RANK3: &[u8] = include_bytes!("fixtures/environ/torchrun_rank3.environ");
@@ -314,6 +315,220 @@ async fn poll_and_ack_cycle() {
     server.stop().await;
 }
 
+fn alert(kind: &str, message: &str) -> HookAlert {
+    HookAlert {
+        kind: kind.into(),
+        severity: HookAlertSeverity::Critical,
+        message: message.into(),
+        t_ms: 1_763_700_000_250,
+    }
+}
+
+#[tokio::test]
+async fn alerts_come_with_the_next_poll_once() {
+    let server = Server::tcp().await;
+    let mut c3 = server.connect().await;
+    let mut c4 = server.connect().await;
+    assert_ok(&c3.register("run-7", 3).await);
+    assert_ok(&c4.register("run-7", 4).await);
+    assert_eq!(
+        c3.call(json!({"v": 1, "op": "poll"})).await["alerts"],
+        json!([])
+    );
+    let hub = &server.hub;
+    assert_eq!(hub.post_alert("run-7", None, alert("leak", "job-wide")), 2);
+    assert_eq!(
+        hub.post_alert("run-7", Some(3), alert("oom_risk", "rank 3")),
+        1
+    );
+    let answer = c3.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(
+        answer,
+        json!({"ok": true, "actions": [], "alerts": [
+            {"kind": "leak", "severity": "critical", "job": "run-7", "rank": null,
+             "message": "job-wide", "t": 1_763_700_000.25},
+            {"kind": "oom_risk", "severity": "critical", "job": "run-7", "rank": 3,
+             "message": "rank 3", "t": 1_763_700_000.25}]})
+    );
+    assert_eq!(
+        c3.call(json!({"v": 1, "op": "poll"})).await["alerts"],
+        json!([]),
+        "delivered once"
+    );
+    let answer = c4.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(answer["alerts"].as_array().unwrap().len(), 1);
+    // A hook that does not poll holds a bounded queue.
+    for i in 0..MAX_PENDING_ALERTS_PER_SESSION + 1 {
+        hub.post_alert("run-7", Some(4), alert("straggler", &i.to_string()));
+    }
+    let alerts = c4.call(json!({"v": 1, "op": "poll"})).await["alerts"].clone();
+    let alerts = alerts.as_array().unwrap();
+    assert_eq!(alerts.len(), MAX_PENDING_ALERTS_PER_SESSION);
+    assert_eq!(alerts[0]["message"], json!("1"), "the oldest went");
+    assert_eq!(hub.stats().alerts_dropped, 1);
+    server.stop().await;
+}
+
+/// A Python process running `script` with this repository's hook, in a
+/// clean environment (no launcher variables) plus `env`, reporting to
+/// `server` every 50 ms. Killed if the test ends first.
+fn hooked_python(server: &Server, script: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PYTHONPATH", package)
+        .env("GPUMON_AGENT", server.addr.to_string())
+        .env("GPUMON_REPORT_INTERVAL", "0.05")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs (the test command installs it)")
+}
+
+/// Starts the hook with `gpumon.init()`, steps until an alert has reached
+/// its callback (10 s at most), then prints what `init` returned and the
+/// alerts, each with the thread and step it was delivered at.
+const ALERTED_SCRIPT: &str = r#"
+import json, threading, time, gpumon
+seen = []
+gpumon.on_alert(lambda a: seen.append(dict(a, thread=threading.current_thread().name, step=gpumon.stats()["step"])))
+ok = gpumon.init()
+deadline = time.monotonic() + 10
+while not seen and time.monotonic() < deadline:
+    gpumon.step()
+    time.sleep(0.01)
+gpumon.shutdown(2.0)
+print(json.dumps({"init": ok, "alerts": seen}))
+"#;
+
+/// Runs [`ALERTED_SCRIPT`] with `env`; once its session is up, checks that
+/// the agent registered it as rank 0 of a world of 1 in `job` (or in
+/// `pid-<PID>`) and posts one alert to `rank`; returns what the script saw.
+async fn alerted_python(env: &[(&str, &str)], job: Option<&str>, rank: Option<u32>) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    // The real /proc: the agent reads the child's real environment.
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let child = hooked_python(&server, ALERTED_SCRIPT, env);
+    let pid = child.id().unwrap();
+    let job = job.map_or_else(|| standalone_job(pid), str::to_owned);
+    server.until(|hub| hub.stats().sessions_live == 1).await;
+    let reg = server.hub.sessions()[0].registration.clone();
+    assert_eq!(
+        (
+            reg.pid,
+            reg.job.as_str(),
+            reg.rank,
+            reg.local_rank,
+            reg.world_size
+        ),
+        (pid, job.as_str(), 0, 0, 1)
+    );
+    let posted = alert("memory_level", "GPU memory above 90%");
+    assert_eq!(server.hub.post_alert(&job, rank, posted), 1);
+    let out = bounded(child.wait_with_output()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the script failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
+    server.stop().await;
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_python_process_is_rank_0_of_its_own_job_and_gets_alerts() {
+    let got = alerted_python(&[], None, None).await;
+    assert_eq!(got["init"], json!(true), "{got}");
+    let alerts = got["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{got}");
+    let a = &alerts[0];
+    assert_eq!(
+        (
+            &a["kind"],
+            &a["severity"],
+            &a["message"],
+            &a["rank"],
+            &a["t"]
+        ),
+        (
+            &json!("memory_level"),
+            &json!("critical"),
+            &json!("GPU memory above 90%"),
+            &Value::Null,
+            &json!(1_763_700_000.25)
+        )
+    );
+    assert_eq!(
+        a["thread"],
+        json!("MainThread"),
+        "run in the training thread"
+    );
+    assert!(a["step"].as_u64().unwrap() >= 1, "at a step boundary: {a}");
+}
+
+#[tokio::test]
+async fn gpumon_job_names_the_job_of_a_plain_python_process() {
+    let got = alerted_python(&[("GPUMON_JOB", "profile-7")], Some("profile-7"), Some(0)).await;
+    let alerts = got["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{got}");
+    assert_eq!(
+        (&alerts[0]["job"], &alerts[0]["rank"]),
+        (&json!("profile-7"), &json!(0))
+    );
+}
+
+/// A process without launcher variables may not pass itself off as a rank
+/// of a real job, whatever it writes on the socket.
+#[tokio::test]
+async fn a_plain_process_cannot_claim_a_real_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let script = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+def register(job, rank, world_size):
+    claim = {"v": 1, "op": "register", "pid": os.getpid(), "job": job, "rank": rank,
+             "local_rank": 0, "world_size": world_size}
+    f.write(json.dumps(claim).encode() + b"\n")
+    f.flush()
+    return json.loads(f.readline())
+me = "pid-%d" % os.getpid()
+print(json.dumps([register("run-7", 3, 8), register(me, 0, 2), register(me, 0, 1)]))
+"#;
+    let path = server.addr.unix_path().unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .kill_on_drop(true)
+        .output();
+    let out = bounded(out).await.expect("python3 runs");
+    let answers: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_refused(&answers[0], "neither launcher variables nor GPUMON_JOB");
+    assert_refused(&answers[1], "rank 0 (local rank 0) of 2");
+    assert_ok(&answers[2]);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_disconnect_fails_the_pending_actions() {
     let dir = tempfile::tempdir().unwrap();
@@ -464,14 +679,14 @@ async fn a_live_socket_is_not_taken_over_but_a_stale_one_is_replaced() {
         "{e}"
     );
     // The live server still answers.
-    assert_ok(&first.connect().await.register("run-7", 0).await);
+    assert_ok(&first.connect().await.register_as_myself().await);
     first.stop().await;
 
     // A socket file nothing listens on (an agent that died): replaced.
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     assert!(sock.exists());
     let second = Server::start(&addr.to_string(), None).await;
-    assert_ok(&second.connect().await.register("run-7", 0).await);
+    assert_ok(&second.connect().await.register_as_myself().await);
     second.stop().await;
 
     // Something else at the path is never removed.
@@ -507,11 +722,14 @@ async fn the_agent_refuses_to_start_on_a_live_hook_socket() {
 /// reaches the hook's poll, and its ack comes back in a later push.
 #[tokio::test]
 async fn the_agent_relays_hook_records_actions_and_acks() {
-    let (url, mut pushes) = fake_coordinator(|msg| {
+    // The agent checks the claim against this process's real environment.
+    let me = own_claim();
+    let (job, rank) = (me.job.clone(), me.rank);
+    let (url, mut pushes) = fake_coordinator(move |msg| {
         // Answer the first push carrying hook records with an action.
         match msg {
             AgentMessage::V1(AgentMessageV1::Push(b)) if !b.hook.is_empty() => {
-                vec![action(77, "run-7", 0)]
+                vec![action(77, &job, rank)]
             }
             _ => Vec::new(),
         }
@@ -536,10 +754,7 @@ async fn the_agent_relays_hook_records_actions_and_acks() {
     // The agent binds before it says hello.
     let mut c = Client::connect(config.hook_listen.as_ref().unwrap()).await;
     let device = json!({"index": 0, "uuid": "GPU-e2e", "name": "H100", "total_bytes": 80u64 << 30});
-    assert_ok(
-        &c.call(register(std::process::id(), "run-7", 0, Some(device)))
-            .await,
-    );
+    assert_ok(&c.call(me.register(Some(device))).await);
     let mut record = alloc(now_s(), 1 << 30, 2 << 30);
     record["device_used"] = json!(3u64 << 30);
     record["device_total"] = json!(80u64 << 30);
@@ -551,7 +766,10 @@ async fn the_agent_relays_hook_records_actions_and_acks() {
     while !(saw_record && saw_window) {
         let msg = bounded(pushes.recv()).await.unwrap();
         if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
-            saw_record |= b.hook.iter().any(|r| r.subject() == ("run-7", 0));
+            saw_record |= b
+                .hook
+                .iter()
+                .any(|r| r.subject() == (me.job.as_str(), me.rank));
             saw_window |= b
                 .windows
                 .iter()

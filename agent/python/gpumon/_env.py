@@ -22,6 +22,12 @@ A launcher matches when its rank and world size are unsigned integers with
 job is ``MASTER_ADDR:MASTER_PORT`` (an IPv6 address in brackets) when both
 are set, else ``unknown-job``; it is cut to 256 bytes. A local rank absent
 or not below the world size is 0.
+
+Without any launcher, a process whose ``GPUMON_JOB`` is not blank is rank 0
+(local rank 0) of a world of 1 in that job, trimmed and cut like any job
+(``gpumon profile`` sets it). With neither, :func:`read_identity` finds no
+identity; :func:`gpumon.init` then uses :func:`standalone_identity`, job
+``pid-<PID>``, the only claim the agent accepts from such a process.
 """
 
 import re
@@ -35,6 +41,8 @@ MAX_WORLD_SIZE = 1 << 20
 MAX_JOB_BYTES = 256
 #: Job id when neither a run id nor the master's address is known.
 UNKNOWN_JOB = "unknown-job"
+#: Names the job of a process started without a launcher.
+STANDALONE_JOB_VAR = "GPUMON_JOB"
 
 # Rust's `str::parse::<u32>()` after `trim()`: an optional plus, then digits.
 _UNSIGNED = re.compile(r"\+?[0-9]+")
@@ -51,7 +59,8 @@ class Identity:
 
 
 def read_identity(environ: Mapping[str, str]) -> Optional[Identity]:
-    """This process's identity in ``environ``, or ``None`` outside a launcher."""
+    """This process's identity in ``environ``: its launcher's, else its
+    ``GPUMON_JOB``'s; ``None`` when it has neither."""
     torchrun_job = _named(_get(environ, "TORCHELASTIC_RUN_ID"))
     if torchrun_job is not None and torchrun_job.isascii() and torchrun_job.lower() == "none":
         torchrun_job = None
@@ -90,7 +99,16 @@ def read_identity(environ: Mapping[str, str]) -> Optional[Identity]:
             local_rank=local_rank,
             world_size=world_size,
         )
+    standalone_job = _named(_get(environ, STANDALONE_JOB_VAR))
+    if standalone_job is not None:
+        return Identity(job=truncate_utf8(standalone_job, MAX_JOB_BYTES), rank=0, local_rank=0, world_size=1)
     return None
+
+
+def standalone_identity(pid: int) -> Identity:
+    """Process ``pid`` on its own, with neither a launcher nor ``GPUMON_JOB``:
+    rank 0 of a world of 1 in job ``pid-<PID>``."""
+    return Identity(job="pid-%d" % pid, rank=0, local_rank=0, world_size=1)
 
 
 def job_id(environ: Mapping[str, str]) -> str:

@@ -3,7 +3,8 @@
 Every report interval it samples the memory source into an ``alloc``
 record, sends everything queued (``report``), sends the acks of the actions
 the training thread carried out (``ack``), then asks for new actions
-(``poll``) and hands them to the training thread. When the agent is
+(``poll``) and hands them, and the alerts that came with them, to the
+training thread. When the agent is
 unreachable it says so once, keeps sampling into a bounded outbox (oldest
 dropped and counted) and reconnects with a backoff of 1 s doubling to 30 s;
 after a reconnect it registers again.
@@ -64,6 +65,7 @@ class Reporter:
         acks: Deque[Dict[str, Any]],
         deliver: Callable[[Dict[str, Any]], None],
         dropped: Callable[[], int],
+        deliver_alerts: Callable[[list], None] = lambda alerts: None,
     ):
         self._address = address
         self._identity = identity
@@ -72,6 +74,7 @@ class Reporter:
         self._records = records
         self._acks = acks
         self._deliver = deliver
+        self._deliver_alerts = deliver_alerts
         self._dropped = dropped
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -369,6 +372,10 @@ class Reporter:
             error = str(answer.get("error") or "no reason given")
             self._log_once("poll:" + error, logging.WARNING, "gpumon: the agent refused a poll: %s", error)
             return
+        alerts = answer.get("alerts")  # absent from older agents
+        if isinstance(alerts, list) and alerts:
+            self.counters["alerts"] += len(alerts)
+            self._deliver_alerts(alerts)
         actions = answer.get("actions")
         if not isinstance(actions, list):
             self._log_once("poll-shape", logging.WARNING, 'gpumon: a poll answer without an "actions" list')

@@ -5,7 +5,13 @@ a tuple to a bounded deque, check a flag. Everything else (sampling, socket
 I/O, retries) happens in the reporter thread (``_reporter``). At a step
 boundary with actions pending, the actions run here, in the training thread,
 because ``empty_cache`` must not race the script's own allocations; their
-acks go back through a deque.
+acks go back through a deque. Alerts from the agent reach the ``on_alert``
+callbacks at the same point (``_alerts``).
+
+A process without launcher variables is rank 0 of a world of 1 in the job
+``GPUMON_JOB`` names, else in job ``pid-<PID>`` (``_env``). Model analysis
+(``_model``) and allocator snapshots (``_snapshots``) report through the
+same queue as markers.
 
 Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
@@ -25,11 +31,15 @@ from typing import Any, Callable, Dict, List, MutableMapping, Optional
 from . import _torch_hooks
 from ._actions import run_action
 from ._address import resolve_address
-from ._env import Identity, read_identity
+from . import _model
+from ._alerts import AlertInbox
+from ._env import Identity, read_identity, standalone_identity
 from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
 from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
+from ._snapshots import EVENT_NAME as SNAPSHOT_EVENT
+from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._timing import CudaTimeline, cuda_clock
 
 logger = logging.getLogger("gpumon")
@@ -104,6 +114,9 @@ class Runtime:
         self._actions: "collections.deque[Dict[str, Any]]" = collections.deque()
         self._actions_pending = False
         self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
+        self._alerts = AlertInbox()
+        self._snapshots = AllocatorSnapshots(self._snapshot_saved)
+        self._snapshot_settings = SnapshotSettings()
         self._dropped = 0
         self._settings = Settings()
         self._clock_warned = False
@@ -147,8 +160,12 @@ class Runtime:
     ) -> bool:
         identity = read_identity(environ)
         if identity is None:
-            logger.info("gpumon: no torchrun environment (RANK, WORLD_SIZE); the hook stays off")
-            return False
+            identity = standalone_identity(os.getpid())
+            logger.info(
+                "gpumon: no launcher variables (RANK, WORLD_SIZE, ...) nor GPUMON_JOB; "
+                "reporting as rank 0 of a world of 1 in job %r",
+                identity.job,
+            )
         owner = _owner(environ.get(OWNER_VAR))
         if owner is not None and owner[0] != os.getpid() and owner[1:] == (identity.rank, identity.job):
             logger.info(
@@ -171,6 +188,7 @@ class Runtime:
         self._acks.clear()
         self._actions.clear()
         self._actions_pending = False
+        self._alerts.clear()
         self._dropped = 0
         self._reset_steps()
         self._reporter = Reporter(
@@ -182,6 +200,7 @@ class Runtime:
             acks=self._acks,
             deliver=self._deliver_action,
             dropped=lambda: self._dropped,
+            deliver_alerts=self._alerts.deliver,
         )
         self._reporter.start()
         self._active = True
@@ -196,6 +215,10 @@ class Runtime:
             atexit.register(self.shutdown)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=self._after_fork_in_child)
+        self._snapshot_settings = SnapshotSettings.from_env(environ)
+        self._snapshots.configure(self._snapshot_settings, identity)
+        if self._snapshots.waiting:
+            self._snapshots.probe()
         environ[OWNER_VAR] = "%d:%d:%s" % (os.getpid(), identity.rank, identity.job)
         logger.info(
             "gpumon: reporting rank %d of job %r to the agent at %s",
@@ -235,6 +258,7 @@ class Runtime:
         self._acks.clear()
         self._actions.clear()
         self._actions_pending = False
+        self._alerts.clear()
 
     def _set_source(self, source: Any) -> None:
         self._source = source
@@ -286,6 +310,10 @@ class Runtime:
                 self._observe_device()
             if self._actions_pending:
                 self._run_actions(step)
+            if self._alerts.pending:
+                self._alerts.run()
+            if self._snapshots.waiting:
+                self._snapshots.probe()
         except Exception:
             logger.warning("gpumon: step boundary failed", exc_info=True)
 
@@ -455,6 +483,43 @@ class Runtime:
         if ran and reporter is not None:
             reporter.wake()
 
+    def on_alert(self, fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+        """See :func:`gpumon.on_alert`."""
+        if not callable(fn):
+            raise TypeError("on_alert needs a callable, not %s" % type(fn).__name__)
+        self._alerts.add_callback(fn)
+        return fn
+
+    # -- the model and the allocator --------------------------------------------------
+
+    def analyze_model(self, model: Any, optimizer: Any = None) -> Dict[str, Any]:
+        """See :func:`gpumon.analyze_model`."""
+        result = _model.analyze(model, optimizer)
+        self.mark("model", _model.model_detail(result))
+        return result
+
+    def check_finite(self, model: Any) -> Dict[str, Any]:
+        """See :func:`gpumon.check_finite`."""
+        result = _model.check(model)
+        if result["tensors"]:
+            self.mark("nonfinite", _model.nonfinite_detail(result))
+        return result
+
+    def save_allocator_snapshot(self, path: Any = None) -> Optional[str]:
+        """See :func:`gpumon.save_allocator_snapshot`."""
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError("path must be a str or os.PathLike, not %s" % type(path).__name__)
+            path = os.fspath(path)
+        identity = self._identity if self._active else None
+        settings = self._snapshot_settings if self._active else SnapshotSettings.from_env(os.environ)
+        if identity is None:
+            identity = read_identity(os.environ) or standalone_identity(os.getpid())
+        return self._snapshots.save(path, identity, settings)
+
+    def _snapshot_saved(self, path: str) -> None:
+        self.mark(SNAPSHOT_EVENT, path)
+
     # -- introspection ----------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
@@ -469,6 +534,8 @@ class Runtime:
             "queued": len(self._records),
             "dropped": self._dropped,
             "connected": bool(reporter is not None and reporter.connected),
+            "alerts_received": self._alerts.received,
+            "alerts_dropped": self._alerts.dropped,
         }
         if reporter is not None:
             out.update(reporter.counters)

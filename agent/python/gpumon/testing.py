@@ -5,18 +5,22 @@ For tests and demos on machines without torch or a GPU.
 :class:`FakeAllocator` is deterministic and follows the caching allocator's
 rules closely enough that what gpumon reads from it means the same thing as
 on a real GPU; it is also a memory source for :func:`gpumon.init` (it has
-``memory_stats``, ``mem_get_info``, ``empty_cache`` and ``device_info``).
+``memory_stats``, ``mem_get_info``, ``empty_cache`` and ``device_info``),
+and it makes snapshots in the shape of ``torch.cuda.memory._snapshot()``
+and calls out-of-memory observers as torch's allocator does.
 
 :class:`FakeTorch` is a ``torch`` module with only the ``torch.cuda`` calls
 of the hook's CUDA clock, over a :class:`FakeGpu` whose timeline the test
-moves: put it in ``sys.modules["torch"]``. It records every call that would
-block the CPU on the GPU or initialise CUDA, so a test can assert there were
-none.
+moves, and, given a :class:`FakeAllocator`, the snapshot calls of
+``torch.cuda.memory`` and the out-of-memory observer of ``torch._C``: put it
+in ``sys.modules["torch"]``. It records every call that would block the CPU
+on the GPU or initialise CUDA, so a test can assert there were none.
 """
 
+import sys
 import threading
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -101,8 +105,9 @@ class FakeAllocator:
       :meth:`empty_cache` releases the segments that hold no live block;
     - when a new segment does not fit in the device, the cache is released
       and ``num_alloc_retries`` counts it; if it still does not fit,
-      ``num_ooms`` counts it and ``MemoryError("CUDA out of memory (fake)")``
-      is raised.
+      ``num_ooms`` counts it, the out-of-memory observers are called (outside
+      the allocator's lock, as torch calls them) and
+      ``MemoryError("CUDA out of memory (fake)")`` is raised.
 
     The device holds ``total_bytes``, of which ``context_bytes`` are taken by
     the CUDA context, so ``mem_get_info()`` reports ``used = reserved +
@@ -134,6 +139,7 @@ class FakeAllocator:
         self._allocation_count = _Stat()
         self._retries = 0
         self._ooms = 0
+        self._oom_observers: List[Callable[[int, int, int, int], Any]] = []
         self.empty_cache_calls = 0
 
     # -- allocating ----------------------------------------------------------
@@ -157,11 +163,26 @@ class FakeAllocator:
             size = -(-nbytes // ROUND_BYTES) * ROUND_BYTES
             small = size <= SMALL_REQUEST_BYTES
             block = self._best_fit(small, size)
-            if block is None:
-                block = self._new_segment(small, size)
-            self._take(block, size, nbytes)
-            self._handles[handle] = block
-            return handle
+            try:
+                if block is None:
+                    block = self._new_segment(small, size)
+            except MemoryError as e:
+                oom = e
+                observers = list(self._oom_observers)
+                in_use = self._stats["reserved_bytes"].current + self.context_bytes
+            else:
+                self._take(block, size, nbytes)
+                self._handles[handle] = block
+                return handle
+        for observer in observers:
+            observer(self.index, size, in_use, max(0, self.total_bytes - in_use))
+        raise oom
+
+    def attach_out_of_memory_observer(self, observer: Callable[[int, int, int, int], Any]) -> None:
+        """Calls ``observer(device, alloc_bytes, device_in_use, device_free)``
+        on every out-of-memory error, like ``torch._C._cuda_attach_out_of_memory_observer``."""
+        with self._lock:
+            self._oom_observers.append(observer)
 
     def free(self, handle: int) -> None:
         """Frees an allocation; its memory stays cached (reserved)."""
@@ -236,6 +257,38 @@ class FakeAllocator:
         """Sizes of the segments held, in creation order."""
         with self._lock:
             return [s.size for s in self._segments]
+
+    def snapshot(self) -> Dict[str, Any]:
+        """The segments and their blocks in the shape of
+        ``torch.cuda.memory._snapshot()`` (no history: ``device_traces`` is empty)."""
+        with self._lock:
+            segments = []
+            for segment in self._segments:
+                base = (segment.number + 1) << 32
+                live = [b for b in segment.blocks if b.live]
+                blocks = [
+                    {
+                        "address": base + b.offset,
+                        "size": b.size,
+                        "requested_size": b.requested,
+                        "state": "active_allocated" if b.live else "inactive",
+                    }
+                    for b in segment.blocks
+                ]
+                segments.append(
+                    {
+                        "device": self.index,
+                        "address": base,
+                        "stream": 0,
+                        "segment_type": "small" if segment.small else "large",
+                        "total_size": segment.size,
+                        "allocated_size": sum(b.size for b in live),
+                        "active_size": sum(b.size for b in live),
+                        "requested_size": sum(b.requested for b in live),
+                        "blocks": blocks,
+                    }
+                )
+            return {"segments": segments, "device_traces": [[]]}
 
     # -- internals (lock held) ------------------------------------------------
 
@@ -401,6 +454,8 @@ class FakeCuda:
         self.gpu = gpu
         self.initialized = initialized
         self.available = available
+        #: ``torch.cuda.memory``, when :class:`FakeTorch` has an allocator.
+        self.memory: Optional["FakeCudaMemory"] = None
 
     def Event(self, enable_timing: bool = False, **_flags: bool) -> FakeEvent:  # noqa: N802 (torch's name)
         return FakeEvent(self.gpu, enable_timing)
@@ -425,10 +480,57 @@ class FakeCuda:
         self.gpu.violation("torch.cuda._lazy_init() initialises CUDA")
 
 
-class FakeTorch(types.ModuleType):
-    """A ``torch`` module with only :class:`FakeCuda` as ``cuda``, for ``sys.modules["torch"]``."""
+class FakeCudaMemory:
+    """``torch.cuda.memory``'s snapshot calls over a :class:`FakeAllocator`.
 
-    def __init__(self, gpu: Optional[FakeGpu] = None, initialized: bool = True, available: bool = True):
+    ``history`` lists the arguments of every ``_record_memory_history``
+    call; like the real one, a call before CUDA is initialised initialises
+    it, which is a violation here.
+    """
+
+    def __init__(self, cuda: "FakeCuda", allocator: FakeAllocator):
+        self._cuda = cuda
+        self.allocator = allocator
+        self.history: List[Dict[str, Any]] = []
+        self.snapshots = 0
+
+    def _record_memory_history(
+        self,
+        enabled: Optional[str] = "all",
+        context: Optional[str] = "all",
+        stacks: str = "all",
+        max_entries: int = sys.maxsize,
+        **_more: Any,
+    ) -> None:
+        if not self._cuda.initialized:
+            self._cuda.gpu.violation("_record_memory_history() initialises CUDA")
+        call = {"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries}
+        self.history.append(call)
+
+    def _snapshot(self, device: Any = None) -> Dict[str, Any]:
+        self.snapshots += 1
+        return self.allocator.snapshot()
+
+
+class FakeTorch(types.ModuleType):
+    """A ``torch`` module with :class:`FakeCuda` as ``cuda``, for ``sys.modules["torch"]``.
+
+    Given ``allocator``, ``cuda.memory`` is a :class:`FakeCudaMemory` over
+    it and ``_C._cuda_attach_out_of_memory_observer`` attaches to it.
+    """
+
+    def __init__(
+        self,
+        gpu: Optional[FakeGpu] = None,
+        initialized: bool = True,
+        available: bool = True,
+        allocator: Optional[FakeAllocator] = None,
+    ):
         super().__init__("torch")
         self.gpu = gpu if gpu is not None else FakeGpu()
         self.cuda = FakeCuda(self.gpu, initialized, available)
+        if allocator is not None:
+            self.cuda.memory = FakeCudaMemory(self.cuda, allocator)
+            self._C = types.SimpleNamespace(
+                _cuda_attach_out_of_memory_observer=allocator.attach_out_of_memory_observer
+            )

@@ -2,7 +2,9 @@
 a fake clock and a duck-typed module.
 
 ``FakeAgent`` only checks message shapes against PROTOCOL.md (framing,
-``register``/``report``/``poll``/``ack``); the real agent is tested from Rust.
+``register``/``report``/``poll``/``ack``, alerts in poll answers); the real
+agent is tested from Rust (``agent/tests/hook.rs`` runs this package against
+it too).
 """
 
 import contextlib
@@ -11,6 +13,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -85,7 +89,8 @@ class FakeAgent:
     """A JSON-lines server on a Unix socket that records every request.
 
     Answers as PROTOCOL.md says; ``actions`` are listed on ``poll`` until
-    acknowledged; ``refuse_register`` (a string) makes ``register`` fail.
+    acknowledged; alerts posted with :meth:`post_alert` go out once, with
+    the next ``poll``; ``refuse_register`` (a string) makes ``register`` fail.
     """
 
     def __init__(self):
@@ -96,6 +101,8 @@ class FakeAgent:
         self.requests = []  # (connection number, dict)
         self.raw_lines = []
         self.actions = []
+        self.alerts = []
+        self.alerts_sent = 0
         self.acked = set()
         self.polls_with_actions = 0
         self.refuse_register = None
@@ -125,6 +132,11 @@ class FakeAgent:
     def add_action(self, action_id, kind="release_cache", reason="test"):
         with self.lock:
             self.actions.append({"id": action_id, "kind": kind, "reason": reason})
+
+    def post_alert(self, alert):
+        """Queues ``alert`` (a dict as PROTOCOL.md shows it) for the next poll."""
+        with self.lock:
+            self.alerts.append(alert)
 
     def drop_connections(self):
         with self.lock:
@@ -202,7 +214,9 @@ class FakeAgent:
                 pending = [a for a in self.actions if a["id"] not in self.acked]
                 if pending:
                     self.polls_with_actions += 1
-            return {"ok": True, "actions": pending}, registered
+                alerts, self.alerts = self.alerts, []
+                self.alerts_sent += len(alerts)
+            return {"ok": True, "actions": pending, "alerts": alerts}, registered
         if op == "ack":
             if self.refuse_acks:
                 return {
@@ -305,3 +319,41 @@ def queued(runtime, kind=None):
 
     records = [to_record(item) for item in list(runtime._records)]
     return [r for r in records if kind is None or r["type"] == kind]
+
+
+def torch_import_error():
+    """Why ``import torch`` fails in this Python, or ``None`` when it works."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", "import torch"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if result.returncode == 0:
+        return None
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else "exit status %d" % result.returncode
+
+
+def run_hooked(test, script, **env_extra):
+    """Runs ``script`` with the hook injected as under torchrun, reporting to a
+    fake agent; returns the agent and the script's last line of JSON. The
+    agent closes at the end of ``test`` (a test case, or a test class from
+    ``setUpClass``)."""
+    agent = FakeAgent()
+    cleanup = test.addClassCleanup if isinstance(test, type) else test.addCleanup
+    cleanup(agent.close)
+    env = dict(os.environ, **TORCHRUN_ENV)
+    env.pop("GPUMON_SECTION_CLOCK", None)
+    env.update(
+        GPUMON_AGENT=agent.address,
+        GPUMON_REPORT_INTERVAL="0.1",
+        PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
+        **env_extra,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    if result.returncode != 0:
+        raise AssertionError("the script failed (exit status %d):\n%s" % (result.returncode, result.stderr))
+    return agent, json.loads(result.stdout.strip().splitlines()[-1])

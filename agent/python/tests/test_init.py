@@ -2,16 +2,18 @@
 
 import logging
 import os
+import tempfile
 import threading
 import unittest
 from unittest import mock
 
 import gpumon
+from gpumon._env import Identity
 from gpumon._runtime import OWNER_VAR, Runtime
 from gpumon._settings import Settings
 from gpumon.testing import FakeAllocator
 
-from tests.support import TORCHRUN_ENV, capture_logs, enter, wait_until
+from tests.support import TORCHRUN_ENV, FakeAgent, capture_logs, enter, wait_until
 
 
 def reporter_threads():
@@ -29,22 +31,54 @@ class InitTest(unittest.TestCase):
         self.addCleanup(runtime.shutdown)
         return runtime.init(environ=dict(TORCHRUN_ENV) if environ is None else environ, **kwargs)
 
-    def test_public_init_outside_torchrun_returns_false_and_starts_nothing(self):
-        with mock.patch.dict(os.environ, {}, clear=True):
-            self.assertFalse(gpumon.init())
-            self.assertNotIn(OWNER_VAR, os.environ)
-        self.assertEqual(len(reporter_threads()), self.threads_before)
-        self.assertEqual(len(self.logs.records), 1)
-        self.assertIn("no torchrun environment", self.logs.messages()[0])
-        self.assertFalse(gpumon.stats()["active"])
-        gpumon.step()  # all harmless
-        with gpumon.section("data"):
-            gpumon.mark("m")
-        self.assertIsNone(gpumon.snapshot("s"))
+    def test_public_init_outside_a_launcher_is_rank_0_of_a_world_of_1(self):
+        agent = FakeAgent()
+        self.addCleanup(agent.close)
+        self.addCleanup(gpumon.shutdown)
+        with mock.patch.dict(os.environ, {"GPUMON_AGENT": agent.address}, clear=True):
+            self.assertTrue(gpumon.init())
+            self.assertEqual(os.environ[OWNER_VAR], "%d:0:pid-%d" % (os.getpid(), os.getpid()))
+        self.assertEqual(len(reporter_threads()), self.threads_before + 1)
+        self.assertIn("rank 0 of a world of 1 in job 'pid-%d'" % os.getpid(), self.logs.messages()[0])
+        gpumon.mark("m")
+        wait_until(lambda: agent.records("event"), message="the marker")
+        register = agent.ops("register")[0]
+        claim = [register[k] for k in ("pid", "job", "rank", "local_rank", "world_size")]
+        self.assertEqual(claim, [os.getpid(), "pid-%d" % os.getpid(), 0, 0, 1])
 
-    def test_invalid_rank_is_not_torchrun(self):
-        self.assertFalse(self.start(Runtime(), environ={"RANK": "4", "WORLD_SIZE": "4"}))
-        self.assertEqual(len(reporter_threads()), self.threads_before)
+    def test_gpumon_job_names_the_job_of_a_process_alone(self):
+        runtime = Runtime()
+        self.assertTrue(self.start(runtime, environ={"GPUMON_JOB": " profile-1 "}))
+        self.assertEqual(runtime._identity, Identity("profile-1", 0, 0, 1))
+
+    def test_an_invalid_launcher_rank_is_no_launcher(self):
+        runtime = Runtime()
+        self.assertTrue(self.start(runtime, environ={"RANK": "4", "WORLD_SIZE": "4"}))
+        self.assertEqual(runtime._identity, Identity("pid-%d" % os.getpid(), 0, 0, 1))
+
+    def test_init_never_raises_whatever_the_environment(self):
+        odd = "\udcff\x00" + "x" * 5000
+        with tempfile.NamedTemporaryFile() as not_a_dir:
+            environments = [
+                {},
+                {"RANK": odd, "WORLD_SIZE": odd, "LOCAL_RANK": odd, "TORCHELASTIC_RUN_ID": odd},
+                {"GPUMON_JOB": odd, "MASTER_ADDR": odd, "MASTER_PORT": "-1"},
+                {"GPUMON_AGENT": odd},
+                {"GPUMON_AGENT": "unix:" + "p" * 5000},
+                {"GPUMON_REPORT_INTERVAL": "nan", "GPUMON_SECTION_CLOCK": odd},
+                {"GPUMON_SNAPSHOT_DIR": not_a_dir.name + "/sub", "GPUMON_SNAPSHOT_MAX_ENTRIES": "-3"},
+                {"GPUMON_SNAPSHOT_STACKS": odd, "GPUMON_SNAPSHOT_MAX_ENTRIES": odd},
+                {OWNER_VAR: odd},
+            ]
+            for environ in environments:
+                with self.subTest(environ=sorted(environ)):
+                    runtime = Runtime()
+                    self.addCleanup(runtime.shutdown)
+                    active = runtime.init(environ=dict(environ), settings=Settings(report_interval_s=3600.0))
+                    self.assertIsInstance(active, bool)
+                    runtime.step()
+                    self.assertIsNone(runtime.save_allocator_snapshot())
+        self.assertEqual(self.logs.at(logging.ERROR), [])
 
     def test_second_init_starts_no_second_thread_and_swaps_the_source(self):
         runtime = Runtime()

@@ -57,6 +57,38 @@ class InjectTest(unittest.TestCase):
         result = self.run_python(dict(TORCHRUN_ENV), launcher)
         self.assertEqual(result.stdout.strip(), "absent", result.stderr)
 
+    def test_standalone_hooks_the_first_python_process_only(self):
+        child = "import subprocess, sys; subprocess.run([sys.executable, '-c', %r], check=True)" % PROBE
+        result = self.run_python({"GPUMON_STANDALONE": "1"}, "-c", PROBE + "; " + child)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # The child no longer sees GPUMON_STANDALONE: gpumon is not even imported there.
+        self.assertEqual(result.stdout.split(), ["True", "absent"])
+        (register,) = self.agent.ops("register")
+        self.assertEqual(
+            (register["job"], register["rank"], register["local_rank"], register["world_size"]),
+            ("pid-%d" % register["pid"], 0, 0, 1),
+        )
+
+    def test_standalone_with_gpumon_job_reports_to_that_job(self):
+        probe = PROBE + "; import os; print(os.environ.get('GPUMON_STANDALONE'))"
+        result = self.run_python({"GPUMON_STANDALONE": "1", "GPUMON_JOB": "profile-42"}, "-c", probe)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.split(), ["True", "None"])
+        (register,) = self.agent.ops("register")
+        self.assertEqual((register["job"], register["rank"], register["world_size"]), ("profile-42", 0, 1))
+
+    def test_standalone_never_hooks_a_launcher_nor_a_disabled_process(self):
+        launcher = os.path.join(self.tmp.name, "torchrun")
+        with open(launcher, "w") as f:
+            f.write(PROBE + "\n")
+        result = self.run_python({"GPUMON_STANDALONE": "1"}, launcher)
+        self.assertEqual(result.stdout.strip(), "absent", result.stderr)
+        # Without torch installed this fails after the start-up; no matter.
+        self.run_python({"GPUMON_STANDALONE": "1"}, "-m", "torch.distributed.run", "--help")
+        result = self.run_python({"GPUMON_STANDALONE": "1", "GPUMON_DISABLE": "1"}, "-c", PROBE)
+        self.assertEqual(result.stdout.strip(), "absent", result.stderr)
+        self.assertEqual(self.agent.ops("register"), [])
+
     def test_a_broken_user_sitecustomize_does_not_stop_python(self):
         with open(os.path.join(self.tmp.name, "sitecustomize.py"), "w") as f:
             f.write("raise RuntimeError('broken site')\n")

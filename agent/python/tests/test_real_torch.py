@@ -2,13 +2,10 @@
 and, on a GPU, the memory source."""
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 import unittest
 
-from tests.support import INJECT_DIR, PYTHON_ROOT, TORCHRUN_ENV, FakeAgent
+from tests.support import run_hooked, torch_import_error
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -39,26 +36,6 @@ for _ in range(5):
 snap = gpumon.snapshot("end")
 print(json.dumps({"steps": gpumon.stats()["step"], "cuda": cuda, "snapshot": snap}))
 """
-
-
-def run_hooked(test, script, **env_extra):
-    """Runs ``script`` with the hook injected as under torchrun, reporting to a
-    fake agent; returns the agent and the script's last line of JSON."""
-    agent = FakeAgent()
-    test.addCleanup(agent.close)
-    env = dict(os.environ, **TORCHRUN_ENV)
-    env.pop("GPUMON_SECTION_CLOCK", None)
-    env.update(
-        GPUMON_AGENT=agent.address,
-        GPUMON_REPORT_INTERVAL="0.1",
-        PYTHONPATH=os.pathsep.join([PYTHON_ROOT, INJECT_DIR]),
-        **env_extra,
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
-    )
-    test.assertEqual(result.returncode, 0, result.stderr)
-    return agent, json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @unittest.skipUnless(HAS_TORCH, "torch is not installed")
@@ -100,20 +77,6 @@ for _ in range(5):
 stats = gpumon.stats()
 print(json.dumps({"steps": stats["step"], "clock": stats["clock"], "cuda": torch.cuda.is_initialized()}))
 """
-
-
-def torch_import_error():
-    """Why ``import torch`` fails in this Python, or ``None`` when it works."""
-    try:
-        result = subprocess.run(
-            [sys.executable, "-c", "import torch"], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return str(e)
-    if result.returncode == 0:
-        return None
-    lines = result.stderr.strip().splitlines()
-    return lines[-1] if lines else "exit status %d" % result.returncode
 
 
 class RealTorchCpuClockTest(unittest.TestCase):

@@ -206,14 +206,15 @@ impl Connection {
                 self.report(id, &job, rank, body.get("records"))
             }
             (Op::Poll, Some(s)) => {
-                let actions: Vec<Value> = self
-                    .shared
-                    .hub
+                let hub = &self.shared.hub;
+                let actions: Vec<Value> = hub
                     .poll(s.id)
                     .into_iter()
                     .map(|a| json!({"id": a.id, "kind": a.kind.name(), "reason": a.reason}))
                     .collect();
-                Ok(json!({ "actions": actions }))
+                let alerts: Vec<Value> =
+                    hub.take_alerts(s.id).iter().map(|a| a.to_json()).collect();
+                Ok(json!({ "actions": actions, "alerts": alerts }))
             }
             (Op::Ack, Some(s)) => {
                 let id = s.id;

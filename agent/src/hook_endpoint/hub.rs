@@ -1,8 +1,8 @@
 //! The state every hook connection, the uplink and the hook GPU source share.
 //!
 //! [`HookHub`] holds the live sessions, the records and action acks waiting
-//! for the next push, the actions waiting for their session's `poll`, and the
-//! counters. It is an `Arc` around one `std::sync::Mutex`: every critical
+//! for the next push, the actions and alerts waiting for their session's
+//! `poll`, and the counters. It is an `Arc` around one `std::sync::Mutex`: every critical
 //! section is a few map operations, never I/O and never across an `.await`,
 //! so a blocking lock is cheaper than an async one and cannot stall a task
 //! for long. The queues are bounded; past their capacity the oldest entry is
@@ -15,6 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, PendingAction};
 use tokio::sync::watch;
 
+use super::alerts::{AlertQueue, HookAlert, PostedAlert};
 use super::records::{AllocReading, CheckedReport};
 
 /// Most live sessions (registered connections) at once.
@@ -113,6 +114,13 @@ pub struct HookStats {
     pub acks_queued: u64,
     /// Requests refused (an `ok: false` answer).
     pub refused: u64,
+    /// Alerts queued for a session (one alert posted to a job of four live
+    /// ranks counts four).
+    pub alerts_queued: u64,
+    /// Queued alerts dropped unread because their session's queue was full.
+    pub alerts_dropped: u64,
+    /// Alerts posted while no live session matched them.
+    pub alerts_unmatched: u64,
 }
 
 /// The hook endpoint's shared state; see the module docs.
@@ -144,6 +152,7 @@ struct State {
 struct Session {
     info: SessionInfo,
     actions: Vec<PendingAction>,
+    alerts: AlertQueue,
 }
 
 impl HookHub {
@@ -216,6 +225,7 @@ impl HookHub {
             Session {
                 info,
                 actions: Vec::new(),
+                alerts: AlertQueue::default(),
             },
         );
         st.stats.sessions_opened += 1;
@@ -281,6 +291,44 @@ impl HookHub {
             .sessions
             .get(&session)
             .map(|s| s.actions.clone())
+            .unwrap_or_default()
+    }
+
+    /// Posts `alert` to the live sessions of `job`: the one of `rank`, or
+    /// every rank's when `rank` is `None`. Each gets it in the answer to
+    /// its next `poll` (agent/python/PROTOCOL.md), and the hook hands it to
+    /// the script's `gpumon.on_alert` callbacks at its next step boundary.
+    /// Returns how many sessions it was queued for; 0 when none is live
+    /// (nothing is kept for a session that registers later).
+    pub fn post_alert(&self, job: &str, rank: Option<u32>, alert: HookAlert) -> usize {
+        let posted = PostedAlert::new(job, rank, alert);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let mut queued = 0;
+        let mut dropped = 0;
+        let matching = st.sessions.values_mut().filter(|s| {
+            let reg = &s.info.registration;
+            reg.job == job && rank.is_none_or(|r| r == reg.rank)
+        });
+        for s in matching {
+            queued += 1;
+            dropped += u64::from(s.alerts.push(posted.clone()));
+        }
+        st.stats.alerts_queued += queued;
+        st.stats.alerts_dropped += dropped;
+        st.stats.alerts_unmatched += u64::from(queued == 0);
+        drop(guard);
+        tracing::debug!(%job, ?rank, sessions = queued, "alert posted to the hooks");
+        queued as usize
+    }
+
+    /// Takes the alerts waiting for `session`, oldest first (each is
+    /// delivered once).
+    pub fn take_alerts(&self, session: u64) -> Vec<PostedAlert> {
+        self.lock()
+            .sessions
+            .get_mut(&session)
+            .map(|s| s.alerts.take())
             .unwrap_or_default()
     }
 
@@ -451,6 +499,7 @@ pub(crate) fn cut(mut s: String, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::alerts::{HookAlertSeverity, MAX_PENDING_ALERTS_PER_SESSION};
     use super::*;
     use gpumon_proto::{ActionKind, AllocRecord, AllocStats};
 
@@ -638,6 +687,72 @@ mod tests {
             }]
         );
         assert_eq!(hub.stats().sessions_live, 0);
+    }
+
+    fn alert(kind: &str) -> HookAlert {
+        HookAlert {
+            kind: kind.into(),
+            severity: HookAlertSeverity::Warning,
+            message: format!("{kind} seen"),
+            t_ms: 5_000,
+        }
+    }
+
+    fn kinds(alerts: &[PostedAlert]) -> Vec<&str> {
+        alerts.iter().map(|a| a.alert.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn alerts_reach_the_sessions_they_are_posted_to_once() {
+        let hub = HookHub::new("a", "n");
+        let r0 = hub.register(claim("j", 0), 1).unwrap();
+        let r1 = hub.register(claim("j", 1), 1).unwrap();
+        let other = hub.register(claim("k", 0), 1).unwrap();
+        assert_eq!(hub.post_alert("j", None, alert("leak")), 2);
+        assert_eq!(hub.post_alert("j", Some(1), alert("straggler")), 1);
+        assert_eq!(hub.post_alert("j", Some(7), alert("oom_risk")), 0);
+        assert_eq!(hub.post_alert("nobody", None, alert("oom_risk")), 0);
+        let taken = hub.take_alerts(r1);
+        assert_eq!(kinds(&taken), ["leak", "straggler"]);
+        assert_eq!(
+            (taken[0].job.as_str(), taken[0].rank, taken[1].rank),
+            ("j", None, Some(1))
+        );
+        assert_eq!(kinds(&hub.take_alerts(r0)), ["leak"]);
+        assert!(hub.take_alerts(r0).is_empty(), "delivered once");
+        assert!(hub.take_alerts(other).is_empty());
+        assert!(
+            hub.take_alerts(999).is_empty(),
+            "an unknown session has none"
+        );
+        let stats = hub.stats();
+        assert_eq!(
+            (
+                stats.alerts_queued,
+                stats.alerts_unmatched,
+                stats.alerts_dropped
+            ),
+            (3, 2, 0)
+        );
+    }
+
+    #[test]
+    fn a_session_that_does_not_poll_keeps_only_the_newest_alerts() {
+        let hub = HookHub::new("a", "n");
+        let s = hub.register(claim("j", 0), 1).unwrap();
+        let n = MAX_PENDING_ALERTS_PER_SESSION + 3;
+        for i in 0..n {
+            hub.post_alert("j", Some(0), alert(&format!("k{i}")));
+        }
+        let taken = hub.take_alerts(s);
+        assert_eq!(taken.len(), MAX_PENDING_ALERTS_PER_SESSION);
+        assert_eq!(taken[0].alert.kind, "k3", "the oldest three went");
+        assert_eq!(hub.stats().alerts_dropped, 3);
+        // A session's alerts end with it; a later session starts empty.
+        hub.post_alert("j", None, alert("leak"));
+        hub.end_session(s, 2);
+        let again = hub.register(claim("j", 0), 3).unwrap();
+        assert!(hub.take_alerts(again).is_empty());
     }
 
     #[test]

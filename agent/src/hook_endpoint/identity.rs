@@ -12,15 +12,21 @@
 //! the agent does not see, for which `SO_PEERCRED` gives 0) there is no PID
 //! to check against.
 //!
-//! Where `/proc/PID/environ` is readable and names a torchrun rank, the
-//! claimed job and rank must match it (the job only when the environment
-//! names one, see [`crate::discovery::parse_environ`]): a hook cannot report
-//! for another rank than the one its process is.
+//! Where `/proc/PID/environ` is readable and names a rank (a launcher's, or
+//! `GPUMON_JOB`'s rank 0), the claimed job and rank must match it (the job
+//! only when the environment names one, see
+//! [`crate::discovery::parse_environ`]): a hook cannot report for another
+//! rank than the one its process is. A readable environment that names no
+//! rank at all (a plain `python` process) allows one claim only: rank 0,
+//! local rank 0, of a world of 1 in job `pid-<PID>`, with the PID the
+//! process knows itself by; so such a process can never take a real job's
+//! rank. An unreadable environment (another user's process, TCP from a
+//! process the agent cannot see) leaves the claim as it is.
 
 use std::path::Path;
 
 use super::hub::Registration;
-use crate::discovery::{read_bounded, read_rank, UNKNOWN_JOB};
+use crate::discovery::{read_bounded, read_rank, standalone_job, STANDALONE_JOB_VAR, UNKNOWN_JOB};
 
 /// Checks `claim` against the peer's PID (when the transport gives one) and
 /// the process's environment; on success `claim.pid` is the PID in the
@@ -30,6 +36,7 @@ pub(crate) fn verify(
     peer_pid: Option<u32>,
     claim: &mut Registration,
 ) -> Result<(), String> {
+    let claimed_pid = claim.pid;
     if let Some(peer) = peer_pid.filter(|&p| p != 0) {
         if claim.pid != peer {
             let inner = ns_pids(proc_root, peer).and_then(|pids| pids.last().copied());
@@ -42,14 +49,35 @@ pub(crate) fn verify(
             claim.pid = peer;
         }
     }
-    if let Ok(Some(env)) = read_rank(proc_root, claim.pid) {
-        let job_differs = env.job != UNKNOWN_JOB && env.job != claim.job;
-        if job_differs || env.rank != claim.rank {
-            return Err(format!(
-                "the environment of pid {} names rank {} of job {:?}, not rank {} of job {:?}",
-                claim.pid, env.rank, env.job, claim.rank, claim.job
-            ));
+    match read_rank(proc_root, claim.pid) {
+        Ok(Some(env)) => {
+            let job_differs = env.job != UNKNOWN_JOB && env.job != claim.job;
+            if job_differs || env.rank != claim.rank {
+                return Err(format!(
+                    "the environment of pid {} names rank {} of job {:?}, not rank {} of job {:?}",
+                    claim.pid, env.rank, env.job, claim.rank, claim.job
+                ));
+            }
         }
+        Ok(None) => {
+            // The process may know itself by another PID (its namespace's).
+            let own = |pid: u32| claim.job == standalone_job(pid);
+            let shape = (claim.rank, claim.local_rank, claim.world_size);
+            if !(own(claimed_pid) || own(claim.pid)) || shape != (0, 0, 1) {
+                return Err(format!(
+                    "pid {} has neither launcher variables nor {STANDALONE_JOB_VAR}: it may \
+                     register only as rank 0 (local rank 0) of a world of 1 in job {:?}, not \
+                     rank {} (local rank {}) of {} in job {:?}",
+                    claim.pid,
+                    standalone_job(claimed_pid),
+                    claim.rank,
+                    claim.local_rank,
+                    claim.world_size,
+                    claim.job
+                ));
+            }
+        }
+        Err(_) => {}
     }
     Ok(())
 }
@@ -99,7 +127,7 @@ mod tests {
         proc_dir(
             root.path(),
             500,
-            b"",
+            b"RANK=0\0WORLD_SIZE=16\0",
             Some("Name:\tpython\nNSpid:\t500\t7\n"),
         );
         let mut c = claim(500, "j", 0);
@@ -152,11 +180,59 @@ mod tests {
             &mut claim(601, "trainer-0.trainer.default.svc:23456", 12),
         )
         .unwrap();
-        // Unreadable or not torchrun: the claim stands.
+        // Unreadable: the claim stands.
         verify(root.path(), None, &mut claim(602, "anything", 0)).unwrap();
+        // A launcher with no job of its own: the hook names the job.
         proc_dir(root.path(), 603, b"RANK=1\0WORLD_SIZE=2\0", None);
         verify(root.path(), None, &mut claim(603, "named-by-hook", 1)).unwrap();
         assert!(verify(root.path(), None, &mut claim(603, "named-by-hook", 0)).is_err());
+    }
+
+    fn alone(pid: u32, job: &str) -> Registration {
+        Registration {
+            world_size: 1,
+            ..claim(pid, job, 0)
+        }
+    }
+
+    #[test]
+    fn a_process_without_a_launcher_may_only_be_itself() {
+        let root = tempfile::tempdir().unwrap();
+        proc_dir(
+            root.path(),
+            700,
+            b"PATH=/usr/bin\0HOME=/root\0",
+            Some("Name:\tpython\nNSpid:\t700\t9\n"),
+        );
+        verify(root.path(), Some(700), &mut alone(700, "pid-700")).unwrap();
+        // Inside a container it knows itself as pid 9, and names its job so.
+        let mut c = alone(9, "pid-9");
+        verify(root.path(), Some(700), &mut c).unwrap();
+        assert_eq!(c.pid, 700);
+        let e = verify(root.path(), Some(700), &mut alone(700, "run-7")).unwrap_err();
+        assert!(
+            e.contains("neither launcher variables nor GPUMON_JOB")
+                && e.contains("job \"pid-700\", not rank 0 (local rank 0) of 1 in job \"run-7\""),
+            "{e}"
+        );
+        assert!(verify(root.path(), Some(700), &mut alone(700, "pid-701")).is_err());
+        // Rank 0 of a world of 1, nothing else.
+        assert!(verify(root.path(), Some(700), &mut claim(700, "pid-700", 0)).is_err());
+        let mut local = alone(700, "pid-700");
+        local.local_rank = 1;
+        local.world_size = 2;
+        assert!(verify(root.path(), Some(700), &mut local).is_err());
+    }
+
+    #[test]
+    fn gpumon_job_names_rank_0_of_its_job() {
+        let root = tempfile::tempdir().unwrap();
+        proc_dir(root.path(), 710, b"GPUMON_JOB=profile-1\0", None);
+        verify(root.path(), Some(710), &mut alone(710, "profile-1")).unwrap();
+        let e = verify(root.path(), Some(710), &mut alone(710, "pid-710")).unwrap_err();
+        assert!(e.contains("names rank 0 of job \"profile-1\""), "{e}");
+        let e = verify(root.path(), Some(710), &mut claim(710, "profile-1", 1)).unwrap_err();
+        assert!(e.contains("not rank 1"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   kernel's peer PID and its `/proc` environment;
 //! - [`HookHub`] (`hub`): sessions, the bounded queues of records and action
 //!   acks for the uplink, the actions waiting for each session, counters;
+//! - [`HookAlert`] (`alerts`): alerts posted to a job or rank
+//!   ([`HookHub::post_alert`]), kept per session until its next `poll`;
 //! - [`HookSource`] (`source`): GPU samples built from hook reports, for an
 //!   agent that samples no GPU itself.
 //!
@@ -31,6 +33,7 @@
 //! ```
 
 mod addr;
+mod alerts;
 mod connection;
 mod hub;
 mod identity;
@@ -40,6 +43,10 @@ mod server;
 mod source;
 
 pub use addr::{HookAddr, HookAddrError, MAX_UNIX_PATH_BYTES};
+pub use alerts::{
+    HookAlert, HookAlertSeverity, PostedAlert, MAX_ALERT_KIND_BYTES, MAX_ALERT_MESSAGE_BYTES,
+    MAX_PENDING_ALERTS_PER_SESSION,
+};
 pub use connection::WARN_INTERVAL_MS;
 pub use hub::{
     AckReport, HookDevice, HookHub, HookStats, Registration, SessionInfo, DISCONNECTED_REASON,

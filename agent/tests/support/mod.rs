@@ -43,6 +43,8 @@ pub struct Server {
     pub addr: HookAddr,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// The empty `/proc` of [`Server::unix`] and [`Server::tcp`].
+    _proc_root: Option<tempfile::TempDir>,
 }
 
 impl Server {
@@ -67,15 +69,31 @@ impl Server {
             addr,
             stop,
             task,
+            _proc_root: None,
         }
     }
 
+    /// A server on a Unix socket in `dir` that cannot read any process's
+    /// environment (see [`Server::unreadable_proc`]).
     pub async fn unix(dir: &Path) -> Server {
-        Self::start(&format!("unix:{}", dir.join("hook.sock").display()), None).await
+        Self::unreadable_proc(&format!("unix:{}", dir.join("hook.sock").display())).await
     }
 
+    /// A server on loopback TCP that cannot read any process's environment.
     pub async fn tcp() -> Server {
-        Self::start("127.0.0.1:0", None).await
+        Self::unreadable_proc("127.0.0.1:0").await
+    }
+
+    /// A server whose `/proc` is an empty directory: every claim about job
+    /// and rank stands, as for a process whose environment the agent cannot
+    /// read. The protocol tests register many ranks from this one process;
+    /// the identity rules have tests of their own (over the real `/proc`
+    /// too: `Server::start(addr, None)` and [`own_claim`]).
+    async fn unreadable_proc(addr: &str) -> Server {
+        let root = tempfile::tempdir().unwrap();
+        let mut server = Self::start(addr, Some(root.path())).await;
+        server._proc_root = Some(root);
+        server
     }
 
     /// A raw client of this server.
@@ -151,6 +169,48 @@ impl Client {
     pub async fn register(&mut self, job: &str, rank: u32) -> Value {
         self.call(register(std::process::id(), job, rank, None))
             .await
+    }
+
+    /// Registers as what this process's real environment says it is.
+    pub async fn register_as_myself(&mut self) -> Value {
+        self.call(own_claim().register(None)).await
+    }
+}
+
+/// Who this process is by its real `/proc/self/environ`, read with the
+/// agent's own rule: a launcher's rank when the test runs under one (or
+/// with `GPUMON_JOB`), else the only claim a plain process may make.
+pub struct OwnClaim {
+    pub job: String,
+    pub rank: u32,
+    pub local_rank: u32,
+    pub world_size: u32,
+}
+
+pub fn own_claim() -> OwnClaim {
+    let environ = std::fs::read("/proc/self/environ").unwrap();
+    match gpumon_agent::discovery::parse_environ(&environ) {
+        Some(r) => OwnClaim {
+            job: r.job,
+            rank: r.rank,
+            local_rank: r.local_rank,
+            world_size: r.world_size,
+        },
+        None => OwnClaim {
+            job: gpumon_agent::discovery::standalone_job(std::process::id()),
+            rank: 0,
+            local_rank: 0,
+            world_size: 1,
+        },
+    }
+}
+
+impl OwnClaim {
+    /// The `register` request making this claim.
+    pub fn register(&self, device: Option<Value>) -> Value {
+        json!({"v": 1, "op": "register", "pid": std::process::id(), "job": self.job,
+               "rank": self.rank, "local_rank": self.local_rank,
+               "world_size": self.world_size, "hook_version": "test", "device": device})
     }
 }
 

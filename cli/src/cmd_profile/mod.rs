@@ -17,6 +17,7 @@ pub mod report;
 mod series;
 mod signals;
 mod status_line;
+mod to_hooks;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -203,6 +204,8 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
     let sampler = Sampler::start(config)
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
+    let hub = sampler.hub();
+    let mut relay = to_hooks::AlertRelay::default();
     let source_name = sampler.hello().source.clone();
     let mut engine = Embedded::new(&engine_config, sampler.hello().clone());
 
@@ -258,9 +261,21 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         tokio::select! {
             Some(out) = rx.recv() => {
                 engine.apply(out);
+                if let Some(hub) = &hub {
+                    let jobs: Vec<String> = engine.state().engine.jobs().into_keys().collect();
+                    for a in relay.news(engine.state().engine.alerts()) {
+                        to_hooks::post(hub, a, &jobs);
+                    }
+                }
             }
             _ = host_tick.tick() => {
-                host.sample();
+                let news = host.sample();
+                if let (Some(hub), false) = (&hub, news.is_empty()) {
+                    let jobs: Vec<String> = engine.state().engine.jobs().into_keys().collect();
+                    for a in &news {
+                        to_hooks::post(hub, a, &jobs);
+                    }
+                }
             }
             _ = status_tick.tick(), if live => {
                 status_line::draw(&status_line::line(&engine, started.elapsed().as_secs_f64(), host.last));

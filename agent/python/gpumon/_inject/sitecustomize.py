@@ -1,12 +1,17 @@
-"""Starts gpumon's hook in torchrun workers; put on ``PYTHONPATH`` by ``gpumon run``.
+"""Starts gpumon's hook in training processes; put on ``PYTHONPATH`` by
+``gpumon run`` and ``gpumon profile``.
 
 Python imports the first ``sitecustomize`` it finds on ``sys.path`` at
 start-up. This one first runs the next ``sitecustomize`` further along the
-path (so a site's or user's own still runs), then, in a torchrun worker
-(``RANK`` and ``WORLD_SIZE`` set), calls ``gpumon.init()``. It skips the
-torchrun launcher itself, processes started with ``GPUMON_DISABLE=1``, and
-(inside ``init``) children of an already hooked worker. Nothing here may
-stop the interpreter from starting: every failure is reported and swallowed.
+path (so a site's or user's own still runs), then calls ``gpumon.init()``
+in a torchrun worker (``RANK`` and ``WORLD_SIZE`` set) or, with
+``GPUMON_STANDALONE=1``, in the first Python process that starts: that one
+becomes rank 0 of a world of 1 and takes ``GPUMON_STANDALONE`` out of its
+own environment, so the processes it starts (DataLoader workers, a nested
+``python``) do not register too. It skips the torchrun launcher itself,
+processes started with ``GPUMON_DISABLE=1``, and (inside ``init``) children
+of an already hooked worker. Nothing here may stop the interpreter from
+starting: every failure is reported and swallowed.
 """
 
 
@@ -51,15 +56,25 @@ def _is_launcher():
     return False
 
 
+def _flag(name):
+    import os
+
+    return os.environ.get(name, "").strip() not in ("", "0")
+
+
 def _start_hook():
     import os
 
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not launched and not _flag("GPUMON_STANDALONE"):
         return
-    if os.environ.get("GPUMON_DISABLE", "").strip() not in ("", "0"):
+    if _flag("GPUMON_DISABLE"):
         return
     if _is_launcher():
         return
+    if not launched:
+        # This process is the one: none of its children may register.
+        os.environ.pop("GPUMON_STANDALONE", None)
     import gpumon
 
     gpumon.init()
