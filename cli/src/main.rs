@@ -11,6 +11,7 @@ mod cmd_bench;
 mod cmd_cluster;
 mod cmd_coordinator;
 mod cmd_demo;
+mod cmd_profile;
 mod cmd_record;
 mod cmd_replay;
 mod cmd_run;
