@@ -66,8 +66,10 @@ function renderRanks(ctx, root) {
 }
 
 function subjectOf(a) {
-  if (a.job !== null && a.job !== undefined) return 'job ' + a.job + ' rank ' + a.rank + (a.node !== null && a.node !== undefined ? ' (' + a.node + ' GPU ' + a.gpu + ')' : '');
-  if (a.node !== null && a.node !== undefined) return a.node + ' GPU ' + a.gpu;
+  if (a.job !== null && a.job !== undefined) {
+    return 'job ' + a.job + (isNum(a.rank) ? ' rank ' + a.rank : '') + (a.node !== null && a.node !== undefined && isNum(a.gpu) ? ' (' + a.node + ' GPU ' + a.gpu + ')' : '');
+  }
+  if (a.node !== null && a.node !== undefined) return a.node + (isNum(a.gpu) ? ' GPU ' + a.gpu : ' (host)');
   return 'host';
 }
 
