@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpumon_proto::api::{Alert, AlertsBody, JobWithAnalysis, NodesView};
+use support::chromium::{find, parse_tags, Tag, HEADLESS};
 use support::{get, gpumon, wait_for, Proc};
 
 const JOB: &str = "demo-job";
@@ -281,23 +282,13 @@ async fn require_chromium() {
 async fn chromium(url: &str, extra: &[String]) -> Vec<u8> {
     let profile = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(CHROMIUM);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--virtual-time-budget=15000",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()))
-    .args(extra)
-    .arg(url)
-    .stdin(std::process::Stdio::null())
-    .kill_on_drop(true);
+    cmd.args(HEADLESS)
+        .args(["--disable-quic", "--virtual-time-budget=15000"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
     let out = tokio::time::timeout(CHROMIUM_WITHIN, cmd.output())
         .await
         .unwrap_or_else(|_| panic!("chromium did not finish with {url} within {CHROMIUM_WITHIN:?}"))
@@ -366,97 +357,4 @@ fn assert_png(path: &Path, width: u32, height: u32) {
         path.display(),
         bytes.len()
     );
-}
-
-/// A start tag of a serialized DOM.
-#[derive(Debug)]
-struct Tag {
-    name: String,
-    attrs: BTreeMap<String, String>,
-}
-
-impl Tag {
-    fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs.get(name).map(String::as_str)
-    }
-
-    fn has_class(&self, class: &str) -> bool {
-        self.attr("class")
-            .is_some_and(|c| c.split_whitespace().any(|c| c == class))
-    }
-}
-
-fn find(tags: &[Tag], pred: impl Fn(&Tag) -> bool) -> Option<&Tag> {
-    tags.iter().find(|t| pred(t))
-}
-
-/// Every start tag of `html` as Chromium serializes it (attribute values
-/// quoted; `<` in text escaped), with entity-decoded attribute values.
-fn parse_tags(html: &str) -> Vec<Tag> {
-    let mut out = Vec::new();
-    let mut rest = html;
-    while let Some(i) = rest.find('<') {
-        rest = &rest[i + 1..];
-        let name_len = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .unwrap_or(rest.len());
-        if name_len == 0 {
-            continue; // an end tag, a comment or the doctype
-        }
-        let name = rest[..name_len].to_ascii_lowercase();
-        rest = &rest[name_len..];
-        let mut attrs = BTreeMap::new();
-        loop {
-            rest = rest.trim_start();
-            if rest.is_empty() || rest.starts_with('>') || rest.starts_with("/>") {
-                break;
-            }
-            let key_len = rest
-                .find(|c: char| c.is_whitespace() || c == '=' || c == '>' || c == '/')
-                .unwrap_or(rest.len())
-                .max(1);
-            let key = rest[..key_len].to_ascii_lowercase();
-            rest = &rest[key_len..];
-            let mut value = String::new();
-            if let Some(v) = rest.strip_prefix('=') {
-                let (quoted, end) = match v.chars().next() {
-                    Some(q @ ('"' | '\'')) => {
-                        (true, v[1..].find(q).map(|e| e + 1).unwrap_or(v.len()))
-                    }
-                    _ => (
-                        false,
-                        v.find(|c: char| c.is_whitespace() || c == '>')
-                            .unwrap_or(v.len()),
-                    ),
-                };
-                value = unescape(&v[usize::from(quoted)..end]);
-                rest = &v[(end + usize::from(quoted)).min(v.len())..];
-            }
-            attrs.insert(key, value);
-        }
-        out.push(Tag { name, attrs });
-    }
-    out
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&nbsp;", "\u{a0}")
-        .replace("&amp;", "&")
-}
-
-#[test]
-fn tags_are_parsed_with_their_attributes() {
-    let tags = parse_tags(
-        r#"<!DOCTYPE html><tr class="alert active" data-rank="2" data-alert-kind="leak" data-job="a &quot;b&quot; &amp; c" hidden><td>x &lt;y</td></tr><br/>"#,
-    );
-    let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["tr", "td", "br"]);
-    assert!(tags[0].has_class("active"));
-    assert_eq!(tags[0].attr("data-rank"), Some("2"));
-    assert_eq!(tags[0].attr("data-job"), Some("a \"b\" & c"));
-    assert_eq!(tags[0].attr("hidden"), Some(""));
 }

@@ -105,6 +105,15 @@ async fn a_training_run_is_profiled_per_gpu_rank_and_host() {
     );
     let r = report(dir.path());
     assert_eq!(r["gpumon_profile"], 1);
+    // The HTML report beside it carries the same report (its rendering is
+    // checked in Chromium by the html module's tests).
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("the HTML report");
+    assert!(
+        html.starts_with("<!DOCTYPE html>") || html.starts_with("<!doctype html>"),
+        "{}",
+        &html[..60.min(html.len())]
+    );
+    assert!(html.contains("profile-train") || html.contains("pjob"));
     assert_eq!(r["exit"]["code"], 0);
     assert_eq!(r["exit"]["oom"], false);
     assert_eq!(r["command"][0], "python3");

@@ -115,6 +115,9 @@ pub struct ProfileArgs {
     /// Where the JSON report goes [default: gpumon-profile.json].
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Where the HTML report goes [default: the JSON report's path with .html].
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Time between two samples of the GPUs and host RAM, ms.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=60_000), value_name = "MS")]
     pub interval_ms: u64,

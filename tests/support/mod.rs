@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod chromium;
 pub mod cluster;
 pub mod netns;
 pub mod pusher;

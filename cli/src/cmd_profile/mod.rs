@@ -4,13 +4,15 @@
 //! hook's memory source where there is none), host RAM and the command's
 //! process tree, runs the cluster's engine in-process ([`embedded`]), shows
 //! a live line on a terminal, and when the command ends (also on Ctrl-C, or
-//! when it dies of an OOM) writes a JSON report ([`report`]) and passes the
+//! when it dies of an OOM) writes a JSON report ([`report`]) and the same
+//! report as one self-contained HTML page ([`html`]), and passes the
 //! command's exit status on.
 
 mod build;
 mod embedded;
 mod host;
 mod host_levels;
+pub mod html;
 mod observed;
 mod recommend;
 pub mod report;
@@ -170,6 +172,10 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         .json
         .clone()
         .unwrap_or_else(|| PathBuf::from("gpumon-profile.json"));
+    let html_path = args
+        .html
+        .clone()
+        .unwrap_or_else(|| json_path.with_extension("html"));
     let snapshot_dir = match &args.snapshot_dir {
         Some(d) => d.clone(),
         None => json_path
@@ -344,9 +350,11 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
     let report = build::build(&engine, &host.run, facts);
     let json = serde_json::to_vec_pretty(&report).context("cannot encode the report")?;
     write_atomic(&json_path, &json).map_err(Failure::Runtime)?;
+    write_atomic(&html_path, html::render(&report).as_bytes()).map_err(Failure::Runtime)?;
     eprintln!(
-        "gpumon: report in {} ({} alerts, {} recommendations)",
+        "gpumon: report in {} and {} ({} alerts, {} recommendations)",
         json_path.display(),
+        html_path.display(),
         report.alerts.len(),
         report.recommendations.len()
     );
