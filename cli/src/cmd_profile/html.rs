@@ -96,6 +96,6 @@ fn nonce() -> String {
 #[cfg(test)]
 mod browser;
 #[cfg(test)]
-mod fixtures;
+pub(super) mod fixtures;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,10 @@ pub fn recommendations(report: &ProfileReport) -> Vec<Recommendation> {
         let Some(total) = gpu_total(report, r) else {
             continue;
         };
-        batch_size(report, r, total, &mut out);
+        // A leak's growth is not the batch's: it gets its own advice.
+        if !r.leak {
+            batch_size(report, r, total, &mut out);
+        }
         cache_gap(r, total, &mut out);
         if let Some(rate) = r.leak_bytes_per_s.filter(|_| r.leak) {
             out.push(rec(
@@ -216,4 +219,102 @@ fn cache_gap(r: &RankReport, total: u64, out: &mut Vec<Recommendation>) {
         ),
         [("cache_gap_bytes", gap as f64)],
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd_profile::html::fixtures;
+
+    const GIB: u64 = 1 << 30;
+
+    /// The sample report with its first rank on an 80 GiB GPU: `floor`
+    /// between steps, `peak` allocated, `reserved` at peak, `used` on the
+    /// device.
+    fn one_rank(floor: u64, peak: u64, reserved: u64, used: u64, leak: bool) -> ProfileReport {
+        let mut r = fixtures::sample();
+        r.alerts.clear();
+        r.exit.oom = false;
+        r.ranks.truncate(1);
+        let g = r
+            .gpus
+            .iter_mut()
+            .find(|g| Some(&g.node) == r.ranks[0].node.as_ref() && Some(g.gpu) == r.ranks[0].gpu)
+            .unwrap();
+        g.total_bytes = 80 * GIB;
+        let k = &mut r.ranks[0];
+        (
+            k.floor_allocated_bytes,
+            k.peak_allocated_bytes,
+            k.peak_reserved_bytes,
+        ) = (Some(floor), Some(peak), Some(reserved));
+        (k.peak_used_bytes, k.leak, k.fragmentation, k.ooms) = (used, leak, false, 0);
+        k.leak_bytes_per_s = leak.then_some(1e6);
+        k.risk = Risk::None;
+        r
+    }
+
+    fn kinds(recs: &[Recommendation]) -> Vec<&str> {
+        recs.iter().map(|r| r.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn a_tight_rank_gets_the_batch_that_fits_under_the_warning_level() {
+        // 20 GiB held, 50 GiB of activations, 1 GiB outside the allocator:
+        // under 64 GiB (80 % of 80) the batch may be (64 - 1 - 20) / 50.
+        let r = one_rank(20 * GIB, 70 * GIB, 71 * GIB, 72 * GIB, false);
+        let recs = recommendations(&r);
+        let batch = recs
+            .iter()
+            .find(|x| x.kind == "batch_size")
+            .expect("batch advice");
+        let f = batch.numbers["batch_fraction"];
+        assert!((f - 43.0 / 50.0).abs() < 1e-9, "{f}");
+        assert!(batch.text.contains("86 %"), "{}", batch.text);
+        assert_eq!(batch.numbers["outside_allocator_bytes"], GIB as f64);
+        assert!(
+            kinds(&recs).contains(&"gradient_checkpointing"),
+            "activations are 5/7 of the peak"
+        );
+    }
+
+    #[test]
+    fn a_leaking_rank_is_told_about_its_leak_not_its_batch() {
+        let r = one_rank(20 * GIB, 70 * GIB, 71 * GIB, 72 * GIB, true);
+        let recs = recommendations(&r);
+        assert!(kinds(&recs).contains(&"leak"));
+        assert!(
+            !kinds(&recs).contains(&"batch_size")
+                && !kinds(&recs).contains(&"gradient_checkpointing"),
+            "{:?}",
+            kinds(&recs)
+        );
+    }
+
+    #[test]
+    fn a_roomy_rank_may_grow_its_batch_and_a_wide_cache_gap_suggests_expandable_segments() {
+        let r = one_rank(10 * GIB, 14 * GIB, 15 * GIB, 16 * GIB, false);
+        let recs = recommendations(&r);
+        let batch = recs
+            .iter()
+            .find(|x| x.kind == "batch_size")
+            .expect("room to grow");
+        assert!(batch.numbers["batch_fraction"] > 1.5 && batch.text.contains("times the current"));
+        assert!(!kinds(&recs).contains(&"expandable_segments"));
+        let r = one_rank(10 * GIB, 14 * GIB, 24 * GIB, 25 * GIB, false);
+        let gap = recommendations(&r)
+            .into_iter()
+            .find(|x| x.kind == "expandable_segments")
+            .expect("10 GiB cached beyond the tensors");
+        assert_eq!(gap.numbers["cache_gap_bytes"], (10 * GIB) as f64);
+    }
+
+    #[test]
+    fn a_floor_that_alone_does_not_fit_asks_for_sharding() {
+        let r = one_rank(66 * GIB, 70 * GIB, 71 * GIB, 72 * GIB, false);
+        let recs = recommendations(&r);
+        let batch = recs.iter().find(|x| x.kind == "batch_size").unwrap();
+        assert!(batch.text.contains("FSDP"), "{}", batch.text);
+        assert_eq!(batch.numbers["batch_fraction"], 0.0);
+    }
 }
