@@ -39,6 +39,7 @@ from ._records import ack_message
 from ._reporter import Reporter
 from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
 from ._snapshots import EVENT_NAME as SNAPSHOT_EVENT
+from ._snapshots import OOM_EVENT_NAME
 from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._timing import CudaTimeline, cuda_clock
 
@@ -115,7 +116,7 @@ class Runtime:
         self._actions_pending = False
         self._callbacks: List[Callable[[Dict[str, Any]], Any]] = []
         self._alerts = AlertInbox()
-        self._snapshots = AllocatorSnapshots(self._snapshot_saved)
+        self._snapshots = AllocatorSnapshots(self._snapshot_saved, self._out_of_memory)
         self._snapshot_settings = SnapshotSettings()
         self._dropped = 0
         self._settings = Settings()
@@ -519,6 +520,9 @@ class Runtime:
 
     def _snapshot_saved(self, path: str) -> None:
         self.mark(SNAPSHOT_EVENT, path)
+
+    def _out_of_memory(self, detail: str) -> None:
+        self.mark(OOM_EVENT_NAME, detail)
 
     # -- introspection ----------------------------------------------------------------
 

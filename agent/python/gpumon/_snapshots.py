@@ -49,6 +49,11 @@ DEFAULT_MAX_ENTRIES = 100_000
 MAX_OOM_SNAPSHOTS = 3
 #: Name of the event that reports a saved snapshot.
 EVENT_NAME = "allocator_snapshot"
+#: Name of the event that reports an out-of-memory error (what the agent
+#: and ``gpumon profile`` read as "this rank ran out of GPU memory").
+OOM_EVENT_NAME = "out_of_memory"
+#: Out-of-memory events sent per process; later errors are only counted.
+MAX_OOM_EVENTS = 16
 #: Longest job id used in a file name, characters.
 MAX_JOB_IN_NAME = 96
 #: Numbers tried past the counter before giving up on a free file name.
@@ -93,12 +98,16 @@ def file_name(identity: Identity, number: int) -> str:
 class AllocatorSnapshots:
     """Saving snapshots, and the recording and OOM observer behind them.
 
-    ``saved(path)`` is called after each save (the runtime queues the
-    event there). Every method returns or logs; none raises.
+    ``saved(path)`` is called after each save and ``oom(detail)`` on each
+    out-of-memory error the observer sees, up to :data:`MAX_OOM_EVENTS`
+    (the runtime queues the events there). Every method returns or logs;
+    none raises.
     """
 
-    def __init__(self, saved: Callable[[str], None]):
+    def __init__(self, saved: Callable[[str], None], oom: Optional[Callable[[str], None]] = None):
         self._saved = saved
+        self._oom = oom
+        self._ooms = 0
         self._settings = SnapshotSettings()
         self._identity: Optional[Identity] = None
         self._lock = threading.Lock()
@@ -214,6 +223,11 @@ class AllocatorSnapshots:
         identity = self._identity
         if identity is None:
             return
+        with self._lock:
+            self._ooms += 1
+            tell = self._ooms <= MAX_OOM_EVENTS
+        if tell and self._oom is not None:
+            self._oom("device %s: asked for %s bytes, %s free" % (device, alloc, device_free))
         with self._lock:
             if self._oom_saves >= MAX_OOM_SNAPSHOTS:
                 return

@@ -89,7 +89,12 @@ class SnapshotTest(unittest.TestCase):
         with open(os.path.join(self.dir, files[0]), "rb") as f:
             saved = pickle.load(f)
         self.assertEqual(sum(s["total_size"] for s in saved["segments"]), 3 * GiB)
-        self.assertEqual(len(self.events()), MAX_OOM_SNAPSHOTS)
+        names = [name for name, _ in self.events()]
+        self.assertEqual(names.count("allocator_snapshot"), MAX_OOM_SNAPSHOTS)
+        # Every error is told (what gpumon profile reads as an OOM).
+        self.assertEqual(names.count("out_of_memory"), MAX_OOM_SNAPSHOTS + 2)
+        detail = dict(self.events())["out_of_memory"]
+        self.assertIn(str(2 * GiB), detail)
         warnings = [m for m in self.logs.messages(logging.WARNING) if "out of memory" in m]
         self.assertEqual(len(warnings), MAX_OOM_SNAPSHOTS)
         self.assertIn("the last one", warnings[-1])
