@@ -26,6 +26,7 @@
 
 mod apply;
 mod expiry;
+mod export;
 mod read;
 mod ring;
 mod validate;
@@ -40,6 +41,7 @@ use crate::shared::Shared;
 
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
+pub use export::GpuSeries;
 pub use ring::Ring;
 pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
 
