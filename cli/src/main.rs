@@ -16,6 +16,7 @@ mod cmd_replay;
 mod cmd_run;
 mod cmd_status;
 mod cmd_top;
+mod remote_write_config;
 mod shutdown;
 mod text;
 
