@@ -428,10 +428,15 @@ fn decode(body: &Bytes) -> Written {
     let request = WriteRequest::decode(raw.as_slice()).expect("a WriteRequest");
     let mut out = Written::new();
     for s in request.timeseries {
-        let names: Vec<&str> = s.labels.iter().map(|l| l.name.as_str()).collect();
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("UTF-8");
+        let names: Vec<String> = s.labels.iter().map(|l| text(&l.name)).collect();
         assert_eq!(names[0], "__name__", "{names:?}");
         assert!(names.windows(2).all(|p| p[0] < p[1]), "sorted: {names:?}");
-        let labels = s.labels.into_iter().map(|l| (l.name, l.value)).collect();
+        let labels = s
+            .labels
+            .iter()
+            .map(|l| (text(&l.name), text(&l.value)))
+            .collect();
         let samples: Vec<(i64, f64)> = s.samples.iter().map(|p| (p.timestamp, p.value)).collect();
         assert!(samples.windows(2).all(|p| p[0].0 < p[1].0), "in time order");
         out.entry(labels).or_default().extend(samples);

@@ -3,6 +3,8 @@
 //! figures of its newest window and its memory history, so an exporter can
 //! take the windows it has not sent yet without copying the rest.
 
+use std::ops::Bound;
+
 use gpumon_proto::api::HistoryPoint;
 
 use super::{ClusterState, GpuEntry, Ring};
@@ -68,7 +70,16 @@ impl<'a> GpuSeries<'a> {
 impl ClusterState {
     /// Every GPU tracked, by uuid.
     pub fn gpu_series(&self) -> impl Iterator<Item = GpuSeries<'_>> {
-        self.gpus.iter().map(|(uuid, g)| GpuSeries::of(uuid, g))
+        self.gpu_series_after(None)
+    }
+
+    /// The GPUs tracked whose uuid sorts after `after` (all with `None`),
+    /// by uuid: a reader can go through them a part at a time.
+    pub fn gpu_series_after(&self, after: Option<&str>) -> impl Iterator<Item = GpuSeries<'_>> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.gpus
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(uuid, g)| GpuSeries::of(uuid, g))
     }
 }
 
@@ -91,6 +102,23 @@ mod tests {
         assert_eq!(after(11_500), [12_000, 13_000]);
         assert!(after(13_000).is_empty());
         assert_eq!(g.last_end_ms, 13_000);
+    }
+
+    #[test]
+    fn gpus_can_be_read_a_part_at_a_time() {
+        let mut state = ClusterState::new(Limits::default());
+        let windows = (0..4).map(|i| window(i, 5_000, Vec::new())).collect();
+        state.apply_push(&batch(1, 1, windows));
+        let uuids = |after| {
+            state
+                .gpu_series_after(after)
+                .map(|g| g.uuid.to_owned())
+                .collect::<Vec<_>>()
+        };
+        let all = uuids(None);
+        assert_eq!(all.len(), 4);
+        assert_eq!(uuids(Some(all[1].as_str())), all[2..]);
+        assert!(uuids(Some(all[3].as_str())).is_empty());
     }
 
     #[test]

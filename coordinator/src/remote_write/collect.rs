@@ -58,68 +58,128 @@ impl Cursors {
         }
     }
 
-    /// The series of every window newer than its GPU's cursor (a GPU not
-    /// seen before: all its windows), at most `budget` samples; moves the
-    /// cursors past everything looked at, taken or skipped, and forgets
-    /// GPUs the view no longer holds.
+    /// Starts a take of at most `budget` samples, labelled with `extra`;
+    /// [`Take::step`] goes through the GPUs a part at a time.
+    pub fn begin(&mut self, extra: &BTreeMap<String, String>, budget: usize) -> Take<'_> {
+        let extra = extra
+            .iter()
+            .map(|(n, v)| Label {
+                name: n.clone().into(),
+                value: v.clone().into(),
+            })
+            .collect();
+        Take {
+            next: HashMap::with_capacity(self.taken.len()),
+            cursors: self,
+            extra,
+            budget,
+            resume: None,
+            out: Taken::default(),
+        }
+    }
+
+    /// A whole take from `state` at once (see [`Take`]).
     pub fn take(
         &mut self,
         state: &ClusterState,
         extra: &BTreeMap<String, String>,
         budget: usize,
     ) -> Taken {
-        let mut out = Taken::default();
-        let mut next = HashMap::with_capacity(self.taken.len());
-        for g in state.gpu_series() {
-            let after = self.taken.get(g.uuid).copied().unwrap_or(0);
-            next.insert(g.uuid.to_owned(), after.max(g.last_end_ms));
-            if g.last_end_ms <= after {
-                continue;
-            }
-            let series = gpu_series(&g, after, extra);
-            let n: usize = series.iter().map(|s| s.samples.len()).sum();
-            if out.samples + n > budget {
-                out.skipped += n;
-                continue;
-            }
-            out.samples += n;
-            out.series.extend(series);
-        }
-        self.taken = next;
-        out
+        let mut take = self.begin(extra, budget);
+        while take.step(state, usize::MAX) {}
+        take.finish()
     }
 }
 
-/// The four series of one GPU for its windows ending after `after`.
-fn gpu_series(g: &GpuSeries<'_>, after: u64, extra: &BTreeMap<String, String>) -> Vec<TimeSeries> {
-    let mut base = vec![label("node", g.node), label("gpu", &g.index.to_string())];
+/// One take under way: the series of every window newer than its GPU's
+/// cursor (a GPU not seen before: all its windows), at most `budget`
+/// samples; past the budget whole GPUs are skipped and counted. Each step
+/// may read a different state (the sender lets writers in between steps):
+/// each GPU is read once, in one step.
+#[derive(Debug)]
+pub struct Take<'c> {
+    cursors: &'c mut Cursors,
+    next: HashMap<String, u64>,
+    extra: Vec<Label>,
+    budget: usize,
+    /// The last uuid read.
+    resume: Option<String>,
+    out: Taken,
+}
+
+impl Take<'_> {
+    /// Reads up to `gpus` more GPUs of `state`; false once every GPU has
+    /// been read.
+    pub fn step(&mut self, state: &ClusterState, gpus: usize) -> bool {
+        let mut gpus_left = state.gpu_series_after(self.resume.as_deref());
+        for g in gpus_left.by_ref().take(gpus) {
+            self.resume = Some(g.uuid.to_owned());
+            // The old key moves over: no copy of the uuid per take.
+            let (key, after) = self
+                .cursors
+                .taken
+                .remove_entry(g.uuid)
+                .unwrap_or_else(|| (g.uuid.to_owned(), 0));
+            self.next.insert(key, after.max(g.last_end_ms));
+            if g.last_end_ms <= after {
+                continue;
+            }
+            let series = gpu_series(&g, after, &self.extra);
+            let n: usize = series.iter().map(|s| s.samples.len()).sum();
+            if self.out.samples + n > self.budget {
+                self.out.skipped += n;
+                continue;
+            }
+            self.out.samples += n;
+            self.out.series.extend(series);
+        }
+        gpus_left.next().is_some()
+    }
+
+    /// Ends the take: the cursors move past everything read, taken or
+    /// skipped, and forget GPUs that were not read (gone from the view).
+    pub fn finish(self) -> Taken {
+        self.cursors.taken = self.next;
+        self.out
+    }
+}
+
+/// The series of one GPU for its windows ending after `after`; its label
+/// values are made once and shared by its series.
+fn gpu_series(g: &GpuSeries<'_>, after: u64, extra: &[Label]) -> Vec<TimeSeries> {
+    let mut base = vec![
+        Label::new("node", g.node.to_owned()),
+        Label::new("gpu", g.index.to_string()),
+    ];
     if !g.uuid.is_empty() {
-        base.push(label("uuid", g.uuid));
+        base.push(Label::new("uuid", g.uuid.to_owned()));
     }
     if let Some(job) = g.job {
-        base.push(label("job", job));
+        base.push(Label::new("job", job.to_owned()));
     }
     if let Some(rank) = g.rank {
-        base.push(label("rank", &rank.to_string()));
+        base.push(Label::new("rank", rank.to_string()));
     }
-    base.extend(extra.iter().map(|(n, v)| label(n, v)));
-    let named = |name: &str, samples: Vec<Sample>| {
+    base.extend_from_slice(extra);
+    let named = |name: &'static str, samples: Vec<Sample>| {
         let mut labels = Vec::with_capacity(base.len() + 1);
-        labels.push(label(NAME_LABEL, name));
+        labels.push(Label::new(NAME_LABEL, name.as_bytes()));
         labels.extend(base.iter().cloned());
         TimeSeries { labels, samples }
     };
-    let windows: Vec<_> = g.windows_after(after).collect();
     let at = |t_ms: u64, value: f64| {
         i64::try_from(t_ms)
             .ok()
             .map(|timestamp| Sample { value, timestamp })
     };
-    let used = windows.iter().filter_map(|p| at(p.t_ms, p.last as f64));
-    let peak = windows.iter().filter_map(|p| at(p.t_ms, p.max as f64));
+    let (mut used, mut peak) = (Vec::new(), Vec::new());
+    for p in g.windows_after(after) {
+        used.extend(at(p.t_ms, p.last as f64));
+        peak.extend(at(p.t_ms, p.max as f64));
+    }
     let mut out = vec![
-        named(USED, used.collect()),
-        named(PEAK, peak.collect()),
+        named(USED, used),
+        named(PEAK, peak),
         named(
             TOTAL,
             at(g.last_end_ms, g.total_bytes as f64)
@@ -133,13 +193,6 @@ fn gpu_series(g: &GpuSeries<'_>, after: u64, extra: &BTreeMap<String, String>) -
     }
     out.retain(|s| !s.samples.is_empty());
     out
-}
-
-fn label(name: &str, value: &str) -> Label {
-    Label {
-        name: name.to_owned(),
-        value: value.to_owned(),
-    }
 }
 
 #[cfg(test)]

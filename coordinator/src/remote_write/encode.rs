@@ -33,8 +33,8 @@ pub fn normalize(series: Vec<TimeSeries>) -> Vec<TimeSeries> {
         samples,
     } in series
     {
-        labels
-            .sort_by(|a, b| (a.name != NAME_LABEL, &a.name).cmp(&(b.name != NAME_LABEL, &b.name)));
+        let key = |l: &Label| (l.name != NAME_LABEL.as_bytes(), l.name.clone());
+        labels.sort_by_key(key);
         merged.entry(labels).or_default().extend(samples);
     }
     merged
@@ -107,8 +107,8 @@ mod tests {
 
     fn label(name: &str, value: &str) -> Label {
         Label {
-            name: name.into(),
-            value: value.into(),
+            name: name.to_owned().into(),
+            value: value.to_owned().into(),
         }
     }
 
@@ -151,11 +151,11 @@ mod tests {
         ]);
         assert_eq!(out.len(), 2, "g1's two series are one");
         for s in &out {
-            let names: Vec<&str> = s.labels.iter().map(|l| l.name.as_str()).collect();
+            let names: Vec<_> = s.labels.iter().map(|l| l.name_str()).collect();
             assert_eq!(names, ["__name__", "node", "uuid"]);
         }
-        assert_eq!(out[0].labels[2].value, "g0");
-        assert_eq!(out[1].labels[2].value, "g1");
+        assert_eq!(out[0].labels[2].value_str(), "g0");
+        assert_eq!(out[1].labels[2].value_str(), "g1");
         assert_eq!(times(&out[1]), [1, 2, 3], "merged in time order");
     }
 
@@ -186,7 +186,7 @@ mod tests {
             .map(|r| {
                 r.timeseries
                     .iter()
-                    .map(|s| (s.labels[0].value.clone(), times(s)))
+                    .map(|s| (s.labels[0].value_str().into_owned(), times(s)))
                     .collect()
             })
             .collect();

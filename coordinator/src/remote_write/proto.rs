@@ -3,6 +3,13 @@
 //! derive: only the fields gpumon sends, with their tag numbers from the
 //! spec. Fields a receiver may also know (metadata, exemplars, histograms)
 //! are left out, which protobuf allows: an absent repeated field is empty.
+//!
+//! A label's name and value are `string` in the spec and `bytes` here: the
+//! two are the same on the wire (length and bytes; ours are always UTF-8),
+//! and [`Bytes`] lets the series of one GPU share its label values instead
+//! of copying them, which is most of the cost of a take at scale.
+
+use prost::bytes::Bytes;
 
 /// `prometheus.WriteRequest`: the body of one request, before snappy.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -26,12 +33,33 @@ pub struct TimeSeries {
 /// `prometheus.Label`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
 pub struct Label {
-    /// Field 1.
-    #[prost(string, tag = "1")]
-    pub name: String,
-    /// Field 2.
-    #[prost(string, tag = "2")]
-    pub value: String,
+    /// Field 1, UTF-8.
+    #[prost(bytes = "bytes", tag = "1")]
+    pub name: Bytes,
+    /// Field 2, UTF-8.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub value: Bytes,
+}
+
+impl Label {
+    /// A label whose name is known at compile time.
+    pub fn new(name: &'static str, value: impl Into<Bytes>) -> Self {
+        Self {
+            name: Bytes::from_static(name.as_bytes()),
+            value: value.into(),
+        }
+    }
+
+    /// The name as text (lossy only for bytes that are not UTF-8, which
+    /// the sender never makes).
+    pub fn name_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.name)
+    }
+
+    /// The value as text (lossy only for bytes that are not UTF-8).
+    pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.value)
+    }
 }
 
 /// `prometheus.Sample`.

@@ -32,6 +32,8 @@ use crate::raft::Raft;
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
 /// Longest wait between tries of one request.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// GPUs read per hold of the state's read lock during a take.
+pub const GPUS_PER_STEP: usize = 1024;
 
 /// The loop's state.
 pub(super) struct Sender {
@@ -143,7 +145,11 @@ impl Sender {
             self.config.max_samples_per_request,
         );
         let work = tokio::task::spawn_blocking(move || {
-            let taken = cursors.take(&state_machine.read().state, &labels, budget);
+            let mut take = cursors.begin(&labels, budget);
+            // The read lock is let go between parts, so pushes wait for one
+            // part at most, not for the whole fleet.
+            while take.step(&state_machine.read().state, GPUS_PER_STEP) {}
+            let taken = take.finish();
             let samples = taken.samples;
             let bodies = encode::bodies(taken.series, per_request);
             (cursors, samples, taken.skipped, bodies)

@@ -88,15 +88,15 @@ fn found(taken: &Taken) -> Found {
             let get = |n: &str| {
                 s.labels
                     .iter()
-                    .find(|l| l.name == n)
-                    .map(|l| l.value.clone())
+                    .find(|l| l.name_str() == n)
+                    .map(|l| l.value_str().into_owned())
                     .unwrap_or_default()
             };
             let mut labels: Vec<(String, String)> = s
                 .labels
                 .iter()
-                .filter(|l| l.name != NAME_LABEL)
-                .map(|l| (l.name.clone(), l.value.clone()))
+                .filter(|l| l.name_str() != NAME_LABEL)
+                .map(|l| (l.name_str().into_owned(), l.value_str().into_owned()))
                 .collect();
             labels.sort();
             let samples = s.samples.iter().map(|p| (p.timestamp, p.value)).collect();
@@ -187,4 +187,39 @@ fn past_the_budget_whole_gpus_are_skipped_counted_and_not_taken_again() {
     assert_eq!((taken.samples, taken.skipped), (6, 5));
     assert!(found(&taken).keys().all(|(_, uuid)| uuid == "g0"));
     assert!(cursors.take(&state, &extra(), 10).series.is_empty());
+}
+
+#[test]
+fn a_take_in_parts_reads_each_gpu_once_and_a_gpu_it_passed_comes_next_time() {
+    let mut state = ClusterState::new(Limits::default());
+    let mut cursors = Cursors::default();
+    push(&mut state, 1, &[101_000]);
+    let mut take = cursors.begin(&extra(), usize::MAX);
+    assert!(take.step(&state, 1), "g1 is left");
+    // Between parts: a GPU sorting before the part read, and g1 moves on.
+    let mut late = window("a0", 102_000);
+    late.gpu.index = 7;
+    let applied = state.apply_push(&PushBatch {
+        agent_id: "a".into(),
+        incarnation: 1,
+        seq: 2,
+        node: "n".into(),
+        dropped_batches: 0,
+        windows: vec![late, window("g1", 102_000)],
+        hook: Vec::new(),
+        acks: Vec::new(),
+    });
+    assert_eq!(applied.windows_applied, 2);
+    assert!(!take.step(&state, 1), "g1 was the last");
+    let f = found(&take.finish());
+    assert_eq!(samples_of(&f, USED, "g0"), [(101_000, 1_010.0)]);
+    assert_eq!(
+        samples_of(&f, USED, "g1"),
+        [(101_000, 1_010.0), (102_000, 2_010.0)]
+    );
+    assert!(samples_of(&f, USED, "a0").is_empty());
+
+    let f = found(&cursors.take(&state, &extra(), usize::MAX));
+    assert_eq!(samples_of(&f, USED, "a0"), [(102_000, 2_010.0)]);
+    assert!(samples_of(&f, USED, "g1").is_empty(), "not twice");
 }
