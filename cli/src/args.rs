@@ -373,6 +373,8 @@ pub struct CoordinatorArgs {
     pub insecure: bool,
     #[command(flatten)]
     pub notify: NotifyArgs,
+    #[command(flatten)]
+    pub remote_write: RemoteWriteArgs,
 }
 
 /// `gpumon cluster`.
@@ -567,6 +569,40 @@ pub struct NotifyArgs {
     /// Base URL of the dashboard that notifications link to [default: the coordinator's advertised API URL].
     #[arg(long, env = "GPUMON_DASHBOARD_URL", value_name = "URL")]
     pub dashboard_url: Option<String>,
+}
+
+/// Where the Raft leader writes the raw per-GPU series with Prometheus
+/// remote-write; each flag replaces its key of the `[remote_write]` table.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RemoteWriteArgs {
+    /// Send the per-GPU series to this remote-write endpoint (e.g. http://prometheus:9090/api/v1/write) [default: none; off].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_URL", value_name = "URL")]
+    pub remote_write_url: Option<String>,
+    /// File holding the bearer token sent to the endpoint (owner-only).
+    #[arg(
+        long,
+        env = "GPUMON_REMOTE_WRITE_BEARER_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub remote_write_bearer_token_file: Option<PathBuf>,
+    /// Verify an https endpoint with the CA certificates in this PEM file [default: the public roots].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_CA_FILE", value_name = "FILE")]
+    pub remote_write_ca_file: Option<PathBuf>,
+    /// Seconds between sends [default: 15].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_INTERVAL_S", value_name = "SECS")]
+    pub remote_write_interval_s: Option<f64>,
+    /// Seconds allowed for one request [default: 30].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_TIMEOUT_S", value_name = "SECS")]
+    pub remote_write_timeout_s: Option<f64>,
+    /// Most samples in one request; more make several [default: 10000].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_MAX_SAMPLES_PER_REQUEST")]
+    pub remote_write_max_samples_per_request: Option<usize>,
+    /// Most samples waiting to be sent; past it the oldest requests are dropped and counted [default: 2000000].
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_MAX_QUEUED_SAMPLES")]
+    pub remote_write_max_queued_samples: Option<usize>,
+    /// A label added to every series, as NAME=VALUE (e.g. cluster=a); repeat for more; replaces [remote_write] labels.
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_LABEL", value_name = "NAME=VALUE")]
+    pub remote_write_label: Vec<String>,
 }
 
 #[cfg(test)]

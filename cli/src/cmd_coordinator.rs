@@ -81,6 +81,9 @@ fn resolve(
     apply_limits(&limit_flags, &whole.limits, &mut config).map_err(usage)?;
     config.planner = whole.actions;
     config.notify = notify_config(&args.notify, &whole.notify);
+    config.remote_write =
+        crate::remote_write_config::resolve(&args.remote_write, &whole.remote_write)
+            .map_err(usage)?;
     let join = args.join || file.join.unwrap_or(false);
     match args.peers.or(file.peers) {
         Some(_) if join => return Err(usage("--join and --peers exclude each other")),

@@ -18,6 +18,7 @@ mod cmd_run;
 mod cmd_snapshots;
 mod cmd_status;
 mod cmd_top;
+mod remote_write_config;
 mod shutdown;
 mod text;
 

@@ -54,6 +54,10 @@ pub struct FileConfig {
     /// `[notify]`: webhook, Slack and Alertmanager receivers.
     #[serde(default)]
     pub notify: NotifyFile,
+    /// `[remote_write]`: the leader's Prometheus remote-write of the
+    /// per-GPU series.
+    #[serde(default)]
+    pub remote_write: RemoteWriteFile,
 }
 
 /// `[agent]`: see `gpumon agent --help` for each field's meaning and default.
@@ -168,6 +172,37 @@ pub struct CoordinatorFile {
     pub tls_ca_file: Option<PathBuf>,
     /// `--metrics-rank-series`: `auto`, `all` or `alerting`.
     pub metrics_rank_series: Option<String>,
+}
+
+/// `[remote_write]`: see `gpumon coordinator --help` (`--remote-write-*`)
+/// and docs/operations.md. Off while `url` is unset.
+///
+/// ```toml
+/// [remote_write]
+/// url = "https://prometheus.internal/api/v1/write"
+/// bearer_token_file = "/etc/gpumon/remote-write-token"
+/// interval_s = 15
+/// labels = { cluster = "a" }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteWriteFile {
+    /// The receiver's write endpoint.
+    pub url: Option<String>,
+    /// Owner-only file holding the bearer token sent to the receiver.
+    pub bearer_token_file: Option<PathBuf>,
+    /// CA certificates (PEM) an https receiver is verified with.
+    pub ca_file: Option<PathBuf>,
+    /// Seconds between sends.
+    pub interval_s: Option<f64>,
+    /// Seconds allowed for one request.
+    pub timeout_s: Option<f64>,
+    /// Most samples in one request.
+    pub max_samples_per_request: Option<usize>,
+    /// Most samples waiting to be sent; past it the oldest are dropped.
+    pub max_queued_samples: Option<usize>,
+    /// Labels added to every series (e.g. `cluster = "a"`).
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The `[limits]` table and `--max-*` flags (`flags` over `file`), into the
@@ -335,6 +370,22 @@ mod tests {
         assert_eq!(c.actions.ttl_s, PlannerConfig::default().ttl_s);
         let err = FileConfig::parse("[engine.forecast]\nmin_pts = 4\n").unwrap_err();
         assert!(err.contains("min_pts"), "{err}");
+    }
+
+    #[test]
+    fn the_remote_write_table_takes_its_keys_and_labels() {
+        let c = FileConfig::parse(
+            "[remote_write]\nurl = \"http://p:9090/api/v1/write\"\ninterval_s = 5\nlabels = { cluster = \"a\" }\n",
+        )
+        .unwrap();
+        let rw = c.remote_write;
+        assert_eq!(rw.url.as_deref(), Some("http://p:9090/api/v1/write"));
+        assert_eq!(rw.interval_s, Some(5.0));
+        assert_eq!(rw.labels.unwrap()["cluster"], "a");
+        assert_eq!(rw.max_samples_per_request, None);
+        assert!(FileConfig::default().remote_write.url.is_none());
+        let err = FileConfig::parse("[remote_write]\nurls = \"x\"\n").unwrap_err();
+        assert!(err.contains("urls"), "{err}");
     }
 
     #[test]

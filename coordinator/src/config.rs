@@ -13,6 +13,7 @@ pub use crate::api::RankSeries;
 
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
+use crate::remote_write::RemoteWriteConfig;
 
 /// Default time after which quiet agents, GPUs and ended jobs are forgotten.
 pub const DEFAULT_EXPIRE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -154,6 +155,8 @@ pub struct CoordinatorConfig {
     pub peer_ca_file: Option<PathBuf>,
     /// Which live ranks get per-rank series on `/metrics`.
     pub metrics_rank_series: RankSeries,
+    /// Where the leader writes the per-GPU series; None: nowhere.
+    pub remote_write: Option<RemoteWriteConfig>,
 }
 
 impl CoordinatorConfig {
@@ -179,6 +182,7 @@ impl CoordinatorConfig {
             tls: None,
             peer_ca_file: None,
             metrics_rank_series: RankSeries::default(),
+            remote_write: None,
         }
     }
 
@@ -207,6 +211,9 @@ impl CoordinatorConfig {
         }
         self.planner.validate()?;
         self.notify.validate()?;
+        if let Some(rw) = &self.remote_write {
+            rw.validate()?;
+        }
         let e = &self.engine;
         if !(e.window_s.is_finite()
             && e.window_s > 0.0

@@ -16,7 +16,8 @@
 //! files, HTTP network), `service` (what the cluster does on a request:
 //! the rules and the leader's writes), `api` (routes, authorization,
 //! handlers that translate HTTP to the service and the state), `node`
-//! (start-up and shutdown), [`config`].
+//! (start-up and shutdown), [`config`], [`remote_write`] (the leader's
+//! Prometheus remote-write of the per-GPU series).
 
 mod api;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod peer_link;
 pub mod peers;
 pub mod raft;
 mod release_task;
+pub mod remote_write;
 mod service;
 
 pub use config::{CoordinatorConfig, Credentials, Formation};

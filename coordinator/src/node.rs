@@ -23,6 +23,7 @@ use crate::raft::network::HttpNetwork;
 use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{snapshot_schedule, Raft};
+use crate::remote_write::RemoteWriteStats;
 
 /// File name of the Raft log inside the data directory.
 pub const LOG_FILE: &str = "raft-log.redb";
@@ -134,6 +135,8 @@ pub struct Coordinator {
     expiry: JoinHandle<()>,
     elections: JoinHandle<()>,
     notifier: Notifier,
+    remote_write: Option<JoinHandle<()>>,
+    remote_write_stats: RemoteWriteStats,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -242,6 +245,21 @@ impl Coordinator {
             link.url(&advertise),
             stopped.clone(),
         );
+        let remote_write_stats = RemoteWriteStats::default();
+        let remote_write = config
+            .remote_write
+            .clone()
+            .map(|rw| {
+                crate::remote_write::spawn(
+                    rw,
+                    raft.clone(),
+                    state_machine.clone(),
+                    remote_write_stats.clone(),
+                    stopped.clone(),
+                )
+            })
+            .transpose()
+            .map_err(StartError::Config)?;
         let state = AppState::new(AppParts {
             id: config.id,
             raft: raft.clone(),
@@ -259,6 +277,7 @@ impl Coordinator {
             contact,
             backing,
             rank_series: config.metrics_rank_series,
+            remote_write_stats: remote_write.is_some().then(|| remote_write_stats.clone()),
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
         let listener = ApiListener::new(listener, server_tls)
@@ -294,6 +313,8 @@ impl Coordinator {
             expiry,
             elections,
             notifier,
+            remote_write,
+            remote_write_stats,
         })
     }
 
@@ -323,6 +344,12 @@ impl Coordinator {
         self.notifier.stats()
     }
 
+    /// The remote-write sender's counters (all zero when it is off); a
+    /// shared handle that keeps counting.
+    pub fn remote_write_stats(&self) -> RemoteWriteStats {
+        self.remote_write_stats.clone()
+    }
+
     /// The Raft handle.
     pub fn raft(&self) -> &Raft {
         &self.raft
@@ -337,6 +364,9 @@ impl Coordinator {
         let _ = (&mut self.expiry).await;
         let _ = (&mut self.elections).await;
         self.notifier.join().await;
+        if let Some(rw) = &mut self.remote_write {
+            let _ = rw.await;
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

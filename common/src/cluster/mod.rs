@@ -31,6 +31,7 @@
 
 mod apply;
 mod expiry;
+mod export;
 mod legacy;
 mod placement;
 mod read;
@@ -47,6 +48,7 @@ use crate::shared::Shared;
 
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
+pub use export::GpuSeries;
 pub use legacy::ClusterStateV4;
 pub use placement::{
     check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,

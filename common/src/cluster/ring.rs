@@ -33,8 +33,8 @@ impl<T> Ring<T> {
         self.items.back()
     }
 
-    /// Oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
+    /// Oldest first; `.rev()` for newest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
         self.items.iter()
     }
 

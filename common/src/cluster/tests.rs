@@ -13,7 +13,7 @@ fn gpu(index: u32) -> GpuInfo {
     }
 }
 
-fn rank(job: &str, r: u32) -> RankInfo {
+pub(super) fn rank(job: &str, r: u32) -> RankInfo {
     RankInfo {
         job: job.into(),
         rank: r,

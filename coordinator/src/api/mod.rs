@@ -73,6 +73,7 @@ use crate::raft::log_store::CommittedIndex;
 use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
+use crate::remote_write::RemoteWriteStats;
 use crate::service::{Admission, Service, StorageGuard};
 pub use metrics::rank_series::RankSeries;
 
@@ -117,6 +118,8 @@ pub struct AppParts {
     pub backing: Backing,
     /// Which live ranks get per-rank series on `/metrics`.
     pub rank_series: RankSeries,
+    /// The remote-write sender's counters, for `/metrics`, when it is on.
+    pub remote_write_stats: Option<RemoteWriteStats>,
 }
 
 struct Inner {
@@ -144,6 +147,7 @@ struct Inner {
     backing: Backing,
     /// Which live ranks get per-rank series on `/metrics`.
     rank_series: RankSeries,
+    remote_write_stats: Option<RemoteWriteStats>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -197,6 +201,7 @@ impl AppState {
                 contact: parts.contact,
                 backing: parts.backing,
                 rank_series: parts.rank_series,
+                remote_write_stats: parts.remote_write_stats,
             }),
         }
     }

@@ -1,5 +1,6 @@
 //! The notifier's HTTP client: POSTs JSON over HTTP/1.1 to webhook,
-//! Slack and Alertmanager receivers, on plain TCP (`http://`) or TLS
+//! Slack and Alertmanager receivers (and the remote-write sender its
+//! protobuf bodies), on plain TCP (`http://`) or TLS
 //! (`https://`), through the workspace's one HTTP client library
 //! (`gpumon_net`: reqwest on rustls with the `ring` provider).
 //!
@@ -26,7 +27,7 @@ use std::io;
 use std::time::Duration;
 
 use gpumon_net::{ClientTls, TlsError};
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 
 /// Most bytes of a response body read (and then dropped).
@@ -86,29 +87,60 @@ impl NotifyClient {
     /// POSTs `body` as `application/json` to `url` and returns the answer's
     /// status, whatever it is.
     pub async fn post_json(&self, url: &str, body: Vec<u8>) -> Result<StatusCode, SendError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(self.post(url, headers, body).await?.status)
+    }
+
+    /// POSTs `body` with `headers` to `url` and returns the answer: its
+    /// status, whatever it is, and the start of its body. Credentials in
+    /// the URL become Basic auth unless `headers` has an `Authorization`.
+    pub async fn post(
+        &self,
+        url: &str,
+        mut headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<Answer, SendError> {
         let (url, auth) = target(url)?;
-        let mut request = self
+        if let Some(auth) = auth {
+            headers.entry(AUTHORIZATION).or_insert(auth);
+        }
+        headers
+            .entry(ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
+        let mut response = self
             .client
             .post(url)
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(ACCEPT, HeaderValue::from_static("*/*"))
-            .body(body);
-        if let Some(auth) = auth {
-            request = request.header(AUTHORIZATION, auth);
-        }
-        let mut response = request.send().await.map_err(classify)?;
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(classify)?;
         let status = response.status();
-        // The status is the answer; the body is read (boundedly) only so the
-        // connection can go back to the pool, and its fate does not matter.
-        let mut read = 0;
+        // The body is read (boundedly) so the connection can go back to
+        // the pool; its start may explain a refusal.
+        let mut start = Vec::new();
         while let Ok(Some(chunk)) = response.chunk().await {
-            read += chunk.len();
-            if read >= MAX_RESPONSE_BODY {
+            let room = MAX_RESPONSE_BODY - start.len();
+            start.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if start.len() >= MAX_RESPONSE_BODY {
                 break;
             }
         }
-        Ok(status)
+        Ok(Answer {
+            status,
+            body: start,
+        })
     }
+}
+
+/// A receiver's answer to a POST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// The start of its body, at most [`MAX_RESPONSE_BODY`] bytes.
+    pub body: Vec<u8>,
 }
 
 /// Proxy variables of the environment that this client does not honour

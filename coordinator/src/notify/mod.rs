@@ -23,7 +23,7 @@
 
 pub mod config;
 pub mod counters;
-mod http;
+pub(crate) mod http;
 pub mod payload;
 mod worker;
 

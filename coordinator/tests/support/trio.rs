@@ -19,6 +19,11 @@ pub struct Trio {
 impl Trio {
     /// Starts three replicas that list each other as peers.
     pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Like [`Trio::start`], each replica's defaults changed by `tune`.
+    pub async fn start_with(tune: impl Fn(&mut CoordinatorConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let listeners: Vec<_> = (0..3)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
@@ -33,6 +38,7 @@ impl Trio {
             let mut c = CoordinatorConfig::new(*id, dir.path().join(id.to_string()));
             c.listen = addr.clone();
             c.formation = Formation::Peers(peers.clone());
+            tune(&mut c);
             nodes.push(Coordinator::start(c).await.unwrap());
         }
         Self { nodes, _dir: dir }

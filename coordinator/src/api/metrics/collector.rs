@@ -48,10 +48,10 @@ impl Collector for StateCollector {
 }
 
 const BYTES: Option<&Unit> = Some(&Unit::Bytes);
-const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
+pub(super) const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
 
 /// One gauge family; rows with `None` are left out.
-fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+pub(super) fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -68,7 +68,7 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
 }
 
 /// One counter family; `name` without `_total`, which the encoder adds.
-fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+pub(super) fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -124,6 +124,9 @@ pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     }
     encode_local(&s.local, enc)?;
     encode_notifications(&s.local, enc)?;
+    if let Some(rw) = &s.local.remote_write {
+        super::remote_write::encode(rw, enc)?;
+    }
     encode_raft(&s.local, enc)?;
     encode_state_copies(&s.local, enc)
 }

@@ -18,6 +18,7 @@
 
 mod collector;
 pub mod rank_series;
+mod remote_write;
 mod scrape;
 
 use axum::extract::State;

@@ -28,6 +28,7 @@ use crate::api::raft_status::{lag, peers_matched};
 use crate::api::AppState;
 use crate::notify::NotifyCounts;
 use crate::raft::copy_times::{CopyFor, CopyStats};
+use crate::remote_write::RemoteWriteCounts;
 
 /// Most ranks given series in one scrape (the first, by job then rank);
 /// the rest are counted in `gpumon_metrics_ranks_omitted`.
@@ -241,6 +242,8 @@ pub struct LocalRows {
     pub raft: RaftRow,
     /// How long copies of the state held its lock, for snapshots and digests.
     pub state_copies: [(&'static str, CopyStats); 2],
+    /// The remote-write sender's counters, when it is on.
+    pub remote_write: Option<RemoteWriteCounts>,
 }
 
 /// Seconds from `now` to a forecast's predicted OOM, never negative.
@@ -286,6 +289,7 @@ impl LocalRows {
             raft,
             state_copies: [CopyFor::Snapshot, CopyFor::Digest]
                 .map(|why| (why.label(), inner.state_machine.copy_times().stats(why))),
+            remote_write: inner.remote_write_stats.as_ref().map(|s| s.get()),
         }
     }
 }
