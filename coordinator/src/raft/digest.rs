@@ -14,6 +14,7 @@ const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a over everything written to it.
+#[derive(Debug)]
 struct Fnv(u64);
 
 impl Write for Fnv {
@@ -22,6 +23,41 @@ impl Write for Fnv {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(PRIME);
         }
         Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// FNV-1a and the length of everything written to it: a snapshot's seal,
+/// computed while its encoding streams by.
+#[derive(Debug)]
+pub struct SealWriter {
+    fnv: Fnv,
+    len: u64,
+}
+
+impl Default for SealWriter {
+    fn default() -> Self {
+        Self {
+            fnv: Fnv(OFFSET),
+            len: 0,
+        }
+    }
+}
+
+impl SealWriter {
+    /// The checksum, as [`checksum`] gives it, and the length.
+    pub fn finish(self) -> (String, u64) {
+        (format!("{:016x}", self.fnv.0), self.len)
+    }
+}
+
+impl Write for SealWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.len += buf.len() as u64;
+        self.fnv.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

@@ -219,10 +219,12 @@ pub fn load(
 /// `BASE.v5.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
-    format!(
-        "{base}.v{CURRENT_VERSION}.{}",
-        super::digest::checksum(data)
-    )
+    seal_id_with(base, &super::digest::checksum(data))
+}
+
+/// [`seal_id`] from a checksum computed already ([`seal_of`]).
+pub fn seal_id_with(base: &str, checksum: &str) -> String {
+    format!("{base}.v{CURRENT_VERSION}.{checksum}")
 }
 
 /// Checks a sealed id against `data`: the format this build reads and the
@@ -271,11 +273,64 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// Writes a current-format snapshot file at `path` atomically, streaming:
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
-    let file = SnapshotFileRef::V5 { meta, data };
+    write_atomically(path, |w| {
+        postcard::to_io(&SnapshotFileRef::V5 { meta, data }, w).map(drop)
+    })
+}
+
+/// [`SnapshotFileRef::V5`] up to its data's bytes: the variant, the
+/// metadata (postcard then writes a byte string as its length and the
+/// bytes, which [`write_encoding`] streams).
+#[derive(Serialize)]
+enum SnapshotHeaderRef<'a> {
+    #[allow(dead_code)]
+    V1,
+    #[allow(dead_code)]
+    V2,
+    #[allow(dead_code)]
+    V3,
+    #[allow(dead_code)]
+    V4,
+    V5 {
+        meta: &'a Meta,
+    },
+}
+
+/// The checksum and length of `applied`'s encoding, computed as it streams
+/// by: no byte of it is kept.
+pub fn seal_of(applied: &Applied) -> Result<(String, u64), postcard::Error> {
+    let mut w = super::digest::SealWriter::default();
+    postcard::to_io(applied, &mut w)?;
+    Ok(w.finish())
+}
+
+/// Writes the snapshot file of `applied`, whose encoding is `len` bytes
+/// long (from [`seal_of`]), atomically and without holding the encoding in
+/// memory: byte for byte what [`write`] writes for the encoded data.
+pub fn write_encoding(
+    path: &Path,
+    meta: &Meta,
+    applied: &Applied,
+    len: u64,
+) -> std::io::Result<()> {
+    write_atomically(path, |w| {
+        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w)?;
+        postcard::to_io(&len, &mut *w)?;
+        postcard::to_io(applied, w).map(drop)
+    })
+}
+
+/// Writes through `fill` into a temporary file beside `path`, fsyncs it,
+/// renames it over `path` and fsyncs the directory, so a crash mid-write
+/// leaves the previous file intact.
+fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), postcard::Error>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("bin.tmp");
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
-        postcard::to_io(&file, &mut w).map_err(std::io::Error::other)?;
+        fill(&mut w).map_err(std::io::Error::other)?;
         w.flush()?;
         w.get_ref().sync_all()?;
     }
@@ -284,6 +339,20 @@ pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// The metadata and data of the current-format snapshot file at `path`,
+/// to send to a follower.
+pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
+    let bytes = std::fs::read(path)?;
+    match postcard::from_bytes::<SnapshotFile>(&bytes) {
+        Ok(SnapshotFile::V5 { meta, data }) => Ok((meta, data)),
+        Ok(_) => Err(std::io::Error::other(format!(
+            "{} is not in format {CURRENT_VERSION}",
+            path.display()
+        ))),
+        Err(e) => Err(std::io::Error::other(format!("{}: {e}", path.display()))),
+    }
 }
 
 #[cfg(test)]

@@ -45,8 +45,9 @@ type NodeId = u64;
 type Node = openraft::BasicNode;
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
-/// A snapshot's metadata and bytes.
-type StoredSnapshot = (SnapshotMeta<NodeId, Node>, Arc<Vec<u8>>);
+/// The metadata of the snapshot in the data dir; its bytes stay on disk
+/// until a follower needs them.
+type StoredSnapshot = SnapshotMeta<NodeId, Node>;
 
 /// Batches an [`AppliedBatch`] subscriber may fall behind before it loses the oldest.
 pub const APPLIED_CHANNEL_CAPACITY: usize = 1024;
@@ -87,7 +88,7 @@ impl StateMachine {
     ) -> Result<Self, LoadSnapshotError> {
         let path = data_dir.join(SNAPSHOT_FILE);
         let (applied, current) = match snapshot_file::load(&path, limits, engine_config)? {
-            Some(loaded) => (loaded.applied, Some((loaded.meta, Arc::new(loaded.data)))),
+            Some(loaded) => (loaded.applied, Some(loaded.meta)),
             None => (Applied::empty(limits, engine_config), None),
         };
         let (events, _) = broadcast::channel(1024);
@@ -161,25 +162,28 @@ impl StateMachine {
         self.applied_batches.subscribe()
     }
 
-    /// Writes the snapshot file off the runtime, then makes it the current snapshot.
+    /// Writes a received snapshot's file off the runtime, then makes it the
+    /// current snapshot.
     async fn persist_snapshot(
         &self,
         meta: SnapshotMeta<NodeId, Node>,
-        data: Arc<Vec<u8>>,
+        data: Vec<u8>,
     ) -> StorageResult<()> {
         let me = self.clone();
-        let (meta2, data2) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || {
-            snapshot_file::write(&me.snapshot_path, &meta2, &data2)
-        })
-        .await
-        .map_err(|e| self.snapshot_err(e))?
-        .map_err(|e| self.snapshot_err(e))?;
+        let meta2 = meta.clone();
+        tokio::task::spawn_blocking(move || snapshot_file::write(&me.snapshot_path, &meta2, &data))
+            .await
+            .map_err(|e| self.snapshot_err(e))?
+            .map_err(|e| self.snapshot_err(e))?;
+        self.set_current(meta);
+        Ok(())
+    }
+
+    fn set_current(&self, meta: SnapshotMeta<NodeId, Node>) {
         *self
             .current_snapshot
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((meta, data));
-        Ok(())
+            .unwrap_or_else(|p| p.into_inner()) = Some(meta);
     }
 
     fn snapshot_err(&self, e: impl fmt::Display) -> StorageError<NodeId> {
@@ -192,17 +196,22 @@ impl StateMachine {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    /// Apply waits only for the copy (copy-on-write: it shares every entry
+    /// until a push changes one). The copy is then encoded twice as it
+    /// streams, once to seal the snapshot's id with its checksum and length,
+    /// once into the file, so no encoding of the state is ever held in
+    /// memory: a snapshot costs the entries pushes change meanwhile.
+    ///
+    /// The returned snapshot carries the metadata and no data: openraft
+    /// 0.9 (pinned) reads only `meta` from a built snapshot, and asks
+    /// [`RaftStateMachine::get_current_snapshot`], which reads the file,
+    /// when a follower needs the data.
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        // Apply waits only for the copy; encoding and writing happen after.
         let started = std::time::Instant::now();
         let copy = self.read().clone();
         let copied = started.elapsed();
         self.copy_times.record(CopyFor::Snapshot, copied);
         let (last_applied, membership) = (copy.last_applied, copy.membership.clone());
-        let data = tokio::task::spawn_blocking(move || snapshot_file::encode_applied(&copy))
-            .await
-            .map_err(|e| self.snapshot_err(e))?
-            .map_err(|e| self.snapshot_err(e))?;
         let n = self
             .snapshots_built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -213,24 +222,31 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             ),
             None => format!("empty-{n}"),
         };
-        let snapshot_id = snapshot_file::seal_id(&base, &data);
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id,
-        };
-        let data = Arc::new(data);
-        self.persist_snapshot(meta.clone(), data.clone()).await?;
+        let path = self.snapshot_path.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let (checksum, len) = snapshot_file::seal_of(&copy).map_err(std::io::Error::other)?;
+            let meta = SnapshotMeta {
+                last_log_id: last_applied,
+                last_membership: membership,
+                snapshot_id: snapshot_file::seal_id_with(&base, &checksum),
+            };
+            snapshot_file::write_encoding(&path, &meta, &copy, len)?;
+            Ok::<_, std::io::Error>((meta, len))
+        })
+        .await
+        .map_err(|e| self.snapshot_err(e))?;
+        let (meta, len) = built.map_err(|e| self.snapshot_err(e))?;
+        self.set_current(meta.clone());
         tracing::info!(
             snapshot = %meta.snapshot_id,
-            bytes = data.len(),
+            bytes = len,
             copy_ms = copied.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "built snapshot"
         );
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
@@ -312,7 +328,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 AnyError::error(format!("received snapshot does not decode: {e}")),
             )
         })?;
-        self.persist_snapshot(meta.clone(), Arc::new(data)).await?;
+        self.persist_snapshot(meta.clone(), data).await?;
         *self.applied.write().unwrap_or_else(|p| p.into_inner()) = Applied {
             last_applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
@@ -323,15 +339,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
+    /// Reads the snapshot file: its metadata and data belong together even
+    /// when a new snapshot replaced the file since the current one was
+    /// recorded (renames are atomic), so what is sent is always whole.
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
         let current = self
             .current_snapshot
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Ok(current.map(|(meta, data)| Snapshot {
+            .is_some();
+        if !current {
+            return Ok(None);
+        }
+        let path = self.snapshot_path.clone();
+        let read = tokio::task::spawn_blocking(move || snapshot_file::read_current(&path))
+            .await
+            .map_err(|e| self.snapshot_err(e))?;
+        let (meta, data) =
+            read.map_err(|e| StorageIOError::read_snapshot(None, AnyError::error(e.to_string())))?;
+        Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
+            snapshot: Box::new(Cursor::new(data)),
         }))
     }
 }

@@ -412,3 +412,28 @@ fn a_format_4_file_sealed_by_its_build_loads_and_a_damaged_one_does_not() {
         .to_string();
     assert!(err.contains("damaged"), "{err}");
 }
+
+#[test]
+fn a_streamed_snapshot_file_is_byte_for_byte_the_encoded_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let applied = scenario();
+    let data = encode_applied(&applied).unwrap();
+    let (checksum, len) = seal_of(&applied).unwrap();
+    assert_eq!(
+        (checksum.as_str(), len),
+        (
+            super::super::digest::checksum(&data).as_str(),
+            data.len() as u64
+        )
+    );
+    let mut meta = meta_of(&applied);
+    meta.snapshot_id = seal_id_with("3-1-42-0", &checksum);
+    assert_eq!(meta.snapshot_id, seal_id("3-1-42-0", &data));
+    let (held, streamed) = (dir.path().join("held.bin"), dir.path().join("streamed.bin"));
+    write(&held, &meta, &data).unwrap();
+    write_encoding(&streamed, &meta, &applied, len).unwrap();
+    assert!(std::fs::read(&held).unwrap() == std::fs::read(&streamed).unwrap());
+    let (read_meta, read_data) = read_current(&streamed).unwrap();
+    assert_eq!(read_meta.snapshot_id, meta.snapshot_id);
+    assert!(read_data == data);
+}
