@@ -59,24 +59,6 @@ enum SnapshotFile {
     V5 { meta: Meta, data: Vec<u8> },
 }
 
-/// [`SnapshotFile::V5`] borrowed, for writing without copying the data;
-/// postcard encodes both the same way.
-#[derive(Serialize)]
-enum SnapshotFileRef<'a> {
-    #[allow(dead_code)]
-    V1,
-    #[allow(dead_code)]
-    V2,
-    #[allow(dead_code)]
-    V3,
-    #[allow(dead_code)]
-    V4,
-    V5 {
-        meta: &'a Meta,
-        data: &'a [u8],
-    },
-}
-
 /// [`Applied`] as format 4 laid it out, before ranks kept a placement and the engine memory levels.
 #[derive(Deserialize)]
 struct AppliedV4 {
@@ -274,13 +256,15 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotFileRef::V5 { meta, data }, w).map(drop)
+        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
+        w.write_all(data)
     })
 }
 
-/// [`SnapshotFileRef::V5`] up to its data's bytes: the variant, the
-/// metadata (postcard then writes a byte string as its length and the
-/// bytes, which [`write_encoding`] streams).
+/// [`SnapshotFile::V5`] borrowed, up to its data: the variant and the
+/// metadata. Postcard writes the data, a byte string, as its length and
+/// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
 enum SnapshotHeaderRef<'a> {
     #[allow(dead_code)]
@@ -314,9 +298,11 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w)?;
-        postcard::to_io(&len, &mut *w)?;
-        postcard::to_io(applied, w).map(drop)
+        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(applied, w)
+            .map(drop)
+            .map_err(std::io::Error::other)
     })
 }
 
@@ -325,12 +311,12 @@ pub fn write_encoding(
 /// leaves the previous file intact.
 fn write_atomically(
     path: &Path,
-    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), postcard::Error>,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let tmp = path.with_extension("bin.tmp");
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
-        fill(&mut w).map_err(std::io::Error::other)?;
+        fill(&mut w)?;
         w.flush()?;
         w.get_ref().sync_all()?;
     }
