@@ -16,6 +16,7 @@ mod cmd_record;
 mod cmd_replay;
 mod cmd_run;
 mod cmd_status;
+mod cmd_sweep;
 mod cmd_top;
 mod shutdown;
 mod text;
@@ -60,7 +61,8 @@ fn main() -> ExitCode {
         | Command::Record(_)
         | Command::Bench(_)
         | Command::Cluster(_)
-        | Command::Profile(_) => "warn",
+        | Command::Profile(_)
+        | Command::Sweep(_) => "warn",
         // A cut peer fails every RPC, and openraft logs each failure twice;
         // the coordinator logs it going away, staying away and coming back
         // itself (raft::reachability).
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
             Command::Cluster(c) => cmd_cluster::run(c).await,
             Command::Run(r) => cmd_run::run(r).await,
             Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
+            Command::Sweep(s) => cmd_sweep::run(s, cli.config.as_deref()).await,
         }
     });
     match result {

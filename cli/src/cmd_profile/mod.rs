@@ -15,7 +15,7 @@ mod observed;
 mod recommend;
 pub mod report;
 mod series;
-mod signals;
+pub mod signals;
 mod status_line;
 
 use std::io::{IsTerminal, Write};
