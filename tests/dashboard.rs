@@ -17,12 +17,12 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpumon_proto::api::{Alert, AlertsBody, JobWithAnalysis, NodesView};
-use support::chromium::{find, parse_tags, Tag, HEADLESS};
-use support::{get, gpumon, wait_for, Proc};
+use support::browser::{assert_png, dump_dom, require_chromium, screenshot};
+use support::chromium::{find, parse_tags, Tag};
+use support::{artifacts_dir, get, gpumon, wait_for, Proc};
 
 const JOB: &str = "demo-job";
 const RANKS: u32 = 8;
@@ -31,9 +31,6 @@ const PLANTED: [(&str, u32); 3] = [("leak", 2), ("imbalance", 0), ("straggler", 
 /// How long the demo may take to raise them (it aims at about 40 s; a
 /// loaded machine runs its simulation slower).
 const PLANTED_WITHIN: Duration = Duration::from_secs(240);
-const CHROMIUM: &str = "chromium";
-/// A run of Chromium, page load and 15 s of (virtual) polling included.
-const CHROMIUM_WITHIN: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
@@ -91,15 +88,24 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         started.elapsed()
     );
     // Every simulated rank takes the snapshots "warm" and "warm+60".
-    wait_for(Duration::from_secs(120), "two named snapshots", || async {
-        let list: serde_json::Value = get(&format!("{url}/api/v1/jobs/{JOB}/snapshots"))
-            .await
-            .map_err(|e| e.to_string())?;
-        let names = list["snapshots"].as_array().map_or(0, |s| s.len());
-        (names >= 2)
-            .then_some(())
-            .ok_or(format!("{names} snapshots"))
-    })
+    wait_for(
+        Duration::from_secs(120),
+        "two snapshots of every rank",
+        || async {
+            let list: serde_json::Value = get(&format!("{url}/api/v1/jobs/{JOB}/snapshots"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let whole: Vec<usize> = list["snapshots"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s["ranks"].as_array().map_or(0, Vec::len))
+                .collect();
+            (whole.len() >= 2 && whole.iter().all(|&n| n == RANKS as usize))
+                .then_some(())
+                .ok_or(format!("ranks per snapshot: {whole:?}"))
+        },
+    )
     .await;
     let nodes: NodesView = get(&format!("{url}/api/v1/nodes")).await.unwrap();
 
@@ -211,7 +217,7 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         ("dashboard-overview.png", "#/".into()),
     ] {
         let path = artifacts.join(name);
-        screenshot(&format!("{url}/{route}"), &path).await;
+        screenshot(&format!("{url}/{route}"), &path, (1400, 2000)).await;
         assert_png(&path, 1400, 2000);
         eprintln!("screenshot kept at {}", path.display());
     }
@@ -260,101 +266,5 @@ fn assert_alert_shown(tags: &[Tag], a: &Alert, page: &str) {
         el.attr("data-active"),
         Some("true"),
         "{page}: {a:?} is active"
-    );
-}
-
-/// Panics with how to install Chromium when it is missing.
-async fn require_chromium() {
-    match tokio::process::Command::new(CHROMIUM).arg("--version").output().await {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!(
-            "`{CHROMIUM} --version` failed ({}): {}; reinstall it: apt-get install -y chromium",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => panic!(
-            "cannot run `{CHROMIUM}` ({e}); this test drives headless Chromium: apt-get install -y chromium"
-        ),
-    }
-}
-
-/// Headless Chromium on `url` with `extra` arguments; its stdout.
-async fn chromium(url: &str, extra: &[String]) -> Vec<u8> {
-    let profile = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(CHROMIUM);
-    cmd.args(HEADLESS)
-        .args(["--disable-quic", "--virtual-time-budget=15000"])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(CHROMIUM_WITHIN, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("chromium did not finish with {url} within {CHROMIUM_WITHIN:?}"))
-        .expect("chromium runs");
-    assert!(
-        out.status.success(),
-        "chromium failed on {url} ({}): {}",
-        out.status,
-        tail(&out.stderr)
-    );
-    out.stdout
-}
-
-async fn dump_dom(url: &str) -> String {
-    let out = chromium(url, &["--dump-dom".into()]).await;
-    String::from_utf8(out).expect("the DOM is UTF-8")
-}
-
-async fn screenshot(url: &str, path: &Path) {
-    let _ = std::fs::remove_file(path);
-    chromium(
-        url,
-        &[
-            format!("--screenshot={}", path.display()),
-            "--window-size=1400,2000".into(),
-        ],
-    )
-    .await;
-}
-
-fn tail(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-/// `target/test-artifacts`, beside the target's `tmp` folder.
-fn artifacts_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("the target dir")
-        .join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A PNG of `width` x `height` with more in it than a blank page.
-#[track_caller]
-fn assert_png(path: &Path, width: u32, height: u32) {
-    let bytes =
-        std::fs::read(path).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", path.display()));
-    assert!(
-        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "{} is not a PNG",
-        path.display()
-    );
-    assert_eq!(&bytes[12..16], b"IHDR");
-    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
-    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-    assert_eq!((w, h), (width, height), "{}", path.display());
-    // A blank page of this size compresses to a few KiB; cells, charts and
-    // text take far more.
-    assert!(
-        bytes.len() > 40_000,
-        "{} holds {} bytes: a blank page?",
-        path.display(),
-        bytes.len()
     );
 }

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::gpumon;
+use support::{finish, gpumon};
 use tokio::process::Command;
 
 const GIB: u64 = 1 << 30;
@@ -32,44 +32,17 @@ fn profile(dir: &Path, script: &Path, env: &[(&str, String)]) -> Command {
     let mut cmd = gpumon();
     cmd.current_dir(dir)
         .args(["--config", "gpumon.toml"])
-        .args([
-            "profile",
-            "--source",
-            "none",
-            "--interval-ms",
-            "100",
-            "--window-ms",
-            "500",
-        ])
+        .arg("profile")
+        .args(support::HOOK_SAMPLING)
         .args(["--json", "report.json", "--", "python3"])
         .arg(script)
-        .env("RANK", "0")
-        .env("LOCAL_RANK", "0")
-        .env("WORLD_SIZE", "1")
-        .env("TORCHELASTIC_RUN_ID", "pjob")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", "29500")
-        .env("XDG_CACHE_HOME", dir.join("cache"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env_remove("PYTHONPATH")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    support::rank0_alone(&mut cmd, "pjob", dir);
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd
-}
-
-/// Runs `cmd` to its end (within `within`); its exit code and stderr.
-async fn finish(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
-    let out = tokio::time::timeout(within, cmd.output())
-        .await
-        .expect("gpumon profile ends in time")
-        .expect("gpumon runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn report(dir: &Path) -> Value {

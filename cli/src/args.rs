@@ -51,6 +51,8 @@ pub enum Command {
     Profile(ProfileArgs),
     /// Named allocator snapshots (gpumon.snapshot): list them, or show what grew between two, by rank.
     Snapshots(SnapshotsArgs),
+    /// Run a training command once per point of a parameter grid, each through `gpumon profile`: peak memory, step time and OOM per point, as JSON, CSV and an HTML heatmap.
+    Sweep(SweepArgs),
 }
 
 /// `gpumon snapshots`.
@@ -107,6 +109,62 @@ pub struct SnapshotsFrom {
     pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+}
+
+/// `gpumon sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// A parameter and its values, NAME=V1,V2,...; {NAME} in the command (or an --env value) takes each value, and the command gets GPUMON_SWEEP_NAME. Repeat for up to 4; the first is the outermost loop.
+    #[arg(long = "param", required = true, value_name = "NAME=V1,V2,...")]
+    pub params: Vec<String>,
+    /// A variable for each point's command, VAR=VALUE, with {NAME} placeholders; repeatable.
+    #[arg(long = "env", value_name = "VAR=VALUE")]
+    pub env: Vec<String>,
+    /// Where the results go as JSON [default: gpumon-sweep.json].
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Where the results go as CSV [default: the JSON file's name ending in .csv].
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Also write a self-contained HTML page: a heatmap of peak memory over the first two parameters, and every point.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Where each point's profile report and output go [default: gpumon-sweep/ beside the JSON file].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Keep every point's report and output, not only those of points that failed or timed out.
+    #[arg(long)]
+    pub keep_reports: bool,
+    /// Stop a point still running after this many seconds (SIGINT: it still writes its report).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600), value_name = "SECS")]
+    pub point_timeout: u64,
+    /// Once a point runs out of memory, skip the larger values of the first parameter (with the same values of the others).
+    #[arg(long)]
+    pub stop_after_oom: bool,
+    /// Passed to gpumon profile: what to sample (nvml, none, sim:SCENARIO).
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// Passed to gpumon profile: time between two samples, ms.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..=60_000), value_name = "MS")]
+    pub interval_ms: Option<u64>,
+    /// Passed to gpumon profile: window length, ms.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..=600_000), value_name = "MS")]
+    pub window_ms: Option<u64>,
+    /// Passed to gpumon profile: GPU memory warning level, percent.
+    #[arg(long, value_name = "PCT")]
+    pub gpu_warning_pct: Option<f64>,
+    /// Passed to gpumon profile: GPU memory critical level, percent.
+    #[arg(long, value_name = "PCT")]
+    pub gpu_critical_pct: Option<f64>,
+    /// Passed to gpumon profile: host RAM warning level, percent.
+    #[arg(long, value_name = "PCT")]
+    pub host_warning_pct: Option<f64>,
+    /// Passed to gpumon profile: host RAM critical level, percent.
+    #[arg(long, value_name = "PCT")]
+    pub host_critical_pct: Option<f64>,
+    /// The command, after `--`, with {NAME} placeholders ({{ and }} for literal braces).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// `gpumon profile`.

@@ -17,6 +17,7 @@ mod cmd_replay;
 mod cmd_run;
 mod cmd_snapshots;
 mod cmd_status;
+mod cmd_sweep;
 mod cmd_top;
 mod remote_write_config;
 mod shutdown;
@@ -63,7 +64,8 @@ fn main() -> ExitCode {
         | Command::Bench(_)
         | Command::Cluster(_)
         | Command::Profile(_)
-        | Command::Snapshots(_) => "warn",
+        | Command::Snapshots(_)
+        | Command::Sweep(_) => "warn",
         // A cut peer fails every RPC, and openraft logs each failure twice;
         // the coordinator logs it going away, staying away and coming back
         // itself (raft::reachability).
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
             Command::Run(r) => cmd_run::run(r).await,
             Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
             Command::Snapshots(s) => cmd_snapshots::run(s, cli.config.as_deref()).await,
+            Command::Sweep(s) => cmd_sweep::run(s, cli.config.as_deref()).await,
         }
     });
     match result {

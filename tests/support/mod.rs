@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod chromium;
 pub mod cluster;
 pub mod netns;
@@ -22,6 +23,55 @@ pub fn gpumon() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpumon"));
     cmd.env("GPUMON_LOG", "warn").kill_on_drop(true);
     cmd
+}
+
+/// Runs `cmd` to its end (within `within`); its exit code and stderr.
+pub async fn finish(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(within, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("{cmd:?} did not end within {within:?}"))
+        .expect("the command runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `target/test-artifacts`, beside the target's `tmp` folder: screenshots
+/// and such, kept for people to look at.
+pub fn artifacts_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target dir")
+        .join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `gpumon profile` (and `sweep`) flags for tests on the fake GPU: its
+/// memory through the hook, no NVML, sampled every 100 ms in 500 ms windows.
+pub const HOOK_SAMPLING: [&str; 6] = [
+    "--source",
+    "none",
+    "--interval-ms",
+    "100",
+    "--window-ms",
+    "500",
+];
+
+/// `cmd` as rank 0 of a torchrun job of one named `job` (torchrun's
+/// variables set by hand), its caches and sockets under `dir`, without the
+/// caller's PYTHONPATH.
+pub fn rank0_alone<'a>(cmd: &'a mut Command, job: &str, dir: &std::path::Path) -> &'a mut Command {
+    cmd.env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("TORCHELASTIC_RUN_ID", job)
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("PYTHONPATH")
 }
 
 /// A child process with its stdout lines; killed on drop.

@@ -17,7 +17,7 @@ mod observed;
 mod recommend;
 pub mod report;
 mod series;
-mod signals;
+pub mod signals;
 mod status_line;
 mod to_hooks;
 
