@@ -69,7 +69,7 @@ pub fn render(report: &ProfileReport) -> String {
 /// JSON that is safe inside a `<script>` element and still the same JSON:
 /// `<`, `>`, `&` and the two JavaScript line terminators can only occur in
 /// JSON strings, where their `\u` escapes mean the same characters.
-fn escape_json_for_html(json: &str) -> String {
+pub fn escape_json_for_html(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
         match c {
@@ -96,6 +96,6 @@ fn nonce() -> String {
 #[cfg(test)]
 mod browser;
 #[cfg(test)]
-pub(super) mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;

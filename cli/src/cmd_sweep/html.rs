@@ -7,28 +7,11 @@
 //! element.
 
 use super::report::SweepReport;
+use crate::cmd_profile::html::escape_json_for_html;
 
 const PAGE: &str = include_str!("assets/page.html");
 const CSS: &str = include_str!("assets/page.css");
 const JS: &str = include_str!("assets/page.js");
-
-/// JSON that is safe inside a `<script>` element: the characters HTML
-/// gives a meaning to there become `\uXXXX` escapes, which JSON reads
-/// back as themselves (they can only occur inside strings).
-fn script_safe(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// The page of `report`.
 pub fn render(report: &SweepReport) -> String {
@@ -36,7 +19,7 @@ pub fn render(report: &SweepReport) -> String {
     let json = serde_json::to_string(report).unwrap_or_else(|_| "null".to_owned());
     PAGE.replacen("/*gpumon:css*/", CSS, 1)
         .replacen("/*gpumon:js*/", JS, 1)
-        .replacen("/*gpumon:data*/", &script_safe(&json), 1)
+        .replacen("/*gpumon:data*/", &escape_json_for_html(&json), 1)
 }
 
 #[cfg(test)]

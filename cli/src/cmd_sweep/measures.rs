@@ -171,9 +171,7 @@ mod tests {
     use gpumon_common::engine::Risk;
 
     use super::*;
-    use crate::cmd_profile::report::{
-        ExitInfo, GpuReport, HostReport, Levels, Quantiles, RankReport, Summary,
-    };
+    use crate::cmd_profile::report::{ExitInfo, GpuReport, Quantiles, RankReport};
 
     const GIB: u64 = 1 << 30;
 
@@ -230,30 +228,11 @@ mod tests {
         .unwrap()
     }
 
+    /// A report of a run that ended as `exit`, with nothing else in it.
     fn report(exit: ExitInfo) -> ProfileReport {
         ProfileReport {
-            gpumon_profile: PROFILE_VERSION,
-            command: vec!["train".into()],
-            started_t: 0.0,
-            ended_t: 1.0,
             exit,
-            source: "hook".into(),
-            levels: Levels {
-                gpu_warning_pct: 80.0,
-                gpu_critical_pct: 95.0,
-                host_warning_pct: 75.0,
-                host_critical_pct: 90.0,
-            },
-            host: HostReport::default(),
-            gpus: Vec::new(),
-            ranks: Vec::new(),
-            jobs: BTreeMap::new(),
-            marks: Vec::new(),
-            allocator_snapshots: Vec::new(),
-            alerts: Vec::new(),
-            recommendations: Vec::new(),
-            summary: Summary::default(),
-            snapshots: BTreeMap::new(),
+            ..crate::cmd_profile::html::fixtures::empty()
         }
     }
 
