@@ -57,6 +57,8 @@ fn profile_args(args: &SweepArgs, config_file: Option<&Path>, report: &Path) -> 
         "--quiet".into(),
         "--json".into(),
         report.into(),
+        "--html".into(),
+        report.with_extension("html").into(),
     ]);
     let text = |v: Option<f64>| v.map(|v| v.to_string());
     let passed = [
@@ -117,6 +119,7 @@ async fn run_point(
     let keep = args.keep_reports || matches!(status, Status::Failed | Status::Timeout);
     if !keep {
         let _ = std::fs::remove_file(&report_path);
+        let _ = std::fs::remove_file(report_path.with_extension("html"));
         let _ = std::fs::remove_file(&log_path);
     }
     let shown = |p: &Path, exists: bool| (keep && exists).then(|| p.display().to_string());
