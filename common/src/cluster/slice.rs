@@ -75,16 +75,23 @@ impl ClusterState {
         })
     }
 
-    /// The oldest and newest window end among the job's rank histories.
-    pub fn job_time_span(&self, job: &str) -> Option<(u64, u64)> {
-        let mut span: Option<(u64, u64)> = None;
+    /// The oldest and newest window end among the job's rank histories
+    /// within `range`, and the most points one rank has there.
+    pub fn job_time_span(&self, job: &str, range: TimeRange) -> Option<(u64, u64, usize)> {
+        let mut span: Option<(u64, u64, usize)> = None;
         for (_, r) in self.job_ranks(job) {
-            let (Some(first), Some(last)) = (r.history.iter().next(), r.history.last()) else {
+            let mut inside = r.history.iter().filter(|p| range.contains(p.t_ms));
+            let Some(first) = inside.next() else {
                 continue;
             };
+            let (mut last, mut count) = (first.t_ms, 1);
+            for p in inside {
+                last = p.t_ms;
+                count += 1;
+            }
             span = Some(match span {
-                None => (first.t_ms, last.t_ms),
-                Some((a, b)) => (a.min(first.t_ms), b.max(last.t_ms)),
+                None => (first.t_ms, last, count),
+                Some((a, b, n)) => (a.min(first.t_ms), b.max(last), n.max(count)),
             });
         }
         span

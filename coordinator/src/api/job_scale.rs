@@ -51,7 +51,7 @@ fn lines_with_alerts(applied: &Applied, job: &str) -> Option<Vec<RankLine>> {
 
 /// `GET /api/v1/jobs/{job}` with parameters.
 pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnalysis, ApiError> {
-    let (mut lines, chosen, mut answer) = {
+    let (mut lines, chosen, everything, mut answer) = {
         let applied = state.inner.state_machine.read();
         let mut lines = lines_with_alerts(&applied, job).ok_or_else(|| no_job(job))?;
         if let Some(node) = &p.node {
@@ -61,6 +61,9 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
             Some(k) => worst_ranks(&lines, k),
             None => lines.iter().map(|l| l.rank).collect(),
         };
+        // Nothing left out: the engine's and the hook's ranks stay whole
+        // (they may know ranks the view does not).
+        let everything = p.node.is_none() && chosen.len() == lines.len();
         let detail = applied
             .state
             .job_detail_of(job, &chosen, p.range)
@@ -72,7 +75,7 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
             steps: steps
                 .map(|s| {
                     s.iter()
-                        .filter(|(r, _)| chosen.contains(r))
+                        .filter(|(r, _)| everything || chosen.contains(r))
                         .map(|(r, s)| (*r, s.clone()))
                         .collect()
                 })
@@ -80,12 +83,14 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
             ranks_total: None,
             others: None,
         };
-        (lines, chosen, answer)
+        (lines, chosen, everything, answer)
     };
     let total = lines.len() as u32;
     if let Some(analysis) = &mut answer.analysis {
         add_engine_flags(&mut lines, analysis);
-        analysis.ranks.retain(|r| chosen.contains(&r.rank));
+        analysis
+            .ranks
+            .retain(|r| everything || chosen.contains(&r.rank));
     }
     if let Some(n) = p.points {
         for r in &mut answer.detail.ranks {
@@ -146,16 +151,23 @@ pub async fn summary(
             .state
             .job_detail_of(&job, &BTreeSet::new(), p.range)
             .map_or(0, |d| d.world_size);
-        let span = applied.state.job_time_span(&job).unwrap_or((0, 0));
-        let start = p.range.since_ms.unwrap_or(span.0);
-        let end = p.range.until_ms.unwrap_or(span.1).max(start);
-        let edges_ms = matrix_edges(start, end, p.columns);
+        let span = applied.state.job_time_span(&job, p.range);
+        let (first, last, most) = span.unwrap_or((0, 0, usize::MAX));
+        let start = p.range.since_ms.unwrap_or(first);
+        let end = p.range.until_ms.unwrap_or(last).max(start);
+        // No more columns than windows: more would leave every other one empty.
+        let columns = p
+            .columns
+            .min(u32::try_from(most).unwrap_or(u32::MAX))
+            .max(1);
+        let edges_ms = matrix_edges(start, end, columns);
         let rows = applied
             .state
             .job_matrix_rows(&job, &edges_ms, MAX_MATRIX_ROWS);
         (lines, world_size, edges_ms, rows)
     };
-    let mut cells = Vec::with_capacity(rows.len() * p.columns as usize);
+    let columns = edges_ms.len() as u32 - 1;
+    let mut cells = Vec::with_capacity(rows.len() * columns as usize);
     for (_, row) in &rows {
         cells.extend_from_slice(row);
     }
@@ -171,7 +183,7 @@ pub async fn summary(
         heatmap: RankTimeMatrix {
             ranks: rows.iter().map(|(r, _)| *r).collect(),
             rows_omitted: lines.len().saturating_sub(rows.len()) as u32,
-            columns: p.columns,
+            columns,
             edges_ms,
             cells: base64(&cells),
         },

@@ -118,7 +118,8 @@ pub struct JobSummaryQuery {
     pub since: Option<f64>,
     /// End of the matrix's time range; the job's newest point when absent.
     pub until: Option<f64>,
-    /// Time columns of the matrix, 1 to 240 (120 when absent).
+    /// Time columns of the matrix, 1 to 240 (120 when absent); fewer when
+    /// no rank has that many windows in the range.
     pub columns: Option<u32>,
     /// How fresh the answer must be.
     pub consistency: Option<Consistency>,
@@ -172,11 +173,12 @@ pub struct RankTimeMatrix {
     pub ranks: Vec<u32>,
     /// Ranks past the most rows (8,192) left out.
     pub rows_omitted: u32,
-    /// Columns per row.
+    /// Columns per row: as asked, or the most windows one rank has in the
+    /// range when that is fewer.
     pub columns: u32,
-    /// Bucket edges, ms: column `c` holds windows ending after
-    /// `edges_ms[c]` and up to `edges_ms[c + 1]` (the first includes its
-    /// start); `columns + 1` values.
+    /// Bucket edges, ms: column `c` holds windows ending from `edges_ms[c]`
+    /// to before `edges_ms[c + 1]` (the last includes its end);
+    /// `columns + 1` values.
     pub edges_ms: Vec<u64>,
     /// Base64 of `rows x columns` bytes, row after row: `round(share * 250)`,
     /// 255 where the rank has no window in the bucket.
