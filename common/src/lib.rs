@@ -36,6 +36,7 @@ pub mod config;
 pub mod engine;
 pub mod exposition;
 pub mod hook_records;
+pub mod job_scale;
 pub mod limits;
 pub mod logging;
 pub mod metric_family;

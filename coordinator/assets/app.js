@@ -7,7 +7,8 @@
 // relative, so the page works behind a reverse proxy that adds a prefix.
 
 import { actionTable, alertTable, mergeAlerts } from "./alerts.js";
-import { el, fmtClock, placeholder, section } from "./dom.js";
+import { BIG_JOB_RANKS, BigJobPage, COLUMNS, POINTS, TOP_RANKS } from "./bigjob.js";
+import { clockIsUtc, el, fmtClock, placeholder, section, setClockUtc } from "./dom.js";
 import { JobPage } from "./job.js";
 import { renderOverview } from "./overview.js";
 
@@ -35,6 +36,8 @@ const state = {
   rendered: false,
   /** The last snapshot list: `{job, at, list}`. */
   snapshots: null,
+  /** The big job shown, with its time range (s back, 0: all) and chosen node: `{job, range, node}`. */
+  big: null,
 };
 
 /** An HTTP answer that is not 2xx, with the API's reason. */
@@ -102,15 +105,21 @@ async function load(route) {
     d.nodes = await getJson("api/v1/nodes");
     d.jobs = await getJson("api/v1/jobs");
   } else if (route.page === "job") {
-    try {
-      d.detail = await getJson("api/v1/jobs/" + enc(route.job));
-    } catch (e) {
-      if (e instanceof HttpError && e.status === 404) {
-        d.missing = e.message;
-        return d;
+    if (!state.big || state.big.job !== route.job) {
+      state.big = null;
+      try {
+        // Up to BIG_JOB_RANKS ranks this is the whole job, as the plain read gives it.
+        d.detail = await getJson("api/v1/jobs/" + enc(route.job) + "?ranks=top:" + BIG_JOB_RANKS + "&rest=none");
+      } catch (e) {
+        if (e instanceof HttpError && e.status === 404) {
+          d.missing = e.message;
+          return d;
+        }
+        throw e;
       }
-      throw e;
+      if (d.detail.ranks_total > BIG_JOB_RANKS) state.big = { job: route.job, range: 0, node: null };
     }
+    if (state.big) return loadBig(route, d);
     d.jobAlerts = await getJson("api/v1/alerts?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
     d.snapshots = await snapshotList(route.job);
     d.actions = await getJson("api/v1/actions?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
@@ -119,6 +128,22 @@ async function load(route) {
   } else if (route.page === "actions") {
     d.actions = await getJson("api/v1/actions?limit=" + LIST_LIMIT);
   }
+  return d;
+}
+
+/** A big job's parts: the worst ranks, the summary, the chosen node's ranks; within the time range. */
+async function loadBig(route, d) {
+  const big = state.big;
+  const base = "api/v1/jobs/" + enc(route.job);
+  let range = "";
+  if (big.range > 0 && d.cluster.now_ms) {
+    range = "&since=" + (d.cluster.now_ms / 1000 - big.range).toFixed(3) + "&until=" + (d.cluster.now_ms / 1000).toFixed(3);
+  }
+  d.big = true;
+  d.detail = await getJson(base + "?ranks=top:" + TOP_RANKS + "&rest=none&points=" + POINTS + range);
+  d.summary = await getJson(base + "/summary?columns=" + COLUMNS + range);
+  if (big.node) d.nodeDetail = await getJson(base + "?node=" + enc(big.node) + "&points=" + POINTS + range);
+  d.jobAlerts = await getJson("api/v1/alerts?job=" + enc(route.job) + "&limit=" + LIST_LIMIT);
   return d;
 }
 
@@ -173,9 +198,19 @@ function render(route, d) {
       root.replaceChildren(s);
       return;
     }
-    if (!state.jobPage || state.jobPage.job !== route.job) {
+    if (!state.jobPage || state.jobPage.job !== route.job || !!state.jobPage.big !== !!d.big) {
       if (state.jobPage) state.jobPage.destroy();
-      state.jobPage = new JobPage(root, route.job);
+      state.jobPage = d.big ? new BigJobPage(root, route.job, state.big, poll) : new JobPage(root, route.job);
+    }
+    if (d.big) {
+      state.jobPage.update({
+        detail: d.detail,
+        summary: d.summary,
+        node: d.nodeDetail || null,
+        alerts: mergeAlerts(d.jobAlerts.alerts, d.active.alerts.filter((a) => a.job === route.job)),
+        now: d.active.now,
+      });
+      return;
     }
     state.jobPage.update({
       detail: d.detail,
@@ -231,6 +266,8 @@ async function poll() {
     if (route === state.route) {
       render(route, d);
       state.rendered = true;
+      // When the first page was on screen, from navigation start (ms): tests read it.
+      if (!root.dataset.firstRenderMs) root.dataset.firstRenderMs = String(Math.round(performance.now()));
     }
     state.failures = 0;
     setConnection(true);
@@ -270,5 +307,9 @@ window.addEventListener("resize", () => {
   resizeTimer = setTimeout(() => state.jobPage && state.jobPage.resize(), 150);
 });
 window.addEventListener("hashchange", onRoute);
+const clockToggle = document.getElementById("clock-toggle");
+const showClock = () => { clockToggle.textContent = clockIsUtc() ? "UTC" : "local time"; };
+clockToggle.addEventListener("click", () => { setClockUtc(!clockIsUtc()); showClock(); poll(); });
+showClock();
 conn.dataset.conn = "connecting";
 onRoute();

@@ -3,7 +3,7 @@
 // rank x time heatmap on a canvas. Both are kept across polls so that a
 // zoomed chart stays zoomed while new data arrives.
 
-import { el, fmtBytes, fmtClock, median, memColor, rankColor } from "./dom.js";
+import { el, fmtBytes, fmtClock, fmtTime, median, memColor, rankColor } from "./dom.js";
 
 /* global uPlot */
 
@@ -111,7 +111,8 @@ export class MemoryChart {
         },
       ],
       axes: [
-        { stroke: "#475569", grid: { stroke: "#e2e8f0" } },
+        // 24-hour clock, in the browser's zone or UTC as the header's toggle says.
+        { stroke: "#475569", grid: { stroke: "#e2e8f0" }, space: 70, values: (u, splits) => splits.map((v) => fmtTime(v)) },
         { stroke: "#475569", grid: { stroke: "#e2e8f0" }, size: 72, values: (u, splits) => splits.map((v) => fmtBytes(v)) },
       ],
       legend: { show: !many, live: true },

@@ -97,14 +97,52 @@ function pad(n) {
   return String(n).padStart(2, "0");
 }
 
-/** Seconds since the epoch as a local HH:MM:SS (with the date when not today). */
+/** Seconds since the epoch as a 24-hour HH:MM:SS in the browser's time zone, or in UTC (marked) after setClockUtc(true); with the date when not today. */
 export function fmtClock(tSec) {
   if (!Number.isFinite(tSec)) return "—";
   const d = new Date(tSec * 1000);
-  const hms = pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  const utc = clockUtc;
+  const part = (local, inUtc) => (utc ? inUtc.call(d) : local.call(d));
+  const hms = pad(part(d.getHours, d.getUTCHours)) + ":" + pad(part(d.getMinutes, d.getUTCMinutes)) + ":" +
+    pad(part(d.getSeconds, d.getUTCSeconds));
+  const ymd = part(d.getFullYear, d.getUTCFullYear) + "-" + pad(part(d.getMonth, d.getUTCMonth) + 1) + "-" +
+    pad(part(d.getDate, d.getUTCDate));
   const today = new Date();
-  if (d.toDateString() === today.toDateString()) return hms;
-  return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + hms;
+  const todayYmd = utc ? today.toISOString().slice(0, 10)
+    : today.getFullYear() + "-" + pad(today.getMonth() + 1) + "-" + pad(today.getDate());
+  return (ymd === todayYmd ? hms : ymd + " " + hms) + (utc ? " UTC" : "");
+}
+
+/** Seconds since the epoch as a 24-hour HH:MM:SS alone (axis labels), local or UTC. */
+export function fmtTime(tSec) {
+  if (!Number.isFinite(tSec)) return "";
+  const d = new Date(tSec * 1000);
+  return clockUtc
+    ? pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds())
+    : pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+}
+
+/** Whether clocks show UTC rather than the browser's time zone (kept across visits). */
+let clockUtc = readUtc();
+
+function readUtc() {
+  try {
+    return localStorage.getItem("gpumon.clock") === "utc";
+  } catch (_) {
+    return false;
+  }
+}
+
+/** Shows clocks in UTC (`true`) or the browser's local time zone. */
+export function setClockUtc(utc) {
+  clockUtc = !!utc;
+  try {
+    localStorage.setItem("gpumon.clock", clockUtc ? "utc" : "local");
+  } catch (_) { /* storage off: for this visit only */ }
+}
+
+export function clockIsUtc() {
+  return clockUtc;
 }
 
 /** Milliseconds, one decimal below 10. */

@@ -12,7 +12,7 @@ mod schema;
 mod support;
 
 use gpumon_proto::api::{
-    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobWithAnalysis, JobsView,
+    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobScaleSummary, JobWithAnalysis, JobsView,
     MemorySnapshotsAnswer, NodesView, RaftStatus,
 };
 use gpumon_proto::{AgentMessage, AgentMessageV1, PodPlacement, ProcPlacement};
@@ -33,11 +33,12 @@ fn typed(path: &str, body: &Value) -> Value {
         let t: T = serde_json::from_value(body.clone()).unwrap();
         serde_json::to_value(t).unwrap()
     }
-    match path {
+    match path.split('?').next().unwrap_or(path) {
         "/api/v1/cluster" => back::<ClusterView>(body),
         "/api/v1/nodes" => back::<NodesView>(body),
         "/api/v1/jobs" => back::<JobsView>(body),
         "/api/v1/jobs/job-x" => back::<JobWithAnalysis>(body),
+        "/api/v1/jobs/job-x/summary" => back::<JobScaleSummary>(body),
         "/api/v1/jobs/job-x/snapshots" => back::<MemorySnapshotsAnswer>(body),
         "/api/v1/alerts" => back::<AlertsBody>(body),
         "/api/v1/actions" => back::<ActionsBody>(body),
@@ -182,6 +183,21 @@ async fn every_documented_read_answers_what_its_schema_says_and_refuses_unknown_
             "{err}"
         );
     }
+    // A big job's parts: the worst ranks, the others' lines, thinned histories.
+    let path = "/api/v1/jobs/job-x?ranks=top:2&points=5&since=1&until=99999999999";
+    let schema = &doc["paths"]["/api/v1/jobs/{job}"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"];
+    let body = get_json(&client, &format!("{url}{path}")).await;
+    assert_eq!(body["others"].as_array().map(Vec::len), Some(2), "{body}");
+    let mut problems = Vec::new();
+    check(&doc, schema, &body, path, &mut problems);
+    assert!(problems.is_empty(), "GET {path}: {problems:?}");
+    assert_eq!(
+        &typed(path, &body),
+        &body,
+        "GET {path} read back as its type"
+    );
+
     // The analysis and alerts were really checked, not skipped as absent.
     let job: Value = get_json(&client, &format!("{url}/api/v1/jobs/job-x")).await;
     assert!(

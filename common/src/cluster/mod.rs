@@ -36,6 +36,7 @@ mod legacy;
 mod placement;
 mod read;
 mod ring;
+mod slice;
 mod validate;
 
 use std::collections::BTreeMap;

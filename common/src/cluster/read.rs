@@ -151,7 +151,7 @@ impl ClusterState {
 impl ClusterState {
     /// Nodes with an agent heard from within [`AGENT_STALE_MS`] of the
     /// view's clock.
-    fn nodes_up(&self) -> BTreeSet<&str> {
+    pub(super) fn nodes_up(&self) -> BTreeSet<&str> {
         self.agents
             .values()
             .filter(|a| self.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS)
@@ -161,7 +161,7 @@ impl ClusterState {
 }
 
 /// A rank as the API shows it; lost when alive but its node is not in `up`.
-fn rank_view(r: &RankEntry, up: &BTreeSet<&str>) -> RankView {
+pub(super) fn rank_view(r: &RankEntry, up: &BTreeSet<&str>) -> RankView {
     RankView {
         job: r.info.job.clone(),
         rank: r.info.rank,

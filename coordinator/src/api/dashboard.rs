@@ -67,9 +67,11 @@ const INDEX: Asset = asset!("index.html", HTML);
 const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
     asset!("alerts.js", JS),
+    asset!("bigjob.js", JS),
     asset!("chart.js", JS),
     asset!("dom.js", JS),
     asset!("job.js", JS),
+    asset!("matrix.js", JS),
     asset!("overview.js", JS),
     asset!("snapshots.js", JS),
     asset!("app.css", CSS),

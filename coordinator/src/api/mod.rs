@@ -8,7 +8,8 @@
 //! | `GET /api/v1/cluster` | | [`gpumon_proto::api::ClusterView`] |
 //! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
 //! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
-//! | `GET /api/v1/jobs/{job}` | | [`gpumon_proto::api::JobWithAnalysis`]: the job's detail plus `analysis`, the engine's forecasts and flags per rank |
+//! | `GET /api/v1/jobs/{job}?since=&until=&ranks=top:K&rest=&points=&node=` | | [`gpumon_proto::api::JobWithAnalysis`]: the job's detail plus `analysis`, the engine's forecasts and flags per rank; the parameters cut a big job down (see `job_scale`) |
+//! | `GET /api/v1/jobs/{job}/summary?since=&until=&columns=` | | [`gpumon_proto::api::JobScaleSummary`]: per-node aggregates and the rank x time matrix of used share |
 //! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | [`gpumon_proto::api::MemorySnapshotsAnswer`]: named allocator snapshots; with `a` and `b`, their difference per rank |
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | [`gpumon_proto::api::AlertsBody`]: alert episodes, oldest first |
 //! | `GET /api/v1/actions?job=&state=&limit=` | | [`gpumon_proto::api::ActionsBody`]: actions on training processes and how they ended |
@@ -39,6 +40,8 @@ mod error_answers;
 mod forward;
 mod health;
 mod ingest;
+mod job_params;
+mod job_scale;
 mod members;
 mod memory_snapshots;
 mod metrics;

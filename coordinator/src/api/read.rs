@@ -1,14 +1,16 @@
 //! The JSON read API, served from this replica's own state.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use gpumon_proto::api::{
-    ApiErrorBody, ClusterView, JobWithAnalysis, JobsView, NodesView, ReadQuery, RejectedPushes,
-    ReplicaStatus,
+    ApiErrorBody, ClusterView, JobQuery, JobWithAnalysis, JobsView, NodesView, ReadQuery,
+    RejectedPushes, ReplicaStatus,
 };
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::error_answers::ReadErrors;
+use super::job_params::job_params;
+use super::job_scale::job_part;
 use super::params::{check_job_name, OnlyConsistency};
 use super::{ApiError, AppState};
 use crate::raft::standing::{millis, Standing};
@@ -65,10 +67,12 @@ pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<Job
 }
 
 /// One job: ranks with memory history, the engine's analysis, step times.
+/// Without parameters, every rank with its whole history; `since`/`until`,
+/// `ranks=top:K`, `points` and `node` cut it down for big jobs.
 #[utoipa::path(
     get,
     path = "/api/v1/jobs/{job}",
-    params(("job" = String, Path, description = "The job's name."), ReadQuery),
+    params(("job" = String, Path, description = "The job's name."), JobQuery),
     responses(
         (status = 200, description = "OK", body = JobWithAnalysis),
         (status = 404, description = "No such job.", body = ApiErrorBody),
@@ -76,11 +80,15 @@ pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<Job
     ),
 )]
 pub async fn job(
-    _: OnlyConsistency,
     State(state): State<AppState>,
     Path(job): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<JobWithAnalysis>, ApiError> {
+    let params = job_params(query.as_deref())?;
     check_job_name(&job)?;
+    if let Some(p) = params {
+        return job_part(&state, &job, p).map(Json);
+    }
     let applied = state.inner.state_machine.read();
     let detail = applied.state.job_detail(&job).ok_or_else(|| {
         ApiError::NotFound(format!(
@@ -91,5 +99,7 @@ pub async fn job(
         detail,
         analysis: applied.engine.job(&job),
         steps: applied.steps.job(&job).cloned().unwrap_or_default(),
+        ranks_total: None,
+        others: None,
     }))
 }

@@ -9,8 +9,8 @@ use axum::routing::{on, MethodFilter, MethodRouter};
 
 use super::auth::Access;
 use super::{
-    actions, alerts, dashboard, health, ingest, members, memory_snapshots, metrics, openapi,
-    raft_rpc, raft_status, read, stream, AppState,
+    actions, alerts, dashboard, health, ingest, job_scale, members, memory_snapshots, metrics,
+    openapi, raft_rpc, raft_status, read, stream, AppState,
 };
 
 /// Which layers a route sits behind, and whether the API document shows it.
@@ -119,6 +119,9 @@ pub const ROUTES: &[Route] = &[
     }),
     route(Get, "/api/v1/jobs/{job}", (Consistent, Read), |m| {
         on(m, read::job)
+    }),
+    route(Get, "/api/v1/jobs/{job}/summary", (Consistent, Read), |m| {
+        on(m, job_scale::summary)
     }),
     route(
         Get,

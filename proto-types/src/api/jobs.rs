@@ -129,6 +129,15 @@ pub struct JobWithAnalysis {
     pub analysis: Option<JobSummary>,
     /// Latest and smoothed step and section times per rank (with the hook).
     pub steps: BTreeMap<u32, RankSteps>,
+    /// With any parameter but `consistency`: how many ranks match (the
+    /// job's, or the node's with `node=`); `ranks`, `analysis` and `steps`
+    /// then hold the chosen ones only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks_total: Option<u32>,
+    /// With `ranks=top:K`: the ranks left out, a compact line each, in rank
+    /// order (absent with `rest=none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others: Option<Vec<super::job_scale::RankLine>>,
 }
 
 /// One rank's latest step and smoothed times.

@@ -6,6 +6,7 @@
 //!
 //! - [`cluster`]: the cluster, its agents, nodes and GPUs;
 //! - [`jobs`]: jobs, their ranks' placement, memory history and step times;
+//! - [`job_scale`]: a big job's worst ranks, time range, node aggregates and heatmap matrix;
 //! - [`analysis`]: the detection engine's forecasts and flags;
 //! - [`alerts`]: alert episodes;
 //! - [`actions`]: actions on training processes;
@@ -23,6 +24,7 @@ pub mod alerts;
 pub mod analysis;
 pub mod cluster;
 pub mod error;
+pub mod job_scale;
 pub mod jobs;
 pub mod memory_snapshots;
 pub mod query;
@@ -41,6 +43,10 @@ pub use cluster::{
     RejectedPushes, ReplicaStatus,
 };
 pub use error::ApiErrorBody;
+pub use job_scale::{
+    JobQuery, JobScaleSummary, JobSummaryQuery, NodeAggregate, RankFlag, RankLine, RankTimeMatrix,
+    RestLines,
+};
 pub use jobs::{
     HistoryPoint, JobDetail, JobView, JobWithAnalysis, JobsView, RankDetail, RankSteps, RankView,
     SectionTime,

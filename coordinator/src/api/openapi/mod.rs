@@ -14,7 +14,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    actions, alerts, health, ingest, members, memory_snapshots, metrics, raft_status, read, stream,
+    actions, alerts, health, ingest, job_scale, members, memory_snapshots, metrics, raft_status,
+    read, stream,
 };
 
 /// The security scheme admin routes name.
@@ -35,6 +36,7 @@ pub const ADMIN_TOKEN: &str = "adminToken";
         read::nodes,
         read::jobs,
         read::job,
+        job_scale::summary,
         memory_snapshots::snapshots,
         alerts::alerts,
         actions::list,
