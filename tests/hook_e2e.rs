@@ -11,7 +11,10 @@
 //! reclaimable cache and runs at a step boundary, the acks and freed bytes
 //! in the API, an admin's action by hand, and that an action for a rank that
 //! has gone away expires. A second test runs the same path against real
-//! torch on an NVIDIA GPU, and says it is skipped where there is none.
+//! torch on an NVIDIA GPU, and says it is skipped where there is none. A
+//! third checks that the cluster's alerts reach the script's
+//! `gpumon.on_alert`: the memory level of the rank's (fake) GPU, and the
+//! level of this machine's real host RAM, set low enough to fire.
 
 mod support;
 
@@ -139,6 +142,95 @@ fn events(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The engine's host RAM levels set so low that this machine's RAM is past
+/// the warning level (and, short of a full machine, below the critical).
+const LOW_HOST_LEVELS: &str = r#"
+[engine.host_memory_levels]
+warning_pct = 1.0
+critical_pct = 99.9
+clear_margin_pct = 0.5
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_s_alerts_about_a_rank_and_its_host_reach_on_alert() {
+    assert!(python_available(), "python3 is needed");
+    let s = setup(Some(LOW_HOST_LEVELS), "none").await;
+    let alerts_file = s.dir.join("alerts-0.jsonl");
+    // 6.5 of the fake device's 8 GiB are the model, 512 MiB the CUDA
+    // context: about 89 %, past the GPU's warning level of 80 %.
+    let env = [
+        ("FAKE_TOTAL_BYTES", (8 * GIB).to_string()),
+        ("FAKE_BASE_BYTES", (6 * GIB + GIB / 2).to_string()),
+        ("FAKE_DURATION_S", "60".to_string()),
+        ("FAKE_ALERTS_FILE", alerts_file.display().to_string()),
+    ];
+    let mut rank = rank_process(&s, 0, "tests/python/fake_train.py", &env);
+    let heard = wait_for(
+        Duration::from_secs(60),
+        "the rank's and the host's memory levels heard by on_alert",
+        || async {
+            let heard = events(&alerts_file);
+            let level = |rank: Option<u64>| {
+                heard.iter().any(|a| {
+                    a["kind"] == "memory_level" && a["job"] == JOB && a["rank"].as_u64() == rank
+                })
+            };
+            if level(Some(0)) && level(None) {
+                Ok(heard)
+            } else {
+                Err(format!("{heard:?}"))
+            }
+        },
+    )
+    .await;
+    let gpu = heard.iter().find(|a| a["rank"] == 0).unwrap();
+    assert!(
+        matches!(gpu["severity"].as_str(), Some("warning" | "critical")),
+        "{gpu}"
+    );
+    assert!(
+        gpu["message"].as_str().unwrap().contains("GPU 0 on node-h"),
+        "{gpu}"
+    );
+    let host = heard.iter().find(|a| a["rank"].is_null()).unwrap();
+    assert_eq!(host["severity"], "warning", "{host}");
+    assert!(
+        host["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("host RAM on node-h is"),
+        "{host}"
+    );
+    // The same alerts, as the API lists them: one episode each.
+    let alerts: Value = get(&format!("{}/api/v1/alerts?active=true", s.url))
+        .await
+        .unwrap();
+    let levels: Vec<&Value> = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "memory_level")
+        .collect();
+    assert!(
+        levels
+            .iter()
+            .any(|a| a["node"] == "node-h" && a["job"].is_null()),
+        "{levels:?}"
+    );
+    assert!(levels.iter().any(|a| a["rank"] == 0), "{levels:?}");
+    // Each alert reached the callback once, the rank's maybe once more if
+    // its severity changed; the host's stays at its warning level.
+    let host_heard = heard.iter().filter(|a| a["rank"].is_null()).count();
+    assert_eq!(host_heard, 1, "{heard:?}");
+    let nodes: Value = get(&format!("{}/api/v1/nodes", s.url)).await.unwrap();
+    let node = &nodes["nodes"][0];
+    assert!(
+        node["host_total_bytes"].as_u64().unwrap_or(0) > 0,
+        "the agent sends its host memory: {node}"
+    );
+    let _ = rank.child.kill().await;
 }
 
 fn python_available() -> bool {

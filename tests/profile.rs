@@ -388,6 +388,13 @@ async fn a_plain_python_script_is_rank_0_of_its_own_job_and_hears_its_alerts() {
         ("FAKE_DURATION_S", "10".to_string()),
     ];
     let mut cmd = profile(dir.path(), &wrapper, &env);
+    // Host RAM levels this machine is past (the engine's, from --config).
+    let levels = "[engine.host_memory_levels]\nwarning_pct = 1.0\ncritical_pct = 99.9\nclear_margin_pct = 0.5\n";
+    std::fs::write(
+        dir.path().join("gpumon.toml"),
+        format!("{SHORT_ENGINE}{levels}"),
+    )
+    .unwrap();
     for var in [
         "RANK",
         "LOCAL_RANK",
@@ -423,7 +430,7 @@ async fn a_plain_python_script_is_rank_0_of_its_own_job_and_hears_its_alerts() {
         .collect();
     let seen = heard
         .iter()
-        .find(|a| a["kind"] == "memory_level")
+        .find(|a| a["kind"] == "memory_level" && a["rank"] == 0)
         .unwrap_or_else(|| panic!("the callback heard no memory_level alert: {heard:?}"));
     assert_eq!(
         (seen["severity"].as_str(), seen["job"].as_str()),
@@ -435,5 +442,29 @@ async fn a_plain_python_script_is_rank_0_of_its_own_job_and_hears_its_alerts() {
             .unwrap()
             .contains("warning level of 80"),
         "{seen}"
+    );
+
+    // Host RAM past its level: the engine's alert about the host, in the
+    // report and heard by the callback, posted to the job as a whole.
+    assert_eq!(r["levels"]["host_warning_pct"], 1.0);
+    let host = r["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "memory_level" && a["gpu"].is_null())
+        .unwrap_or_else(|| panic!("no host alert: {}", r["alerts"]));
+    assert!(host["job"].is_null() && host["node"].is_string(), "{host}");
+    assert_eq!(host["severity"], "warning");
+    let heard_host = heard
+        .iter()
+        .find(|a| a["kind"] == "memory_level" && a["rank"].is_null())
+        .unwrap_or_else(|| panic!("the callback heard no host alert: {heard:?}"));
+    assert_eq!(heard_host["job"], "profile-train");
+    assert!(
+        heard_host["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("host RAM on "),
+        "{heard_host}"
     );
 }

@@ -129,6 +129,9 @@ pub struct AgentConfig {
     /// How https coordinators are verified, and the client certificate
     /// shown to those that require one.
     pub tls: gpumon_net::ClientTls,
+    /// Where host RAM is read at each sample tick (`/proc/meminfo`); `None`:
+    /// pushes carry no host memory. A simulator never sends this host's.
+    pub host_meminfo: Option<std::path::PathBuf>,
 }
 
 impl AgentConfig {
@@ -149,6 +152,7 @@ impl AgentConfig {
             token: None,
             insecure: false,
             tls: gpumon_net::ClientTls::default(),
+            host_meminfo: Some(crate::host::MEMINFO.into()),
         }
     }
 

@@ -28,6 +28,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use gpumon_common::limits::prefix_within;
 use gpumon_proto::{GpuSample, GpuWindow, PodPlacement, ProcPlacement, ProcSample, RankInfo};
 
 use crate::placement::read_placement;
@@ -180,7 +181,7 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     let master_addr = get("MASTER_ADDR")
         .map(str::trim)
         .filter(|a| !a.is_empty())
-        .map(|a| truncate(a, MAX_JOB_BYTES).to_owned());
+        .map(|a| prefix_within(a, MAX_JOB_BYTES).to_owned());
     let master_port = get("MASTER_PORT")
         .and_then(|p| p.trim().parse::<u16>().ok())
         .filter(|&p| p != 0);
@@ -198,7 +199,7 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     };
 
     Some(RankInfo {
-        job: truncate(&job, MAX_JOB_BYTES).to_owned(),
+        job: prefix_within(&job, MAX_JOB_BYTES).to_owned(),
         rank,
         local_rank,
         world_size,
@@ -229,18 +230,6 @@ pub(crate) fn env_vars<'a>(bytes: &'a [u8], keys: &[&str]) -> HashMap<&'a str, &
 /// Like Python's `int()` on these variables: surrounding whitespace is fine.
 fn parse_u32(s: &str) -> Option<u32> {
     s.trim().parse().ok()
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Counters of what [`RankFinder::attribute`] found, since the finder was

@@ -1,7 +1,7 @@
 //! The gpumon node agent.
 //!
 //! It samples every GPU of its node ([`source`]: NVML, a simulator, or
-//! nothing), attributes each GPU process to its torchrun job and rank
+//! nothing) and its host RAM ([`host`]), attributes each GPU process to its torchrun job and rank
 //! ([`discovery`]), folds samples into windows (`gpumon_common::window`) and
 //! pushes them to the coordinators ([`uplink`], each delivery one [`push`]
 //! attempt). With a hook address it also
@@ -24,6 +24,7 @@ mod clock;
 pub mod config;
 pub mod discovery;
 pub mod hook_endpoint;
+pub mod host;
 pub mod metrics;
 pub mod placement;
 pub mod push;

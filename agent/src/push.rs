@@ -17,7 +17,7 @@
 
 use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
-use gpumon_proto::{CoordinatorReply, PendingAction, PushOutcome};
+use gpumon_proto::{CoordinatorReply, CoordinatorReplyV2, NodeAlert, PendingAction, PushOutcome};
 
 /// Leader hints followed in one attempt.
 pub const MAX_LEADER_HOPS: u32 = 3;
@@ -65,6 +65,9 @@ pub enum Attempt {
         duplicate: bool,
         /// Actions for this agent's training processes, from the reply.
         actions: Vec<PendingAction>,
+        /// Active alerts about this agent's node, from a version 2 reply
+        /// (none in a version 1 reply).
+        alerts: Vec<NodeAlert>,
     },
     /// Worth retrying elsewhere, and why (`URL: reason`).
     Failed(String),
@@ -133,7 +136,11 @@ impl Pusher {
         let mut hops = 0;
         loop {
             let url = route.target(&self.urls).to_owned();
-            let (outcome, actions) = match self.post(&url, body).await {
+            let CoordinatorReplyV2 {
+                outcome,
+                actions,
+                alerts,
+            } = match self.post(&url, body).await {
                 Ok(reply) => reply,
                 Err(Failure::Retry(why)) => {
                     route.rotate(&self.urls);
@@ -144,7 +151,11 @@ impl Pusher {
             };
             match outcome {
                 PushOutcome::Committed { duplicate, .. } => {
-                    return Attempt::Committed { duplicate, actions };
+                    return Attempt::Committed {
+                        duplicate,
+                        actions,
+                        alerts,
+                    };
                 }
                 PushOutcome::NotLeader {
                     leader_url: Some(leader),
@@ -166,11 +177,7 @@ impl Pusher {
         }
     }
 
-    async fn post(
-        &self,
-        url: &str,
-        body: &[u8],
-    ) -> Result<(PushOutcome, Vec<PendingAction>), Failure> {
+    async fn post(&self, url: &str, body: &[u8]) -> Result<CoordinatorReplyV2, Failure> {
         let mut request = self
             .client
             .post(format!("{url}/api/v1/ingest"))
@@ -208,8 +215,7 @@ impl Pusher {
         }
         let reply: CoordinatorReply = wire::decode(&bytes, MAX_REPLY_BYTES)
             .map_err(|e| Failure::Retry(format!("bad reply: {e}")))?;
-        let CoordinatorReply::V1(reply) = reply;
-        Ok((reply.outcome, reply.actions))
+        Ok(reply.into_v2())
     }
 }
 

@@ -1,7 +1,9 @@
 //! The agent's main loop: sample, attribute, fold into windows, hand to the uplink.
 //!
 //! Each hand-over carries, beside its windows, the Kubernetes placement the
-//! rank finder keeps for their processes (none outside Kubernetes).
+//! rank finder keeps for their processes (none outside Kubernetes) and the
+//! window's host RAM (the highest use of the readings taken at each sample
+//! tick; none with a simulated source, whose nodes are not this host).
 //!
 //! Sampling never waits on the network: windows go to the uplink task
 //! through a bounded channel with `try_send`; when the uplink is that far
@@ -31,6 +33,7 @@ use crate::clock::now_ms;
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
 use crate::hook_endpoint::{HookError, HookHub, HookServer, HookSource};
+use crate::host::HostFolder;
 use crate::metrics::{AgentMetrics, MetricsServer, Sources};
 use crate::source::nvml::NvmlSource;
 use crate::source::sim::{SimSettings, SimSource};
@@ -136,11 +139,12 @@ impl Hooks {
 }
 
 /// This window's hand-over: the windows with the placements `finder`
-/// keeps for their processes, plus the hub's records and acks and the
-/// source's own hook records when the channel has room for them (otherwise
-/// they keep in the hub and the source).
+/// keeps for their processes and the window's host RAM, plus the hub's
+/// records and acks and the source's own hook records when the channel has
+/// room for them (otherwise they keep in the hub and the source).
 fn outgoing(
     windows: Vec<gpumon_proto::GpuWindow>,
+    host: Option<gpumon_proto::HostMemory>,
     finder: Option<&RankFinder>,
     hub: Option<&Arc<HookHub>>,
     source: &mut dyn GpuSource,
@@ -159,6 +163,7 @@ fn outgoing(
         hook,
         acks,
         placements,
+        host,
     }
 }
 
@@ -170,6 +175,7 @@ pub struct Sampler {
     hooks: Option<Hooks>,
     source: Box<dyn GpuSource>,
     finder: Option<RankFinder>,
+    host: Option<HostFolder>,
     hello: Hello,
     counts: Arc<AgentMetrics>,
 }
@@ -200,6 +206,10 @@ impl Sampler {
             }
         };
         let finder = attribute.then(|| RankFinder::new(PathBuf::from("/proc")));
+        let host = match config.source {
+            SourceSpec::Sim(_) => None,
+            _ => config.host_meminfo.clone().map(HostFolder::new),
+        };
         let hello = Hello {
             agent_id: config.agent_id.clone(),
             incarnation: new_incarnation(),
@@ -213,6 +223,7 @@ impl Sampler {
             hooks,
             source,
             finder,
+            host,
             hello,
             counts: Arc::new(AgentMetrics::default()),
         })
@@ -252,6 +263,9 @@ impl Sampler {
         loop {
             tokio::select! {
                 _ = sample_tick.tick() => {
+                    if let Some(host) = self.host.as_mut() {
+                        host.sample(now_ms());
+                    }
                     match self.source.sample(now_ms()) {
                         Ok(mut samples) => {
                             if let Some(finder) = self.finder.as_mut() {
@@ -274,7 +288,8 @@ impl Sampler {
                 _ = window_tick.tick() => {
                     // The sampler is the only sender, so room seen here is still
                     // there at `try_send`.
-                    let out = outgoing(folder.take(), self.finder.as_ref(), hub.as_ref(), self.source.as_mut(), tx.capacity() > 0);
+                    let host = self.host.as_mut().and_then(HostFolder::take);
+                    let out = outgoing(folder.take(), host, self.finder.as_ref(), hub.as_ref(), self.source.as_mut(), tx.capacity() > 0);
                     if out.is_empty() {
                         continue;
                     }
@@ -295,6 +310,7 @@ impl Sampler {
         }
         let rest = outgoing(
             folder.take(),
+            self.host.as_mut().and_then(HostFolder::take),
             self.finder.as_ref(),
             hub.as_ref(),
             self.source.as_mut(),

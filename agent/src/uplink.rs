@@ -22,14 +22,17 @@
 //! doubling to 5 s, with jitter).
 //!
 //! A batch carries windows and, when the agent serves hooks, the hook
-//! records and action acks gathered since the last one ([`Outgoing`]), and
-//! the Kubernetes placement of its windows' ranks where the agent found
-//! one. A batch with placements is sent as protocol version 2, one without
-//! as version 1 ([`AgentMessage::push`]), so an agent outside Kubernetes
-//! still talks to coordinators that know version 1 only. The
-//! actions in every committed reply go to the [`HookHub`] (see
-//! [`Uplink::with_hook_hub`]), which hands them to the training processes;
-//! their acks come back in a later batch.
+//! records and action acks gathered since the last one ([`Outgoing`]), the
+//! Kubernetes placement of its windows' ranks where the agent found one,
+//! and the window's host RAM where the agent reads it. A batch with
+//! placements or host memory is sent as protocol version 2, one with
+//! neither as version 1 ([`AgentMessage::push`]); coordinators must be
+//! upgraded before agents that send version 2. The actions in every
+//! committed reply go to the [`HookHub`] (see [`Uplink::with_hook_hub`]),
+//! which hands them to the training processes; their acks come back in a
+//! later batch. A version 2 reply also carries the active alerts about this
+//! node, which the hub posts to the hooks once per severity
+//! ([`HookHub::relay_alerts`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -39,8 +42,8 @@ use std::time::Duration;
 use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{
-    ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, PendingAction,
-    ProcPlacement, PushBatch, PushBatchV2,
+    ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, HostMemory, NodeAlert,
+    PendingAction, ProcPlacement, PushBatch, PushBatchV2,
 };
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -90,12 +93,17 @@ pub struct Outgoing {
     pub acks: Vec<ActionAck>,
     /// Where in Kubernetes the windows' processes run, by pid.
     pub placements: Vec<ProcPlacement>,
+    /// Host RAM over the window, when the agent reads it.
+    pub host: Option<HostMemory>,
 }
 
 impl Outgoing {
     /// Nothing to send.
     pub fn is_empty(&self) -> bool {
-        self.windows.is_empty() && self.hook.is_empty() && self.acks.is_empty()
+        self.windows.is_empty()
+            && self.hook.is_empty()
+            && self.acks.is_empty()
+            && self.host.is_none()
     }
 
     fn len(&self) -> usize {
@@ -103,12 +111,13 @@ impl Outgoing {
     }
 
     fn encoded_len(&self) -> usize {
-        wire::encode(&(&self.windows, &self.hook, &self.acks, &self.placements)).len()
+        let parts = (&self.windows, &self.hook, &self.acks, &self.placements);
+        wire::encode(&(parts, &self.host)).len()
     }
 
     /// Keeps the first `n` items (windows, then records, then acks) and
-    /// returns the rest, order kept; each part keeps the placements of its
-    /// windows' processes.
+    /// the host memory, and returns the rest, order kept; each part keeps
+    /// the placements of its windows' processes.
     fn split_off(&mut self, n: usize) -> Outgoing {
         let w = n.min(self.windows.len());
         let windows = self.windows.split_off(w);
@@ -123,8 +132,18 @@ impl Outgoing {
             hook,
             acks,
             placements,
+            host: None,
         }
     }
+}
+
+/// A part carrying only `host`, when there is one: what is left of a part
+/// whose lone item was too large to send.
+fn host_alone(host: Option<HostMemory>) -> Option<Outgoing> {
+    host.map(|host| Outgoing {
+        host: Some(host),
+        ..Outgoing::default()
+    })
 }
 
 /// The placements of processes in `windows`.
@@ -223,7 +242,7 @@ impl Uplink {
         self
     }
 
-    /// Hands the actions of every committed reply to `hub`.
+    /// Hands the actions and alerts of every committed reply to `hub`.
     pub fn with_hook_hub(mut self, hub: Arc<HookHub>) -> Self {
         self.hub = Some(hub);
         self
@@ -247,7 +266,7 @@ impl Uplink {
             windows,
             hook,
             acks,
-            placements: Vec::new(),
+            ..Outgoing::default()
         });
     }
 
@@ -261,6 +280,7 @@ impl Uplink {
             hook,
             acks,
             placements,
+            host,
         } in self.split(out)
         {
             while self.buffer.len() >= self.max_buffered {
@@ -282,7 +302,11 @@ impl Uplink {
                 acks,
             };
             self.next_seq += 1;
-            self.buffer.push_back(PushBatchV2 { batch, placements });
+            self.buffer.push_back(PushBatchV2 {
+                batch,
+                placements,
+                host,
+            });
         }
         self.stats.buffered.store(self.buffer.len() as u64, Relaxed);
     }
@@ -330,6 +354,7 @@ impl Uplink {
             } else if let Some(w) = part.windows.first() {
                 tracing::error!(gpu = %w.gpu.uuid, "dropped a window larger than max_batch_bytes");
                 self.stats.dropped.fetch_add(1, Relaxed);
+                done.extend(host_alone(part.host));
             } else {
                 tracing::error!(
                     records = part.hook.len(),
@@ -337,6 +362,7 @@ impl Uplink {
                     "dropped a hook record or action ack larger than max_batch_bytes"
                 );
                 self.count_lost(&part.hook, &part.acks);
+                done.extend(host_alone(part.host));
             }
         }
         done
@@ -356,8 +382,11 @@ impl Uplink {
         let body = wire::encode(msg);
         let follow = |leader: &str| tracing::info!(%leader, "following the leader hint");
         match self.pusher.attempt(&mut self.route, &body, follow).await {
-            Attempt::Committed { actions, .. } => {
+            Attempt::Committed {
+                actions, alerts, ..
+            } => {
                 self.offer(actions);
+                self.relay(&alerts);
                 Ok(())
             }
             Attempt::Failed(why) => Err(DeliveryError::Failed(why)),
@@ -384,6 +413,17 @@ impl Uplink {
         }
     }
 
+    /// Hands a committed reply's alerts to the hook hub, which posts the
+    /// new ones; without one there is no hook to tell.
+    fn relay(&self, alerts: &[NodeAlert]) {
+        if let (Some(hub), false) = (&self.hub, alerts.is_empty()) {
+            let news = hub.relay_alerts(alerts);
+            if news > 0 {
+                tracing::debug!(news, "posted the coordinator's alerts to the hooks");
+            }
+        }
+    }
+
     /// Sends the hello where the current target has not had it.
     async fn greet(&mut self) -> Result<(), DeliveryError> {
         if self.hello_sent_to.as_deref() != Some(self.target().as_str()) {
@@ -403,7 +443,7 @@ impl Uplink {
         let Some(front) = self.buffer.front() else {
             return Ok(false);
         };
-        let msg = AgentMessage::push(front.batch.clone(), front.placements.clone());
+        let msg = AgentMessage::push(front.clone());
         self.front_sent = true;
         match self.deliver(&msg).await {
             Ok(()) => {
@@ -721,7 +761,7 @@ mod tests {
             assert_eq!(got, want, "batch {}", b.batch.seq);
             assert!(wire::encode(b).len() <= 800);
         }
-        let sent = |b: &PushBatchV2| AgentMessage::push(b.batch.clone(), b.placements.clone());
+        let sent = |b: &PushBatchV2| AgentMessage::push(b.clone());
         let versions: Vec<bool> = u
             .buffer
             .iter()
@@ -732,6 +772,54 @@ mod tests {
         assert!(
             versions.contains(&false),
             "batches without placements stay version 1"
+        );
+    }
+
+    #[test]
+    fn host_memory_makes_a_batch_version_2_and_stays_with_the_first_part() {
+        let host = HostMemory {
+            t_ms: 5,
+            total_bytes: 100,
+            used_max_bytes: 80,
+        };
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
+        u.enqueue_outgoing(Outgoing {
+            host: Some(host),
+            ..Outgoing::default()
+        });
+        assert_eq!(u.buffered(), 1, "host memory alone is worth a push");
+        let front = u.buffer.pop_front().unwrap();
+        assert_eq!(front.host, Some(host));
+        assert!(matches!(AgentMessage::push(front), AgentMessage::V2(_)));
+
+        u.enqueue_outgoing(Outgoing {
+            windows: (0..64).map(window).collect(),
+            host: Some(host),
+            ..Outgoing::default()
+        });
+        assert!(u.buffered() > 1);
+        let hosts: Vec<Option<HostMemory>> = u.buffer.iter().map(|b| b.host).collect();
+        assert_eq!(hosts[0], Some(host), "with the window's first part");
+        assert!(hosts[1..].iter().all(Option::is_none), "and only there");
+        assert!(matches!(
+            AgentMessage::push(u.buffer[1].clone()),
+            AgentMessage::V1(_)
+        ));
+
+        // A window too large to send is dropped; its host memory is not.
+        let mut u = Uplink::new(vec!["http://127.0.0.1:1".into()], hello(), 100, 4096);
+        let mut huge = window(0);
+        huge.gpu.name = "x".repeat(5000);
+        u.enqueue_outgoing(Outgoing {
+            windows: vec![huge],
+            host: Some(host),
+            ..Outgoing::default()
+        });
+        assert_eq!(u.stats().dropped.load(Relaxed), 1);
+        assert_eq!(u.buffered(), 1);
+        assert_eq!(
+            (u.buffer[0].batch.windows.len(), u.buffer[0].host),
+            (0, Some(host))
         );
     }
 

@@ -16,7 +16,7 @@ use gpumon_agent::hook_endpoint::{
 use gpumon_agent::source::GpuSource;
 use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
 use gpumon_proto::{
-    ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, HookRecord, PendingAction,
+    ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, HookRecord, NodeAlert, PendingAction,
 };
 use serde_json::{json, Value};
 use support::*;
@@ -720,19 +720,40 @@ async fn the_agent_refuses_to_start_on_a_live_hook_socket() {
 /// The whole path: a hook's records and a hook-built GPU window reach a
 /// (fake) coordinator in pushes, an action in the coordinator's reply
 /// reaches the hook's poll, and its ack comes back in a later push.
+/// An alert about the host, as a coordinator sends it about the node.
+fn host_alert() -> NodeAlert {
+    NodeAlert {
+        id: 501,
+        kind: "memory_level".into(),
+        severity: gpumon_proto::api::Severity::Warning,
+        message: "host RAM on node-e is 80.0 % used".into(),
+        job: None,
+        rank: None,
+        t_ms: 1_700_000_000_000,
+    }
+}
+
 #[tokio::test]
-async fn the_agent_relays_hook_records_actions_and_acks() {
+async fn the_agent_relays_hook_records_actions_acks_host_memory_and_alerts() {
     // The agent checks the claim against this process's real environment.
     let me = own_claim();
     let (job, rank) = (me.job.clone(), me.rank);
+    let mut alerting = false;
     let (url, mut pushes) = fake_coordinator(move |msg| {
-        // Answer the first push carrying hook records with an action.
-        match msg {
-            AgentMessage::V1(AgentMessageV1::Push(b)) if !b.hook.is_empty() => {
-                vec![action(77, &job, rank)]
-            }
+        // Answer the first push carrying hook records with an action; from
+        // then on, every reply names the host's alert.
+        let records = pushed(msg).is_some_and(|p| !p.batch.hook.is_empty());
+        let actions = match (records, alerting) {
+            (true, false) => vec![action(77, &job, rank)],
             _ => Vec::new(),
-        }
+        };
+        alerting |= records;
+        let alerts = if alerting {
+            vec![host_alert()]
+        } else {
+            Vec::new()
+        };
+        (actions, alerts)
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -760,33 +781,57 @@ async fn the_agent_relays_hook_records_actions_and_acks() {
     record["device_total"] = json!(80u64 << 30);
     assert_ok(&c.call(report(vec![record])).await);
 
-    // Pushes until one carries the record; windows of the hook device follow.
+    // Pushes until one carries the record; windows of the hook device
+    // follow. Every push carries this host's RAM, so it is version 2.
     let mut saw_record = false;
     let mut saw_window = false;
     while !(saw_record && saw_window) {
         let msg = bounded(pushes.recv()).await.unwrap();
-        if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
-            saw_record |= b
-                .hook
-                .iter()
-                .any(|r| r.subject() == (me.job.as_str(), me.rank));
-            saw_window |= b
-                .windows
-                .iter()
-                .any(|w| w.gpu.uuid == "GPU-e2e" && w.used_bytes.max == 3 << 30);
-        }
+        let Some(p) = pushed(&msg) else { continue };
+        assert!(matches!(msg, AgentMessage::V2(_)), "{msg:?}");
+        let host = p.host.expect("host memory in every push");
+        assert!(host.total_bytes > 0 && host.used_max_bytes <= host.total_bytes);
+        saw_record |= p
+            .batch
+            .hook
+            .iter()
+            .any(|r| r.subject() == (me.job.as_str(), me.rank));
+        saw_window |= p
+            .batch
+            .windows
+            .iter()
+            .any(|w| w.gpu.uuid == "GPU-e2e" && w.used_bytes.max == 3 << 30);
     }
-    // The reply to the record's push carried the action; the uplink hands
-    // it to the hub before it sends its next message: wait for that one.
+    // The reply to the record's push carried the action and the host's
+    // alert; the uplink hands them to the hub before it sends its next
+    // message: wait for that one.
     bounded(pushes.recv()).await.unwrap();
     let answer = c.call(json!({"v": 1, "op": "poll"})).await;
     assert_eq!(answer["actions"][0]["id"], json!(77), "{answer}");
+    let alerts = answer["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{answer}");
+    assert_eq!(
+        (
+            &alerts[0]["kind"],
+            &alerts[0]["severity"],
+            &alerts[0]["job"]
+        ),
+        (&json!("memory_level"), &json!("warning"), &json!(me.job)),
+        "the host's alert, posted to the job of every session"
+    );
+    assert_eq!(alerts[0]["rank"], Value::Null);
+    assert_eq!(alerts[0]["message"], json!(host_alert().message));
+    // Later replies name it again; the hook hears it once.
+    bounded(pushes.recv()).await.unwrap();
+    bounded(pushes.recv()).await.unwrap();
+    let answer = c.call(json!({"v": 1, "op": "poll"})).await;
+    assert_eq!(answer["alerts"], json!([]), "{answer}");
     let ack = json!({"v": 1, "op": "ack", "id": 77, "state": "done", "freed_bytes": 5});
     assert_ok(&c.call(ack).await);
     loop {
         let msg = bounded(pushes.recv()).await.unwrap();
-        if let AgentMessage::V1(AgentMessageV1::Push(b)) = msg {
-            if let Some(a) = b.acks.iter().find(|a| a.id == 77) {
+        if let Some(p) = pushed(&msg) {
+            if let Some(a) = p.batch.acks.iter().find(|a| a.id == 77) {
                 assert_eq!(
                     a.outcome,
                     ActionOutcome::Done {

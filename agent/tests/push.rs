@@ -1,7 +1,8 @@
 //! The push client's rules against fake coordinators on real sockets: a
 //! follower's hint is followed to the leader, whose actions come back; a
 //! hint that leads nowhere fails the attempt and moves to the next URL; a
-//! 4xx is a refusal that stays put; a 429 is busy, with the wait it asks.
+//! version 2 reply brings the node's alerts; a 4xx is a refusal that stays
+//! put; a 429 is busy, with the wait it asks.
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -9,7 +10,8 @@ use axum::routing::post;
 use axum::Router;
 use gpumon_agent::push::{Attempt, Pusher, Route, MAX_LEADER_HOPS};
 use gpumon_proto::{
-    wire, ActionKind, CoordinatorReply, CoordinatorReplyV1, PendingAction, PushOutcome,
+    wire, ActionKind, CoordinatorReply, CoordinatorReplyV1, CoordinatorReplyV2, NodeAlert,
+    PendingAction, PushOutcome,
 };
 use tokio::net::TcpListener;
 
@@ -80,12 +82,48 @@ async fn a_follower_s_hint_leads_to_the_leader_and_its_actions() {
         got,
         Attempt::Committed {
             duplicate: true,
-            actions: vec![action()]
+            actions: vec![action()],
+            alerts: vec![],
         }
     );
     assert_eq!(hops.len(), 1);
     assert_eq!(hops[0], leader, "the hint, without its slash");
     assert_eq!(route.target(pusher.urls()), leader, "the leader is kept");
+}
+
+#[tokio::test]
+async fn a_version_2_reply_brings_the_node_s_alerts() {
+    let alert = NodeAlert {
+        id: 12,
+        kind: "memory_level".into(),
+        severity: gpumon_proto::api::Severity::Warning,
+        message: "host RAM on n is 80.0 % used".into(),
+        job: None,
+        rank: None,
+        t_ms: 1_700_000_000_000,
+    };
+    let reply = CoordinatorReply::V2(CoordinatorReplyV2 {
+        outcome: PushOutcome::Committed {
+            acked_seq: 5,
+            duplicate: false,
+        },
+        actions: vec![action()],
+        alerts: vec![alert.clone()],
+    });
+    let leader = coordinator(StatusCode::OK, Some(reply)).await;
+    let pusher = Pusher::new(
+        gpumon_net::plain_client_builder().build().unwrap(),
+        vec![leader],
+    );
+    let got = pusher.attempt(&mut Route::new(0), b"batch", |_| {}).await;
+    assert_eq!(
+        got,
+        Attempt::Committed {
+            duplicate: false,
+            actions: vec![action()],
+            alerts: vec![alert],
+        }
+    );
 }
 
 #[tokio::test]

@@ -191,12 +191,12 @@ pub struct ProfileArgs {
     /// GPU memory critical level, percent [default: 95].
     #[arg(long, value_name = "PCT")]
     pub gpu_critical_pct: Option<f64>,
-    /// Host RAM warning level, percent.
-    #[arg(long, default_value_t = 75.0, value_name = "PCT")]
-    pub host_warning_pct: f64,
-    /// Host RAM critical level, percent.
-    #[arg(long, default_value_t = 90.0, value_name = "PCT")]
-    pub host_critical_pct: f64,
+    /// Host RAM warning level, percent [default: 75, or [engine.host_memory_levels] of --config].
+    #[arg(long, value_name = "PCT")]
+    pub host_warning_pct: Option<f64>,
+    /// Host RAM critical level, percent [default: 90].
+    #[arg(long, value_name = "PCT")]
+    pub host_critical_pct: Option<f64>,
     /// Where the hook saves PyTorch allocator snapshots [default: beside the JSON report].
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,

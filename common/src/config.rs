@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::actions::PlannerConfig;
 use crate::cluster::Limits;
+use crate::engine::memory_level::MemoryLevelParams;
 use crate::engine::EngineConfig;
 use crate::notify::NotifyFile;
 use thiserror::Error;
@@ -308,12 +309,46 @@ impl FileConfig {
 
     /// Parses TOML text.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let file: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut file: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        host_level_defaults(text, &mut file.engine.host_memory_levels);
         file.engine
             .memory_levels
             .check()
             .map_err(|e| format!("[engine.memory_levels]: {e}"))?;
+        file.engine
+            .host_memory_levels
+            .check()
+            .map_err(|e| format!("[engine.host_memory_levels]: {e}"))?;
         Ok(file)
+    }
+}
+
+/// The keys a `[engine.host_memory_levels]` table leaves out take the
+/// host's defaults, not a GPU's (which serde's per-type default would give).
+fn host_level_defaults(text: &str, levels: &mut MemoryLevelParams) {
+    let Ok(table) = toml::from_str::<toml::Table>(text) else {
+        return;
+    };
+    let given = table
+        .get("engine")
+        .and_then(|e| e.get("host_memory_levels"))
+        .and_then(|t| t.as_table());
+    let Some(given) = given else {
+        return;
+    };
+    let d = MemoryLevelParams::host_default();
+    for (key, field, default) in [
+        ("warning_pct", &mut levels.warning_pct, d.warning_pct),
+        ("critical_pct", &mut levels.critical_pct, d.critical_pct),
+        (
+            "clear_margin_pct",
+            &mut levels.clear_margin_pct,
+            d.clear_margin_pct,
+        ),
+    ] {
+        if !given.contains_key(key) {
+            *field = default;
+        }
     }
 }
 
@@ -331,6 +366,31 @@ mod tests {
             err.contains("[engine.memory_levels]") && err.contains("97"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn host_memory_levels_are_read_and_impossible_ones_refused() {
+        let c = FileConfig::parse("").unwrap();
+        let host = &c.engine.host_memory_levels;
+        assert_eq!((host.warning_pct, host.critical_pct), (75.0, 90.0));
+        let c = FileConfig::parse(
+            "[engine.host_memory_levels]\nwarning_pct = 1.0\nclear_margin_pct = 0.5\n",
+        )
+        .unwrap();
+        assert_eq!(c.engine.host_memory_levels.warning_pct, 1.0);
+        assert_eq!(c.engine.host_memory_levels.critical_pct, 90.0);
+        assert_eq!(
+            c.engine.memory_levels.warning_pct, 80.0,
+            "the GPU's levels are apart"
+        );
+        let err =
+            FileConfig::parse("[engine.host_memory_levels]\ncritical_pct = 120.0\n").unwrap_err();
+        assert!(
+            err.contains("[engine.host_memory_levels]") && err.contains("120"),
+            "{err}"
+        );
+        let err = FileConfig::parse("[engine.host_memory_levels]\nwarn = 1.0\n").unwrap_err();
+        assert!(err.contains("warn"), "unknown keys are refused: {err}");
     }
 
     #[test]

@@ -72,3 +72,29 @@ pub const MIN_PUSH_TIME_MS: u64 = 1_577_836_800_000;
 /// clock by this much only, so a cluster whose agents all stopped for a
 /// while still catches up, a few windows at a time.
 pub const MAX_CLOCK_LEAP_MS: u64 = 10 * 60_000;
+
+/// The longest prefix of `s` within `max` bytes that ends on a character
+/// boundary: how a text over its limit is cut.
+pub fn prefix_within(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_within;
+
+    #[test]
+    fn a_prefix_ends_on_a_character_boundary() {
+        assert_eq!(prefix_within("abc", 5), "abc");
+        assert_eq!(prefix_within("abc", 2), "ab");
+        assert_eq!(prefix_within("aé", 2), "a", "é is two bytes");
+        assert_eq!(prefix_within("é", 0), "");
+    }
+}

@@ -45,9 +45,19 @@ export function alertTable(alerts, now, opts) {
   return el("table", { class: "alerts" }, el("thead", null, head), el("tbody", null, rows));
 }
 
+/**
+ * Where an alert is: its node and GPU; "host RAM" for an alert about a
+ * node itself (a node, no GPU, no job: its host memory level).
+ */
+export function alertWhere(a) {
+  const onHost = a.node != null && a.gpu == null && a.job == null;
+  const what = a.gpu != null ? "GPU " + a.gpu : onHost ? "host RAM" : null;
+  return [a.node, what].filter(Boolean).join(" / ");
+}
+
 function alertRow(a, now, showJob) {
   const active = a.resolved_t == null;
-  const where = [a.node, a.gpu != null ? "GPU " + a.gpu : null].filter(Boolean).join(" / ");
+  const where = alertWhere(a);
   const since = active
     ? [el("div", { text: fmtClock(a.t) }),
        Number.isFinite(now) ? el("div", { class: "muted", text: fmtDur(now - a.t) + " ago" }) : null]

@@ -11,13 +11,12 @@
 //! `prometheus`).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod support;
-use support::prometheus::{Prometheus, INSTALL};
+use support::prometheus::{promtool, Prometheus, INSTALL};
 use support::trio::Trio;
 use support::{leak_batch, push, start_with};
 
@@ -155,7 +154,11 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
         hook,
         acks: Vec::new(),
     };
-    AgentMessage::push(batch, placements)
+    AgentMessage::push(gpumon_proto::PushBatchV2 {
+        batch,
+        placements,
+        host: None,
+    })
 }
 
 /// One sample of an exposition text.
@@ -244,30 +247,6 @@ async fn scrape(url: &str, accept: &str) -> (String, String) {
 
 async fn get_json(url: &str, path: &str) -> Value {
     support::get_json(format!("{url}{path}")).await
-}
-
-/// Runs `promtool ARGS` with `stdin`; the failure names the install command.
-fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
-    let mut child = Command::new("/usr/bin/promtool")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run /usr/bin/promtool ({e}); {INSTALL}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// A rank's placement as pushed, in the JSON API and in `gpumon_rank_info`

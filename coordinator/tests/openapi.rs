@@ -104,7 +104,8 @@ fn json_reads(doc: &Value) -> Vec<(String, Value)> {
     out
 }
 
-/// `message` with rank 0's process (pid 100) placed in a pod.
+/// `message` with rank 0's process (pid 100) placed in a pod, and the
+/// node's host memory (so node views carry it for the schema check).
 fn in_a_pod(message: AgentMessage) -> AgentMessage {
     let AgentMessage::V1(AgentMessageV1::Push(batch)) = message else {
         panic!("a version 1 push");
@@ -116,13 +117,19 @@ fn in_a_pod(message: AgentMessage) -> AgentMessage {
         container_id: Some("ab".repeat(32)),
         container_name: None,
     };
-    AgentMessage::push(
+    let host = batch.windows.first().map(|w| gpumon_proto::HostMemory {
+        t_ms: w.end_ms,
+        total_bytes: 64 << 30,
+        used_max_bytes: 10 << 30,
+    });
+    AgentMessage::push(gpumon_proto::PushBatchV2 {
         batch,
-        vec![ProcPlacement {
+        placements: vec![ProcPlacement {
             pid: 100,
             placement,
         }],
-    )
+        host,
+    })
 }
 
 /// `GET url` answered 200 with JSON.

@@ -1,7 +1,7 @@
 //! The attacks of issue 15 replayed over HTTP against one replica: a
 //! forged seq that would shadow a real agent, windows and records from the
-//! future or before any clock was set, and the agent restart that must
-//! still be taken. Each refusal is a 400 that names the field and the
+//! future or before any clock was set, host memory that cannot be, and the
+//! agent restart that must still be taken. Each refusal is a 400 that names the field and the
 //! bound, counted under `rejected_pushes.out_of_bounds`, and the real
 //! agents' next pushes still apply with the clock and liveness right.
 
@@ -15,7 +15,7 @@ use gpumon_proto::api::{ApiErrorBody, ClusterView};
 use gpumon_proto::wire;
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AgentMessageV2, BytesStat, EventRecord, GpuInfo, GpuWindow,
-    Hello, HookRecord, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
+    Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
     PushOutcome,
 };
 
@@ -240,7 +240,11 @@ async fn placements_beyond_the_processes_are_refused_and_a_malformed_one_is_coun
         },
     };
     let v2 = |batch, placements| {
-        AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements }))
+        AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 {
+            batch,
+            placements,
+            host: None,
+        }))
     };
     // A version 2 hello is a hello.
     let hello = AgentMessage::V2(AgentMessageV2::Hello(Hello {
@@ -280,5 +284,45 @@ async fn placements_beyond_the_processes_are_refused_and_a_malformed_one_is_coun
     // Version 2 without placements applies as a version 1 push does.
     let plain = v2(push_of("a", 1, 2, wall_ms()), Vec::new());
     applied_message(&url, &plain, 2).await;
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn host_memory_that_cannot_be_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 1000).await;
+    let url = c.api_url();
+    let with_host = |seq, t_ms, used, total| {
+        AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 {
+            batch: push_of("a", 1, seq, wall_ms()),
+            placements: Vec::new(),
+            host: Some(HostMemory {
+                t_ms,
+                total_bytes: total,
+                used_max_bytes: used,
+            }),
+        }))
+    };
+    applied_message(&url, &with_host(1, wall_ms(), 6 * GIB, 8 * GIB), 1).await;
+    let ahead = wall_ms() + 3_600_000;
+    let cases: [(AgentMessage, &[&str]); 4] = [
+        (
+            with_host(2, ahead, GIB, 8 * GIB),
+            &["host.t_ms", "ahead of the coordinator's clock"],
+        ),
+        (with_host(2, 1_000, GIB, 8 * GIB), &["host.t_ms", "2020"]),
+        (
+            with_host(2, wall_ms(), 9 * GIB, 8 * GIB),
+            &["used_max_bytes", "above total_bytes"],
+        ),
+        (with_host(2, wall_ms(), 0, 0), &["host total_bytes 0"]),
+    ];
+    for (message, words) in &cases {
+        refused_message(&url, message, words).await;
+    }
+    let rejected = cluster(&url).await.coordinator.unwrap().rejected_pushes;
+    assert_eq!(rejected.out_of_bounds, 4);
+    // The agent goes on: its next push applies with its host memory.
+    applied_message(&url, &with_host(2, wall_ms(), 7 * GIB, 8 * GIB), 2).await;
     c.shutdown().await;
 }

@@ -41,11 +41,13 @@ pub use hook::{
 };
 pub use placement::{PodPlacement, ProcPlacement};
 pub use sample::{
-    BytesStat, GaugeStat, GpuInfo, GpuSample, GpuWindow, ProcSample, ProcWindow, RankInfo,
+    BytesStat, GaugeStat, GpuInfo, GpuSample, GpuWindow, HostMemory, ProcSample, ProcWindow,
+    RankInfo,
 };
 pub use uplink::{
     ActionKind, AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV1,
-    Hello, PendingAction, PushBatch, PushBatchV2, PushOutcome,
+    CoordinatorReplyV2, Hello, NodeAlert, PendingAction, PushBatch, PushBatchV2, PushOutcome,
+    MAX_NODE_ALERTS, MAX_NODE_ALERT_KIND_BYTES, MAX_NODE_ALERT_MESSAGE_BYTES,
 };
 
 /// The newest protocol version this build speaks on the agent uplink.

@@ -153,3 +153,16 @@ pub struct GpuWindow {
     /// folded over those.
     pub procs: Vec<ProcWindow>,
 }
+
+/// Host RAM over one window: its highest use and the capacity, from
+/// `/proc/meminfo` (used = `MemTotal` − `MemAvailable`), sampled at the
+/// same ticks as the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostMemory {
+    /// The newest sample of the window, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// Host RAM (`MemTotal`).
+    pub total_bytes: u64,
+    /// The highest RAM in use over the window.
+    pub used_max_bytes: u64,
+}

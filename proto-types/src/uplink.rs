@@ -7,34 +7,46 @@
 //! machine drops a batch whose `seq` it has already applied for that
 //! `(agent_id, incarnation)`, so the effect is exactly-once.
 //!
-//! Version 2 adds the Kubernetes placement of the batch's processes
-//! ([`PushBatchV2`]). An agent sends a push as version 2 only when it has a
-//! placement to carry, and as version 1 otherwise, so an agent outside
-//! Kubernetes still talks to a coordinator that knows version 1 alone.
+//! Version 2 adds the Kubernetes placement of the batch's processes and the
+//! node's host RAM ([`PushBatchV2`]). An agent sends a push as version 2 only
+//! when it has one of them to carry, and as version 1 otherwise. A
+//! coordinator answers a version 2 message with a version 2 reply
+//! ([`CoordinatorReplyV2`]), which adds the alerts about the agent's node
+//! for its training processes' hooks; a version 1 message gets a version 1
+//! reply, so an agent of an older build still understands its answers.
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::Severity;
 use crate::hook::{ActionAck, HookRecord};
 use crate::placement::ProcPlacement;
-use crate::sample::{GpuInfo, GpuWindow};
+use crate::sample::{GpuInfo, GpuWindow, HostMemory};
 
 /// Everything an agent sends to a coordinator; the variant is the protocol version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AgentMessage {
     /// Protocol version 1.
     V1(AgentMessageV1),
-    /// Protocol version 2: pushes carry placements.
+    /// Protocol version 2: pushes carry placements and host memory.
     V2(AgentMessageV2),
 }
 
 impl AgentMessage {
     /// A push in the oldest version that carries it: version 1 without
-    /// placements, version 2 with.
-    pub fn push(batch: PushBatch, placements: Vec<ProcPlacement>) -> Self {
-        if placements.is_empty() {
-            Self::V1(AgentMessageV1::Push(batch))
+    /// placements or host memory, version 2 with either.
+    pub fn push(pushed: PushBatchV2) -> Self {
+        if pushed.placements.is_empty() && pushed.host.is_none() {
+            Self::V1(AgentMessageV1::Push(pushed.batch))
         } else {
-            Self::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements }))
+            Self::V2(AgentMessageV2::Push(pushed))
+        }
+    }
+
+    /// The protocol version of the message (1 or 2).
+    pub fn version(&self) -> u32 {
+        match self {
+            Self::V1(_) => 1,
+            Self::V2(_) => 2,
         }
     }
 }
@@ -53,7 +65,8 @@ pub enum AgentMessageV1 {
 pub enum AgentMessageV2 {
     /// An agent introduces itself (as in version 1).
     Hello(Hello),
-    /// Windows of samples with the placement of their processes.
+    /// Windows of samples with the placement of their processes and the
+    /// node's host memory.
     Push(PushBatchV2),
 }
 
@@ -96,7 +109,8 @@ pub struct PushBatch {
     pub acks: Vec<ActionAck>,
 }
 
-/// A version 1 batch and where in Kubernetes its processes run.
+/// A version 1 batch, where in Kubernetes its processes run, and the
+/// node's host RAM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PushBatchV2 {
     /// The batch, as version 1 lays it out.
@@ -104,13 +118,56 @@ pub struct PushBatchV2 {
     /// The placement of processes in `batch.windows`, by pid; a process
     /// without one is unknown or outside Kubernetes.
     pub placements: Vec<ProcPlacement>,
+    /// Host RAM over the batch's window, when the agent sampled it.
+    pub host: Option<HostMemory>,
 }
 
-/// What a coordinator answers to an [`AgentMessage`]; the variant is the protocol version.
+impl From<PushBatch> for PushBatchV2 {
+    /// A batch with nothing of version 2.
+    fn from(batch: PushBatch) -> Self {
+        Self {
+            batch,
+            placements: Vec::new(),
+            host: None,
+        }
+    }
+}
+
+/// What a coordinator answers to an [`AgentMessage`]; the variant is the
+/// protocol version, the same as the message's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CoordinatorReply {
     /// Protocol version 1.
     V1(CoordinatorReplyV1),
+    /// Protocol version 2: with the alerts about the agent's node.
+    V2(CoordinatorReplyV2),
+}
+
+impl CoordinatorReply {
+    /// The reply in `version` (1 or 2) of the protocol; version 1 has no
+    /// alerts, so they are left out of it.
+    pub fn in_version(version: u32, reply: CoordinatorReplyV2) -> Self {
+        if version >= 2 {
+            Self::V2(reply)
+        } else {
+            Self::V1(CoordinatorReplyV1 {
+                outcome: reply.outcome,
+                actions: reply.actions,
+            })
+        }
+    }
+
+    /// The reply as version 2 lays it out (a version 1 reply has no alerts).
+    pub fn into_v2(self) -> CoordinatorReplyV2 {
+        match self {
+            Self::V1(r) => CoordinatorReplyV2 {
+                outcome: r.outcome,
+                actions: r.actions,
+                alerts: Vec::new(),
+            },
+            Self::V2(r) => r,
+        }
+    }
 }
 
 /// The reply of protocol version 1.
@@ -120,6 +177,47 @@ pub struct CoordinatorReplyV1 {
     pub outcome: PushOutcome,
     /// Actions for the agent to deliver to training processes.
     pub actions: Vec<PendingAction>,
+}
+
+/// The reply of protocol version 2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorReplyV2 {
+    /// What happened to the message.
+    pub outcome: PushOutcome,
+    /// Actions for the agent to deliver to training processes.
+    pub actions: Vec<PendingAction>,
+    /// Active alerts about the agent's node (its ranks, its GPUs, its host
+    /// RAM), most severe first, at most [`MAX_NODE_ALERTS`], for the agent
+    /// to post to its hooks. Best effort: sent again with every committed
+    /// push while active; nothing records that they were delivered.
+    pub alerts: Vec<NodeAlert>,
+}
+
+/// Most alerts in one [`CoordinatorReplyV2`].
+pub const MAX_NODE_ALERTS: usize = 64;
+/// Longest alert kind in a [`NodeAlert`], bytes.
+pub const MAX_NODE_ALERT_KIND_BYTES: usize = 64;
+/// Longest alert message in a [`NodeAlert`], bytes.
+pub const MAX_NODE_ALERT_MESSAGE_BYTES: usize = 1024;
+
+/// An active alert about a node, for the hooks of its training processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAlert {
+    /// The alert episode's id: the same while it is active.
+    pub id: u64,
+    /// What it is about, e.g. `memory_level` (a name rather than an enum,
+    /// so an agent decodes kinds newer than itself).
+    pub kind: String,
+    /// Its severity now.
+    pub severity: Severity,
+    /// A sentence for the user.
+    pub message: String,
+    /// The job, when the alert is about a rank.
+    pub job: Option<String>,
+    /// The rank, when the alert is about one.
+    pub rank: Option<u32>,
+    /// When it last changed, ms since the Unix epoch (data time).
+    pub t_ms: u64,
 }
 
 /// What happened to a pushed message.

@@ -20,7 +20,7 @@ impl Versioned for AgentMessage {
 
 impl Versioned for CoordinatorReply {
     const NAME: &'static str = "coordinator reply";
-    const MAX_VERSION: u32 = 1;
+    const MAX_VERSION: u32 = crate::PROTOCOL_VERSION;
 }
 
 /// Why bytes could not be decoded.
@@ -108,10 +108,15 @@ pub fn decode<T: Versioned>(bytes: &[u8], max_bytes: usize) -> Result<T, DecodeE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Severity;
     use crate::hook::{ActionAck, ActionOutcome, AllocRecord, AllocStats, HookRecord, StepRecord};
     use crate::placement::{PodPlacement, ProcPlacement};
+    use crate::sample::HostMemory;
     use crate::sample::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
-    use crate::uplink::{AgentMessageV1, AgentMessageV2, PushBatch, PushBatchV2};
+    use crate::uplink::{
+        AgentMessageV1, AgentMessageV2, CoordinatorReplyV2, NodeAlert, PushBatch, PushBatchV2,
+        PushOutcome,
+    };
 
     fn push() -> AgentMessage {
         let gpu = GpuInfo {
@@ -194,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn a_push_with_placements_is_version_2_and_round_trips() {
+    fn a_push_with_placements_or_host_memory_is_version_2_and_round_trips() {
         let AgentMessage::V1(AgentMessageV1::Push(batch)) = push() else {
             unreachable!()
         };
@@ -205,20 +210,73 @@ mod tests {
             container_id: Some("ab".repeat(32)),
             container_name: None,
         };
+        let host = HostMemory {
+            t_ms: 2001,
+            total_bytes: 512 << 30,
+            used_max_bytes: 300 << 30,
+        };
         let placed = vec![ProcPlacement { pid: 42, placement }];
-        let msg = AgentMessage::push(batch.clone(), placed.clone());
-        let bytes = encode(&msg);
-        assert_eq!(bytes[0], 1, "variant 1 is protocol version 2");
-        let back = decode::<AgentMessage>(&bytes, 1 << 20).unwrap();
-        assert_eq!(
-            back,
-            AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 {
+        for (placements, host) in [
+            (placed.clone(), None),
+            (Vec::new(), Some(host)),
+            (placed, Some(host)),
+        ] {
+            let pushed = PushBatchV2 {
                 batch: batch.clone(),
-                placements: placed
-            }))
+                placements,
+                host,
+            };
+            let msg = AgentMessage::push(pushed.clone());
+            let bytes = encode(&msg);
+            assert_eq!(bytes[0], 1, "variant 1 is protocol version 2");
+            assert_eq!(msg.version(), 2);
+            let back = decode::<AgentMessage>(&bytes, 1 << 20).unwrap();
+            assert_eq!(back, AgentMessage::V2(AgentMessageV2::Push(pushed)));
+        }
+        // With neither the push stays version 1, for older coordinators.
+        let plain = AgentMessage::push(PushBatchV2::from(batch));
+        assert_eq!(plain, push());
+        assert_eq!(plain.version(), 1);
+    }
+
+    fn reply() -> CoordinatorReplyV2 {
+        CoordinatorReplyV2 {
+            outcome: PushOutcome::Committed {
+                acked_seq: 3,
+                duplicate: false,
+            },
+            actions: Vec::new(),
+            alerts: vec![NodeAlert {
+                id: 17,
+                kind: "memory_level".into(),
+                severity: Severity::Critical,
+                message: "host RAM on n is 93.0 % used".into(),
+                job: None,
+                rank: None,
+                t_ms: 2001,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_reply_is_in_the_version_of_the_message_and_version_1_has_no_alerts() {
+        let v2 = CoordinatorReply::in_version(2, reply());
+        let bytes = encode(&v2);
+        assert_eq!(bytes[0], 1, "variant 1 is reply version 2");
+        let back = decode::<CoordinatorReply>(&bytes, 1 << 20).unwrap();
+        assert_eq!(back.into_v2(), reply());
+
+        let v1 = CoordinatorReply::in_version(1, reply());
+        let bytes = encode(&v1);
+        assert_eq!(bytes[0], 0, "a version 1 message gets a version 1 reply");
+        let back = decode::<CoordinatorReply>(&bytes, 1 << 20).unwrap();
+        assert_eq!(
+            back.into_v2(),
+            CoordinatorReplyV2 {
+                alerts: Vec::new(),
+                ..reply()
+            }
         );
-        // Without placements the push stays version 1, for older coordinators.
-        assert_eq!(AgentMessage::push(batch, Vec::new()), push());
     }
 
     /// [`push`] as encoded by the build before protocol version 2: this

@@ -3,8 +3,8 @@
 //! the reply an agent decodes ([`CoordinatorReply`]).
 //!
 //! Inputs: valid encodings of hellos, full and empty push batches (windows,
-//! every hook record kind, acks), a version 2 push with placements, and
-//! replies, damaged by the shared mutator
+//! every hook record kind, acks), a version 2 push with placements and host
+//! memory, and replies of both versions (version 2 with alerts), damaged by the shared mutator
 //! (bit flips, truncations, insertions, deletions, splices, varint length
 //! fields blown up to huge values), and plain random bytes.
 //!
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use gpumon_proto::wire::{self, DecodeError, Versioned};
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV1, PushOutcome,
+    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV1,
+    CoordinatorReplyV2, PushOutcome,
 };
 use kit::{varint, Rng};
 
@@ -64,6 +65,14 @@ fn reply_seeds() -> Vec<Vec<u8>> {
             vec![],
         ),
         reply(PushOutcome::NotLeader { leader_url: None }, vec![]),
+        CoordinatorReply::V2(CoordinatorReplyV2 {
+            outcome: PushOutcome::Committed {
+                acked_seq: 301,
+                duplicate: false,
+            },
+            actions: vec![messages::action()],
+            alerts: messages::node_alerts(),
+        }),
     ]
     .iter()
     .map(wire::encode)

@@ -8,8 +8,8 @@
 
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, EventRecord,
-    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, PendingAction, PodPlacement, ProcPlacement,
-    ProcWindow, PushBatch, PushBatchV2, RankInfo, StepRecord,
+    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, HostMemory, NodeAlert, PendingAction,
+    PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo, StepRecord,
 };
 
 pub fn gpu(index: u32) -> GpuInfo {
@@ -154,7 +154,7 @@ pub fn push() -> PushBatch {
 }
 
 /// [`push`] with the placement of its rank (every field set) and of its
-/// other process (one field).
+/// other process (one field), and the node's host memory.
 pub fn placed_push() -> PushBatchV2 {
     PushBatchV2 {
         batch: push(),
@@ -177,7 +177,37 @@ pub fn placed_push() -> PushBatchV2 {
                 },
             },
         ],
+        host: Some(HostMemory {
+            t_ms: 1_700_000_002_000,
+            total_bytes: 2 << 40,
+            used_max_bytes: 1 << 40,
+        }),
     }
+}
+
+/// Alerts as a coordinator hands them to an agent: one about a rank, one
+/// about the host.
+pub fn node_alerts() -> Vec<NodeAlert> {
+    vec![
+        NodeAlert {
+            id: 41,
+            kind: "memory_level".into(),
+            severity: gpumon_proto::api::Severity::Critical,
+            message: "GPU 3 on node-7 uses 96.0 % of its 80.0 GiB".into(),
+            job: Some("run-7".into()),
+            rank: Some(3),
+            t_ms: 1_700_000_002_000,
+        },
+        NodeAlert {
+            id: 42,
+            kind: "memory_level".into(),
+            severity: gpumon_proto::api::Severity::Warning,
+            message: "host RAM on node-7 is 80.0 % used".into(),
+            job: None,
+            rank: None,
+            t_ms: 1_700_000_002_000,
+        },
+    ]
 }
 
 /// A batch with nothing in it.

@@ -31,6 +31,9 @@ Environment knobs (bytes, milliseconds, seconds):
 - ``FAKE_EVENTS_FILE``: where to append one JSON line per action the hook
   hands over: ``{"event": "action", "id", "kind", "reason", "step"}``. The
   ``on_action`` callback answers ``"seen at step N"``.
+- ``FAKE_ALERTS_FILE``: where to append one JSON line per alert the hook
+  hands to ``gpumon.on_alert``: ``{"event": "alert", "step", "kind",
+  "severity", "message", "job", "rank", "t"}``.
 
 It snapshots ``start`` and marks ``training start`` at the beginning, snapshots
 ``warm`` after 5 s, and marks ``training end`` at the end. Exit codes: 0 done,
@@ -77,6 +80,7 @@ def main():
         log.error("bad configuration: %s", e)
         return 2
     events_file = os.environ.get("FAKE_EVENTS_FILE") or None
+    alerts_file = os.environ.get("FAKE_ALERTS_FILE") or None
 
     import gpumon
     from gpumon.testing import FakeAllocator
@@ -99,7 +103,15 @@ def main():
                 f.write(json.dumps(line) + "\n")
         return "seen at step %d" % state["step"]
 
+    def on_alert(alert):
+        log.info("alert at step %d: %s %s", state["step"], alert["severity"], alert["message"])
+        if alerts_file:
+            line = dict(event="alert", step=state["step"], **alert)
+            with open(alerts_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+
     gpumon.on_action(on_action)
+    gpumon.on_alert(on_alert)
     if not gpumon.init(memory_source=fake):
         log.warning("gpumon is off (no torchrun environment?); training anyway")
 

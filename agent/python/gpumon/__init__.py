@@ -136,12 +136,15 @@ def on_action(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]],
 
 def on_alert(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
     """Registers ``fn(alert)``, called in the training thread at the next step
-    boundary after the agent sends an alert about this job or rank.
+    boundary after the agent sends an alert about this job or rank (in a
+    cluster, the coordinators' alerts about this node; under ``gpumon
+    profile``, its engine's), once per alert and severity.
 
-    ``alert`` has ``kind`` (e.g. ``"memory_level"``, ``"oom_risk"``,
+    ``alert`` has ``kind`` (e.g. ``"memory_level"``, ``"oom_predicted"``,
     ``"leak"``, ``"straggler"``), ``severity`` (``"critical"``,
     ``"warning"`` or ``"info"``), ``message``, ``job``, ``rank`` (``None``
-    when it is about the whole job) and ``t`` (seconds since the epoch).
+    when it is about the whole job, the node's host RAM or a GPU with no
+    known rank) and ``t`` (seconds since the epoch).
     What ``fn`` returns is ignored; exceptions are logged and ignored. At
     most 64 alerts wait for a boundary (the oldest are dropped and counted
     in :func:`stats`). Usable as a decorator.

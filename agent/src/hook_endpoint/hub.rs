@@ -9,14 +9,16 @@
 //! dropped and counted (STYLE.md 8), so a coordinator outage or a chatty
 //! hook costs bounded memory and never blocks a training process.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, PendingAction};
+use gpumon_common::limits::prefix_within;
+use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, NodeAlert, PendingAction};
 use tokio::sync::watch;
 
 use super::alerts::{AlertQueue, HookAlert, PostedAlert};
 use super::records::{AllocReading, CheckedReport};
+use super::relay::{hook_alert, Relayed};
 
 /// Most live sessions (registered connections) at once.
 pub const MAX_SESSIONS: usize = 1024;
@@ -145,6 +147,7 @@ struct State {
     pending: HashMap<u64, u64>,
     finished: VecDeque<u64>,
     finished_set: HashSet<u64>,
+    relayed: Relayed,
     stats: HookStats,
 }
 
@@ -322,6 +325,39 @@ impl HookHub {
         queued as usize
     }
 
+    /// Posts the alerts a coordinator sent about this node (see `relay`):
+    /// to its rank, to its job's ranks when it names a job alone, or, about
+    /// the node itself (its host, a GPU with no rank known), to every live
+    /// job; each to each job once per severity, once a live session got
+    /// it. Returns how many (alert, job) postings reached a session.
+    pub fn relay_alerts(&self, alerts: &[NodeAlert]) -> usize {
+        let news: Vec<(&NodeAlert, String)> = {
+            let st = self.lock();
+            let jobs: BTreeSet<&str> = st
+                .sessions
+                .values()
+                .map(|s| s.info.registration.job.as_str())
+                .collect();
+            alerts
+                .iter()
+                .flat_map(|a| match &a.job {
+                    Some(job) => vec![(a, job.clone())],
+                    None => jobs.iter().map(|j| (a, (*j).to_owned())).collect(),
+                })
+                .filter(|(a, job)| st.relayed.is_news(a, job))
+                .collect()
+        };
+        let mut reached = 0;
+        for (a, job) in news {
+            let rank = a.job.as_ref().and(a.rank);
+            if self.post_alert(&job, rank, hook_alert(a)) > 0 {
+                self.lock().relayed.posted(a, &job);
+                reached += 1;
+            }
+        }
+        reached
+    }
+
     /// Takes the alerts waiting for `session`, oldest first (each is
     /// delivered once).
     pub fn take_alerts(&self, session: u64) -> Vec<PostedAlert> {
@@ -487,20 +523,17 @@ fn failed(id: u64, t_ms: u64, reason: String) -> ActionAck {
 
 /// `s` cut to at most `max` bytes on a char boundary.
 pub(crate) fn cut(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
+    let keep = prefix_within(&s, max).len();
+    s.truncate(keep);
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::alerts::{HookAlertSeverity, MAX_PENDING_ALERTS_PER_SESSION};
+    use super::super::relay::tests::alert as node_alert;
     use super::*;
+    use gpumon_proto::api::Severity;
     use gpumon_proto::{ActionKind, AllocRecord, AllocStats};
 
     fn claim(job: &str, rank: u32) -> Registration {
@@ -696,6 +729,66 @@ mod tests {
             message: format!("{kind} seen"),
             t_ms: 5_000,
         }
+    }
+
+    #[test]
+    fn relayed_alerts_reach_their_rank_their_job_or_every_job_once_per_severity() {
+        let hub = HookHub::new("a", "n");
+        let session = |job: &str, rank: u32| hub.register(claim(job, rank), 1).unwrap();
+        let (j0, k0) = (session("j", 0), session("k", 0));
+        let on_rank = NodeAlert {
+            job: Some("j".into()),
+            rank: Some(1),
+            ..node_alert(7, Severity::Warning)
+        };
+        let on_job = NodeAlert {
+            job: Some("k".into()),
+            ..node_alert(8, Severity::High)
+        };
+        let on_host = node_alert(9, Severity::Critical);
+        let reply = [on_rank.clone(), on_job.clone(), on_host.clone()];
+        // Rank 1 of j is not live: its alert waits for a later reply.
+        assert_eq!(
+            hub.relay_alerts(&reply),
+            3,
+            "the job's and the host's (twice)"
+        );
+        let heard = |s: u64| -> Vec<(String, Option<u32>, &'static str)> {
+            hub.take_alerts(s)
+                .into_iter()
+                .map(|p| (p.job, p.rank, p.alert.severity.as_str()))
+                .collect()
+        };
+        assert_eq!(
+            heard(j0),
+            [("j".to_owned(), None, "critical")],
+            "the host's, posted to its job"
+        );
+        assert_eq!(
+            heard(k0),
+            [
+                ("k".to_owned(), None, "warning"),
+                ("k".to_owned(), None, "critical")
+            ]
+        );
+        // Rank 1 registers; the next reply repeats the same alerts: it
+        // hears its own and the host's, nobody else hears anything again.
+        let j1 = session("j", 1);
+        assert_eq!(hub.relay_alerts(&reply), 1, "the rank's, at last");
+        assert_eq!(heard(j1), [("j".to_owned(), Some(1), "warning")]);
+        assert!(heard(j0).is_empty() && heard(k0).is_empty());
+        // A job that starts later still hears of the host.
+        let m0 = session("m", 0);
+        assert_eq!(hub.relay_alerts(&reply), 1);
+        assert_eq!(heard(m0), [("m".to_owned(), None, "critical")]);
+        // A severity that changed is posted again.
+        let worse = NodeAlert {
+            severity: Severity::Critical,
+            ..on_rank
+        };
+        assert_eq!(hub.relay_alerts(&[worse, on_job, on_host]), 1);
+        assert_eq!(heard(j1), [("j".to_owned(), Some(1), "critical")]);
+        assert!(heard(j0).is_empty() && heard(k0).is_empty() && heard(m0).is_empty());
     }
 
     fn kinds(alerts: &[PostedAlert]) -> Vec<&str> {

@@ -13,6 +13,8 @@
 //!   acks for the uplink, the actions waiting for each session, counters;
 //! - [`HookAlert`] (`alerts`): alerts posted to a job or rank
 //!   ([`HookHub::post_alert`]), kept per session until its next `poll`;
+//!   `relay`: the coordinators' alerts about this node, posted once per
+//!   severity ([`HookHub::relay_alerts`]);
 //! - [`HookSource`] (`source`): GPU samples built from hook reports, for an
 //!   agent that samples no GPU itself.
 //!
@@ -39,6 +41,7 @@ mod hub;
 mod identity;
 mod protocol;
 mod records;
+mod relay;
 mod server;
 mod source;
 
@@ -55,5 +58,6 @@ pub use hub::{
 };
 pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
 pub use records::{AllocReading, MAX_CLOCK_SKEW_MS, MAX_REASONS, MAX_RECORDS_PER_REPORT};
+pub use relay::MAX_RELAYED_ALERTS;
 pub use server::{socket_modes, HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
 pub use source::{HookSource, FRESH_MS, TAIL_MS};

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_agent::hook_endpoint::{HookAddr, HookHub, HookServer, HookServerOptions};
-use gpumon_proto::{wire, AgentMessage, CoordinatorReply, CoordinatorReplyV1, PushOutcome};
+use gpumon_proto::{
+    wire, AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV2,
+    NodeAlert, PendingAction, PushBatchV2, PushOutcome,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -244,11 +247,22 @@ pub fn assert_refused(answer: &Value, needle: &str) {
     assert!(error.contains(needle), "{error:?} lacks {needle:?}");
 }
 
+/// A push of either protocol version, as version 2 lays it out; `None`
+/// for a hello.
+pub fn pushed(msg: &AgentMessage) -> Option<PushBatchV2> {
+    match msg {
+        AgentMessage::V1(AgentMessageV1::Push(b)) => Some(PushBatchV2::from(b.clone())),
+        AgentMessage::V2(AgentMessageV2::Push(p)) => Some(p.clone()),
+        _ => None,
+    }
+}
+
 /// A fake coordinator: answers every ingest with `Committed` plus the
-/// actions `reply` returns for the message, and forwards each message.
+/// actions and alerts `reply` returns for the message, in the message's
+/// protocol version (version 1 drops the alerts), and forwards each message.
 pub async fn fake_coordinator<F>(mut reply: F) -> (String, mpsc::UnboundedReceiver<AgentMessage>)
 where
-    F: FnMut(&AgentMessage) -> Vec<gpumon_proto::PendingAction> + Send + 'static,
+    F: FnMut(&AgentMessage) -> (Vec<PendingAction>, Vec<NodeAlert>) + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -258,15 +272,18 @@ where
     // One task decides the replies, in arrival order, so `reply` needs no lock.
     tokio::spawn(async move {
         while let Some((msg, answer)) = req_rx.recv().await {
-            let actions = reply(&msg);
+            let (actions, alerts) = reply(&msg);
+            let version = msg.version();
             let _ = tx.send(msg);
-            let body = wire::encode(&CoordinatorReply::V1(CoordinatorReplyV1 {
+            let reply = CoordinatorReplyV2 {
                 outcome: PushOutcome::Committed {
                     acked_seq: 0,
                     duplicate: false,
                 },
                 actions,
-            }));
+                alerts,
+            };
+            let body = wire::encode(&CoordinatorReply::in_version(version, reply));
             let _ = answer.send(body);
         }
     });

@@ -28,8 +28,6 @@ pub struct HostRun {
     pub timeline: Timeline<2>,
     /// Samples taken.
     pub samples: u64,
-    /// Host memory-level episodes.
-    pub alerts: Vec<Alert>,
 }
 
 /// The run's facts that are not the engine's.
@@ -129,8 +127,8 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
             });
         }
     }
+    // Every episode, the host's levels included: all the engine's.
     let mut alerts: Vec<Alert> = state.engine.alerts().cloned().collect();
-    alerts.extend(host.alerts.iter().cloned());
     alerts.sort_by(|a, b| a.t.total_cmp(&b.t).then(a.id.cmp(&b.id)));
     let mut report = ProfileReport {
         gpumon_profile: PROFILE_VERSION,

@@ -1,7 +1,9 @@
-//! The engine in-process: each window set the sampler hands over becomes
-//! the `Push` command a coordinator would have committed, applied through
-//! the replicas' own transition ([`Replicated::apply`]). No replica, no
-//! Raft, no port: the same validation, bounds and detectors as a cluster.
+//! The engine in-process: each window set the sampler hands over (its
+//! windows, hook records, placements and host RAM) becomes the push
+//! command a coordinator would have committed, applied through the
+//! replicas' own transition ([`Replicated::apply`]). No replica, no Raft,
+//! no port: the same validation, bounds and detectors as a cluster, host
+//! RAM levels included.
 
 use gpumon_agent::uplink::Outgoing;
 use gpumon_common::cluster::Limits;
@@ -47,15 +49,11 @@ impl Embedded {
             hook: out.hook,
             acks: out.acks,
         };
-        // As a leader proposes it: with placements only when there are some.
-        let command = if out.placements.is_empty() {
-            CommandV1::Push(batch)
-        } else {
-            CommandV1::PushPlaced(PushBatchV2 {
-                batch,
-                placements: out.placements,
-            })
-        };
+        let command = CommandV1::for_push(PushBatchV2 {
+            batch,
+            placements: out.placements,
+            host: out.host,
+        });
         self.state.apply(Command::V1(command), false);
     }
 

@@ -1,14 +1,17 @@
 //! Host RAM and the resident memory of the command's process tree, read
 //! from /proc: what a training run costs the machine outside the GPU
-//! (data loader workers, pinned buffers, a model loaded on the CPU first).
+//! (data loader workers, pinned buffers, a model loaded on the CPU first),
+//! for the report's host section. Host RAM is read as the agent reads it
+//! (`gpumon_agent::host`); its levels are the engine's, from the host
+//! memory the profile's sampler hands over with each window.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use gpumon_agent::host::{read_bounded, read_meminfo};
 
 /// Processes walked at most per sample.
 const MAX_PROCESSES: usize = 65_536;
-/// Bytes read at most from one /proc file.
-const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// One reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +47,10 @@ impl HostSampler {
 
     /// Reads one sample; `None` when /proc/meminfo cannot be read.
     pub fn sample(&self) -> Option<HostSample> {
-        let meminfo = read_bounded(&self.proc_root.join("meminfo"))?;
-        let (total, available) = parse_meminfo(&meminfo)?;
+        let ram = read_meminfo(&self.proc_root.join("meminfo"))?;
         Some(HostSample {
-            total,
-            used: total.saturating_sub(available),
+            total: ram.total,
+            used: ram.used,
             tree_rss: self.tree_rss(),
         })
     }
@@ -89,30 +91,6 @@ impl HostSampler {
     }
 }
 
-fn read_bounded(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_FILE_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
-}
-
-/// `MemTotal` and `MemAvailable` of /proc/meminfo, in bytes.
-pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map(|kb| kb.saturating_mul(1024))
-    };
-    let total = field("MemTotal")?;
-    Some((total, field("MemAvailable")?.min(total)))
-}
-
 /// The parent pid in /proc/PID/stat: the fourth field, counted after the
 /// command name's closing parenthesis (the name may hold spaces and ')').
 pub fn parse_ppid(stat: &str) -> Option<u32> {
@@ -139,15 +117,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn meminfo_stat_and_status_are_read_and_odd_text_is_none() {
-        let meminfo =
-            "MemTotal:       65536000 kB\nMemFree:  100 kB\nMemAvailable:   16384000 kB\n";
-        assert_eq!(
-            parse_meminfo(meminfo),
-            Some((65_536_000 * 1024, 16_384_000 * 1024))
-        );
-        assert_eq!(parse_meminfo("MemTotal: 12 kB\n"), None);
-        assert_eq!(parse_meminfo("MemTotal: x kB\nMemAvailable: 1 kB"), None);
+    fn stat_and_status_are_read_and_odd_text_is_none() {
         assert_eq!(parse_ppid("42 (python3 a) b)) S 7 42 42 0"), Some(7));
         assert_eq!(parse_ppid("garbage"), None);
         assert_eq!(

@@ -2,7 +2,9 @@
 //! no cluster. Runs a training command (a plain `python train.py` or a
 //! `torchrun` line) with the hook injected, samples its GPUs (NVML, or the
 //! hook's memory source where there is none), host RAM and the command's
-//! process tree, runs the cluster's engine in-process ([`embedded`]), shows
+//! process tree, runs the cluster's engine in-process ([`embedded`]: GPU
+//! and host RAM levels included), passes its alerts to the command's hooks
+//! as an agent does in a cluster ([`to_hooks`]), shows
 //! a live line on a terminal, and when the command ends (also on Ctrl-C, or
 //! when it dies of an OOM) writes a JSON report ([`report`]) and the same
 //! report as one self-contained HTML page ([`html`]), and passes the
@@ -11,7 +13,6 @@
 mod build;
 mod embedded;
 mod host;
-mod host_levels;
 pub mod html;
 mod observed;
 mod recommend;
@@ -29,8 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use gpumon_agent::{AgentConfig, HookAddr, Sampler, SourceSpec};
 use gpumon_common::config::FileConfig;
-use gpumon_common::engine::memory_level::MemoryLevelParams;
-use gpumon_common::engine::EngineConfig;
+use gpumon_common::engine::{EngineConfig, Severity, Subject};
 use tokio::sync::{mpsc, watch};
 
 use crate::args::ProfileArgs;
@@ -39,7 +39,6 @@ use crate::{usage, Failure};
 use build::{HostRun, RunFacts};
 use embedded::Embedded;
 use host::HostSampler;
-use host_levels::HostLevels;
 use report::{ExitInfo, Levels};
 use series::{PeakMean, Timeline, TIMELINE_POINTS};
 
@@ -48,11 +47,9 @@ const WINDOW_CHANNEL: usize = 64;
 /// Time between two redraws of the live line.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
-/// The levels and engine settings of this run.
-fn settings(
-    args: &ProfileArgs,
-    config_file: Option<&Path>,
-) -> Result<(EngineConfig, MemoryLevelParams), Failure> {
+/// The engine settings of this run: the config file's (or the defaults),
+/// with the GPU and host RAM levels the flags give.
+fn settings(args: &ProfileArgs, config_file: Option<&Path>) -> Result<EngineConfig, Failure> {
     let mut engine = match config_file {
         Some(path) => FileConfig::load(path).map_err(usage)?.engine,
         None => EngineConfig::default(),
@@ -61,14 +58,23 @@ fn settings(
     gpu.warning_pct = args.gpu_warning_pct.unwrap_or(gpu.warning_pct);
     gpu.critical_pct = args.gpu_critical_pct.unwrap_or(gpu.critical_pct);
     gpu.check().map_err(|e| usage(format!("GPU levels: {e}")))?;
-    let host = MemoryLevelParams {
-        warning_pct: args.host_warning_pct,
-        critical_pct: args.host_critical_pct,
-        ..MemoryLevelParams::default()
-    };
+    let host = &mut engine.host_memory_levels;
+    host.warning_pct = args.host_warning_pct.unwrap_or(host.warning_pct);
+    host.critical_pct = args.host_critical_pct.unwrap_or(host.critical_pct);
     host.check()
         .map_err(|e| usage(format!("host levels: {e}")))?;
-    Ok((engine, host))
+    Ok(engine)
+}
+
+/// Whether the engine holds `node`'s host RAM at its critical level now.
+fn host_critical(engine: &Embedded, node: &str) -> bool {
+    let host = Subject::Host(node.to_owned());
+    engine
+        .state()
+        .engine
+        .alert_book()
+        .active_by_subject()
+        .any(|(s, a)| *s == host && a.severity == Severity::Critical)
 }
 
 /// Whether the command is a torchrun line, whose workers carry their own
@@ -132,32 +138,26 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// The host's side of the run as it goes.
+/// The host's side of the run as it goes, for the report (its levels are
+/// the engine's).
 struct HostWatch {
     sampler: HostSampler,
-    levels: HostLevels,
     run: HostRun,
     last: Option<(u64, u64)>,
 }
 
 impl HostWatch {
-    fn sample(&mut self) -> Vec<gpumon_common::engine::Alert> {
+    fn sample(&mut self) {
         let Some(s) = self.sampler.sample() else {
-            return Vec::new();
+            return;
         };
-        let t = unix_now();
         let run = &mut self.run;
         run.total = s.total;
         run.used.add(s.used);
         run.rss.add(s.tree_rss);
-        run.timeline.push(t, [s.used, s.tree_rss]);
+        run.timeline.push(unix_now(), [s.used, s.tree_rss]);
         run.samples += 1;
         self.last = Some((s.used, s.total));
-        self.levels
-            .observe(t, s.used, s.total)
-            .cloned()
-            .into_iter()
-            .collect()
     }
 }
 
@@ -167,7 +167,7 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
             "give the command to profile after --, e.g. gpumon profile -- python train.py",
         ));
     };
-    let (engine_config, host_levels) = settings(&args, config_file)?;
+    let engine_config = settings(&args, config_file)?;
     let json_path = args
         .json
         .clone()
@@ -211,7 +211,6 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
     let hub = sampler.hub();
-    let mut relay = to_hooks::AlertRelay::default();
     let source_name = sampler.hello().source.clone();
     let mut engine = Embedded::new(&engine_config, sampler.hello().clone());
 
@@ -245,14 +244,12 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
     let sampler_task = tokio::spawn(sampler.run(tx, stopped));
     let mut host = HostWatch {
         sampler: HostSampler::new(pid),
-        levels: HostLevels::new(host_levels.clone(), &node),
         run: HostRun {
             total: 0,
             used: PeakMean::default(),
             rss: PeakMean::default(),
             timeline: Timeline::new(TIMELINE_POINTS),
             samples: 0,
-            alerts: Vec::new(),
         },
         last: None,
     };
@@ -268,21 +265,10 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
             Some(out) = rx.recv() => {
                 engine.apply(out);
                 if let Some(hub) = &hub {
-                    let jobs: Vec<String> = engine.state().engine.jobs().into_keys().collect();
-                    for a in relay.news(engine.state().engine.alerts()) {
-                        to_hooks::post(hub, a, &jobs);
-                    }
+                    to_hooks::relay(hub, &engine);
                 }
             }
-            _ = host_tick.tick() => {
-                let news = host.sample();
-                if let (Some(hub), false) = (&hub, news.is_empty()) {
-                    let jobs: Vec<String> = engine.state().engine.jobs().into_keys().collect();
-                    for a in &news {
-                        to_hooks::post(hub, a, &jobs);
-                    }
-                }
-            }
+            _ = host_tick.tick() => host.sample(),
             _ = status_tick.tick(), if live => {
                 status_line::draw(&status_line::line(&engine, started.elapsed().as_secs_f64(), host.last));
             }
@@ -323,7 +309,7 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
 
     let observed_oom = engine.observed().oom.clone();
     let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-    let host_oom = signal == Some(9) && host.levels.critical();
+    let host_oom = signal == Some(9) && host_critical(&engine, &node);
     let exit = ExitInfo {
         code: status.code(),
         signal,
@@ -333,7 +319,6 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         }),
         interrupted,
     };
-    host.run.alerts = host.levels.alerts().to_vec();
     let facts = RunFacts {
         command: args.command.clone(),
         started_t,
@@ -342,8 +327,8 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         levels: Levels {
             gpu_warning_pct: engine_config.memory_levels.warning_pct,
             gpu_critical_pct: engine_config.memory_levels.critical_pct,
-            host_warning_pct: host_levels.warning_pct,
-            host_critical_pct: host_levels.critical_pct,
+            host_warning_pct: engine_config.host_memory_levels.warning_pct,
+            host_critical_pct: engine_config.host_memory_levels.critical_pct,
         },
         source: source_name,
     };

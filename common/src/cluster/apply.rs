@@ -218,7 +218,7 @@ impl ClusterState {
     /// window past it has that window skipped and moves the clock to the
     /// bound at most, so a cluster that heard nothing for longer than the
     /// leap catches up a leap per batch, and one bad batch moves it no further.
-    fn leap_bound(&self) -> u64 {
+    pub(super) fn leap_bound(&self) -> u64 {
         match self.now_ms {
             0 => u64::MAX,
             now => now.saturating_add(MAX_CLOCK_LEAP_MS),

@@ -5,7 +5,8 @@
 //!   the leader proposes on a timer): an agent not heard from for
 //!   `stale_after_ms` of data time is forgotten, with its GPUs; a GPU with
 //!   no window for that long is forgotten and its live ranks end; a job
-//!   whose ranks all ended that long ago is forgotten. Time is the state's
+//!   whose ranks all ended that long ago is forgotten; a node's host memory
+//!   is forgotten with its last agent. Time is the state's
 //!   own clock, so every replica expires the same entries.
 //! - [`ClusterState::admits`] (the leader, before proposing): a push or
 //!   hello that would add agents, GPUs or live ranks past the limits is
@@ -40,6 +41,7 @@ impl ClusterState {
         let before = self.agents.len();
         self.agents.retain(|_, a| a.last_seen_ms >= cutoff);
         out.agents = before - self.agents.len();
+        self.expire_hosts();
         let live_nodes: BTreeSet<String> = self.agents.values().map(|a| a.node.clone()).collect();
         let stale_gpus: Vec<String> = self
             .gpus

@@ -1,5 +1,5 @@
 //! The cluster view as snapshot formats 1 to 4 laid it out: ranks without
-//! their placement. Postcard writes fields in order without names, so an
+//! their placement, nodes without their host memory. Postcard writes fields in order without names, so an
 //! older snapshot is read into these types and upgraded
 //! ([`ClusterState::from`]); the placement of each rank starts unknown and
 //! fills in from the next push that carries it.
@@ -86,13 +86,14 @@ impl From<ClusterStateV4> for ClusterState {
             gpus: old.gpus,
             ranks,
             counters: old.counters,
+            hosts: BTreeMap::new(),
         }
     }
 }
 
 impl From<&ClusterState> for ClusterStateV4 {
-    /// What a build before placements would have held: every placement is
-    /// left out. For writing older snapshot formats in tests.
+    /// What a build before placements would have held: every placement
+    /// and host memory is left out. For writing older snapshot formats in tests.
     fn from(state: &ClusterState) -> Self {
         let ranks = state
             .ranks

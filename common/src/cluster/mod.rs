@@ -25,6 +25,10 @@
 //! a placement without the shapes Kubernetes gives its names is skipped and
 //! counted with the skipped windows and fields.
 //!
+//! A node keeps the newest host RAM reading its agent pushed
+//! ([`ClusterState::apply_host`]); the reading is forgotten with the
+//! node's agents.
+//!
 //! Everything is bounded by [`Limits`]: history per series, ended jobs kept
 //! for post-mortems, ranks, GPUs and agents; past a bound the state skips and
 //! counts rather than grows.
@@ -32,6 +36,7 @@
 mod apply;
 mod expiry;
 mod export;
+mod host;
 mod legacy;
 mod placement;
 mod read;
@@ -42,7 +47,7 @@ mod validate;
 use std::collections::BTreeMap;
 
 use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
-use gpumon_proto::{GpuInfo, PodPlacement, RankInfo};
+use gpumon_proto::{GpuInfo, HostMemory, PodPlacement, RankInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::shared::Shared;
@@ -50,6 +55,7 @@ use crate::shared::Shared;
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
 pub use export::GpuSeries;
+pub use host::{check_host, InvalidHost};
 pub use legacy::ClusterStateV4;
 pub use placement::{
     check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,
@@ -109,6 +115,8 @@ pub struct ClusterState {
     gpus: BTreeMap<String, Shared<GpuEntry>>,
     ranks: BTreeMap<RankKey, Shared<RankEntry>>,
     counters: IngestCounters,
+    /// Each node's newest host RAM reading, by node name.
+    hosts: BTreeMap<String, HostMemory>,
 }
 
 /// `(job, rank)`.
@@ -172,6 +180,7 @@ impl ClusterState {
             gpus: BTreeMap::new(),
             ranks: BTreeMap::new(),
             counters: IngestCounters::default(),
+            hosts: BTreeMap::new(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Reading the view as the API's documents.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpumon_proto::api::{
     AgentView, ClusterView, GpuView, JobDetail, JobView, JobsView, NodeView, NodesView, RankDetail,
@@ -68,22 +68,29 @@ impl ClusterState {
         }
     }
 
-    /// `GET /api/v1/nodes`: nodes by name, GPUs by index.
+    /// `GET /api/v1/nodes`: nodes with GPUs or host memory, by name; GPUs
+    /// by index.
     pub fn nodes_view(&self) -> NodesView {
-        let mut nodes: Vec<NodeView> = Vec::new();
+        let mut nodes: BTreeMap<&str, NodeView> = BTreeMap::new();
+        let node_entry = |node: &str| -> NodeView {
+            let agent = self.agents.iter().find(|(_, a)| a.node == node);
+            let host = self.hosts.get(node);
+            NodeView {
+                node: node.to_owned(),
+                agent_id: agent.map(|(id, _)| id.clone()).unwrap_or_default(),
+                last_seen_ms: agent.map_or(0, |(_, a)| a.last_seen_ms),
+                host_total_bytes: host.map(|h| h.total_bytes),
+                host_used_bytes: host.map(|h| h.used_max_bytes),
+                gpus: Vec::new(),
+            }
+        };
         let mut gpus: Vec<_> = self.gpus.values().collect();
         gpus.sort_by(|a, b| (&a.node, a.info.index).cmp(&(&b.node, b.info.index)));
+        for node in self.hosts.keys() {
+            nodes.insert(node, node_entry(node));
+        }
         for g in gpus {
-            if nodes.last().is_none_or(|n| n.node != g.node) {
-                let agent = self.agents.iter().find(|(_, a)| a.node == g.node);
-                nodes.push(NodeView {
-                    node: g.node.clone(),
-                    agent_id: agent.map(|(id, _)| id.clone()).unwrap_or_default(),
-                    last_seen_ms: agent.map_or(0, |(_, a)| a.last_seen_ms),
-                    gpus: Vec::new(),
-                });
-            }
-            let node = nodes.last_mut().expect("pushed above");
+            let node = nodes.entry(&g.node).or_insert_with(|| node_entry(&g.node));
             node.gpus.push(GpuView {
                 uuid: g.info.uuid.clone(),
                 index: g.info.index,
@@ -97,7 +104,9 @@ impl ClusterState {
                 processes: g.processes.clone(),
             });
         }
-        NodesView { nodes }
+        NodesView {
+            nodes: nodes.into_values().collect(),
+        }
     }
 
     /// `GET /api/v1/jobs`: live jobs first, then by id.

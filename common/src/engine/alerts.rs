@@ -7,22 +7,37 @@ use std::collections::{BTreeMap, VecDeque};
 pub use gpumon_proto::api::{Alert, AlertKind, Severity};
 use serde::{Deserialize, Serialize};
 
-/// Whom an alert is about: a rank, or a GPU with no known rank.
+/// Whom an alert is about: a rank, a GPU with no known rank, or a node's
+/// host. Variants are only added at the end: the alert book, snapshots
+/// included, keys its active episodes by subject.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Subject {
     /// A rank of a job.
     Rank(String, u32),
     /// A device, by node and index.
     Gpu(String, u32),
+    /// A node's host (its RAM), by node name.
+    Host(String),
 }
 
 impl Subject {
+    /// The subject in an alert's message: `rank 3 of job-a`, `GPU 1 on
+    /// node-0`, `the host node-0`.
+    pub fn describe(&self) -> String {
+        match self {
+            Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
+            Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
+            Subject::Host(node) => format!("the host {node}"),
+        }
+    }
+
     /// A new episode about this subject with no details; the detectors fill
     /// in theirs.
     pub fn alert(&self, kind: AlertKind, t: f64, severity: Severity) -> Alert {
         let (job, rank, node, gpu) = match self {
             Subject::Rank(job, rank) => (Some(job.clone()), Some(*rank), None, None),
             Subject::Gpu(node, gpu) => (None, None, Some(node.clone()), Some(*gpu)),
+            Subject::Host(node) => (None, None, Some(node.clone()), None),
         };
         Alert {
             id: 0,
@@ -144,9 +159,23 @@ impl AlertBook {
         self.episodes.iter().filter(|a| a.is_active())
     }
 
+    /// Active episodes with their subjects, by kind then subject: reads
+    /// the active ones alone, however many episodes the book keeps.
+    pub fn active_by_subject(&self) -> impl Iterator<Item = (&Subject, &Alert)> {
+        self.active
+            .iter()
+            .filter_map(|((_, subject), &id)| Some((subject, self.get(id)?)))
+    }
+
     /// Episodes dropped to stay within the bound.
     pub fn forgotten(&self) -> u64 {
         self.forgotten
+    }
+
+    fn get(&self, id: u64) -> Option<&Alert> {
+        let first = self.episodes.front()?.id;
+        let i = usize::try_from(id.checked_sub(first)?).ok()?;
+        self.episodes.get(i)
     }
 
     fn get_mut(&mut self, id: u64) -> Option<&mut Alert> {

@@ -54,6 +54,9 @@ pub struct EngineConfig {
     pub max_ranks_per_job: usize,
     /// Fixed levels of a GPU's capacity that raise `memory_level` alerts.
     pub memory_levels: MemoryLevelParams,
+    /// Fixed levels of a node's host RAM that raise `memory_level` alerts
+    /// about the host.
+    pub host_memory_levels: MemoryLevelParams,
 }
 
 impl Default for EngineConfig {
@@ -77,6 +80,7 @@ impl Default for EngineConfig {
             max_jobs: 1024,
             max_ranks_per_job: crate::cluster::DEFAULT_MAX_RANKS,
             memory_levels: MemoryLevelParams::default(),
+            host_memory_levels: MemoryLevelParams::host_default(),
         }
     }
 }

@@ -429,10 +429,7 @@ fn oom_alert(
     a.predicted_oom_interval = Some([f.earliest_oom_t, f.latest_oom_t]);
     a.confidence = Some(f.confidence);
     a.rate_bytes_per_s = Some(f.slope_bytes_per_s);
-    let who = match subject {
-        Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
-        Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
-    };
+    let who = subject.describe();
     let left = (f.predicted_oom_t - t).max(0.0);
     a.message = format!(
         "{who} is forecast to run out of GPU memory in about {:.0} s ({} of {} used, growing {}/s, confidence {:.0} %)",

@@ -1,5 +1,5 @@
 //! The engine as snapshot formats up to 4 laid it out, before memory
-//! levels joined its configuration, so a replica can still load its data
+//! levels (of GPUs and of host RAM) joined its configuration, so a replica can still load its data
 //! dir after an upgrade (see the coordinator's `snapshot_file`). Postcard is
 //! field-order sensitive: these mirrors must keep the old order exactly.
 
@@ -14,7 +14,6 @@ use super::forecast::ForecastParams;
 use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
-use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
 use super::straggler::StragglerParams;
 use super::tracks::{GpuTracks, JobTrack};
@@ -57,9 +56,9 @@ pub struct EngineV4 {
 }
 
 impl EngineV4 {
-    /// The engine with the memory levels it never had: the replica's
-    /// configured ones.
-    pub fn upgrade(self, memory_levels: MemoryLevelParams) -> Engine {
+    /// The engine with the memory levels it never had: those of `levels`,
+    /// the replica's configuration.
+    pub fn upgrade(self, levels: &EngineConfig) -> Engine {
         let c = self.cfg;
         let cfg = EngineConfig {
             window_s: c.window_s,
@@ -79,7 +78,8 @@ impl EngineV4 {
             max_gpus: c.max_gpus,
             max_jobs: c.max_jobs,
             max_ranks_per_job: c.max_ranks_per_job,
-            memory_levels,
+            memory_levels: levels.memory_levels.clone(),
+            host_memory_levels: levels.host_memory_levels.clone(),
         };
         Engine {
             cfg,

@@ -1,6 +1,7 @@
 //! Memory levels: a GPU whose used memory reaches a fixed share of its
 //! capacity raises a `memory_level` alert (warning, then critical), whatever
-//! the trend. The forecast says where memory is going; a level says where it
+//! the trend. A node's host RAM has levels of its own, with the same
+//! parameters and rules ([`super::host_level`]). The forecast says where memory is going; a level says where it
 //! is, which is what a person who set "tell me at 95 %" wants to hear.
 //!
 //! The level is read from each window's highest sample, so a spike that
@@ -18,7 +19,7 @@ use super::gpu::oom_subjects;
 use super::Engine;
 use crate::units::fmt_bytes;
 
-/// The levels, in percent of a GPU's capacity.
+/// The levels, in percent of a GPU's capacity (or of a host's RAM).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryLevelParams {
@@ -41,6 +42,17 @@ impl Default for MemoryLevelParams {
 }
 
 impl MemoryLevelParams {
+    /// The default levels of host RAM: warning at 75 %, critical at 90 %,
+    /// lower than a GPU's, as the kernel's OOM killer and swapping start
+    /// before RAM is full.
+    pub fn host_default() -> Self {
+        Self {
+            warning_pct: 75.0,
+            critical_pct: 90.0,
+            clear_margin_pct: 2.0,
+        }
+    }
+
     /// Why these levels cannot be used, if they cannot:
     /// `0 < warning <= critical <= 100` and a margin in `[0, warning)`.
     pub fn check(&self) -> Result<(), String> {
@@ -68,6 +80,20 @@ impl MemoryLevelParams {
             None
         }
     }
+
+    /// Whether an active alert clears at `pct`: below the warning level
+    /// by the margin.
+    pub fn clears(&self, pct: f64) -> bool {
+        pct < self.warning_pct - self.clear_margin_pct
+    }
+
+    /// The name and percentage of the level a `severity` stands for.
+    pub fn named(&self, severity: Severity) -> (&'static str, f64) {
+        match severity {
+            Severity::Critical => ("critical", self.critical_pct),
+            _ => ("warning", self.warning_pct),
+        }
+    }
 }
 
 impl Engine {
@@ -87,8 +113,8 @@ impl Engine {
         let params = &self.cfg.memory_levels;
         let pct = 100.0 * used_high as f64 / total as f64;
         let level = params.level(pct);
-        let clears = pct < params.warning_pct - params.clear_margin_pct;
-        let (warning, critical) = (params.warning_pct, params.critical_pct);
+        let clears = params.clears(pct);
+        let named = level.map(|s| params.named(s));
         let subjects = oom_subjects(track, node, gpu);
         // Raised on the GPU before its ranks were known: theirs now.
         let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
@@ -102,10 +128,7 @@ impl Engine {
                     let mut alert = subject.alert(AlertKind::MemoryLevel, t, severity);
                     alert.node = Some(node.to_owned());
                     alert.gpu = Some(gpu);
-                    let (name, at) = match severity {
-                        Severity::Critical => ("critical", critical),
-                        _ => ("warning", warning),
-                    };
+                    let (name, at) = named.unwrap_or(("warning", 0.0));
                     alert.message = format!(
                         "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
                         fmt_bytes(total),

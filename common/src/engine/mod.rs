@@ -12,7 +12,9 @@
 //!
 //! Detectors, one module each, with their method in the module docs:
 //! [`envelope`], [`regime`], [`trend`], [`forecast`], [`early`], [`leak`],
-//! [`fragmentation`], [`imbalance`], [`straggler`], [`memory_level`].
+//! [`fragmentation`], [`imbalance`], [`straggler`], [`memory_level`] (and
+//! [`host_level`], the same levels on a node's host RAM, fed by
+//! [`Engine::observe_host`]).
 //!
 //! ```
 //! use gpumon_common::engine::{Engine, EngineConfig, RankObs};
@@ -32,6 +34,7 @@ mod fits;
 pub mod forecast;
 pub mod fragmentation;
 mod gpu;
+pub mod host_level;
 pub mod imbalance;
 mod input;
 mod job;

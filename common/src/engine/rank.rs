@@ -414,10 +414,7 @@ impl Engine {
                 a.node = node;
                 a.gpu = gpu;
                 a.rate_bytes_per_s = Some(rate);
-                let who = match subject {
-                    Subject::Rank(job, rank) => format!("rank {rank} of {job}"),
-                    Subject::Gpu(node, gpu) => format!("GPU {gpu} on {node}"),
-                };
+                let who = subject.describe();
                 a.message = format!("{who} leaks about {}/s: {why}", fmt_bytes(rate as u64));
                 a.recommendation = Some(LEAK_ADVICE.into());
                 self.alerts.raise(subject.clone(), a);

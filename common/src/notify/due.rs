@@ -58,12 +58,14 @@ impl Due {
     }
 }
 
-/// The subject of an alert: its rank, else its GPU; `None` for an alert
-/// naming neither (the engine raises none such).
+/// The subject of an alert: its rank, else its GPU, else (a node with
+/// neither job nor GPU) its node's host; `None` for an alert naming none
+/// (the engine raises none such).
 pub fn subject_of(alert: &Alert) -> Option<Subject> {
     match (&alert.job, alert.rank, &alert.node, alert.gpu) {
         (Some(job), Some(rank), _, _) => Some(Subject::Rank(job.clone(), rank)),
         (_, _, Some(node), Some(gpu)) => Some(Subject::Gpu(node.clone(), gpu)),
+        (None, None, Some(node), None) => Some(Subject::Host(node.clone())),
         _ => None,
     }
 }
@@ -283,6 +285,22 @@ mod tests {
         let d = due(&book, &alerts, 0, &rules, Severity::High);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].alert.id, 2);
+    }
+
+    #[test]
+    fn host_alerts_are_keyed_by_node() {
+        let subject = Subject::Host("node-a".into());
+        let a = subject.alert(AlertKind::MemoryLevel, 0.0, Severity::Warning);
+        assert_eq!(subject_of(&a), Some(subject.clone()));
+        let d = due(
+            &NotifyBook::default(),
+            [&a],
+            0,
+            &[rule("http://a/")],
+            Severity::Warning,
+        );
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].key.subject, subject);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`Replicated::apply`]: one command in, its effects out.
 
-use gpumon_proto::{GpuWindow, HookRecord, ProcPlacement, PushBatch, PushBatchV2};
+use gpumon_proto::{GpuWindow, HookRecord, HostMemory, ProcPlacement, PushBatch, PushBatchV2};
 
 use super::{Command, CommandResult, CommandV1, Replicated};
 use crate::cluster::ClusterEvent;
@@ -43,10 +43,12 @@ impl Replicated {
                 events: self.state.apply_hello(&hello),
                 ..Effects::default()
             },
-            CommandV1::Push(batch) => self.apply_push(batch, &[], keep_applied),
-            CommandV1::PushPlaced(PushBatchV2 { batch, placements }) => {
-                self.apply_push(batch, &placements, keep_applied)
-            }
+            CommandV1::Push(batch) => self.apply_push(batch, &[], None, keep_applied),
+            CommandV1::PushPlaced(PushBatchV2 {
+                batch,
+                placements,
+                host,
+            }) => self.apply_push(batch, &placements, host.as_ref(), keep_applied),
             CommandV1::IssueActions { requests, rules } => {
                 let t = self.now_t();
                 let issued = requests
@@ -76,6 +78,9 @@ impl Replicated {
             CommandV1::Expire { stale_after_ms } => {
                 let mut events = Vec::new();
                 self.state.expire(stale_after_ms, &mut events);
+                let (t, state) = (self.now_t(), &self.state);
+                self.engine
+                    .forget_hosts(t, |node| state.host(node).is_some());
                 Effects {
                     events,
                     ..Effects::default()
@@ -88,6 +93,7 @@ impl Replicated {
         &mut self,
         batch: PushBatch,
         placements: &[ProcPlacement],
+        host: Option<&HostMemory>,
         keep_applied: bool,
     ) -> Effects {
         let out = self.state.apply_push_placed(&batch, placements);
@@ -98,6 +104,11 @@ impl Replicated {
         }
         let fresh = !out.duplicate && !out.refused;
         if fresh {
+            if let Some(h) = host.filter(|h| self.state.apply_host(&batch, h)) {
+                let t = h.t_ms as f64 / 1000.0;
+                self.engine
+                    .observe_host(t, &batch.node, h.used_max_bytes, h.total_bytes);
+            }
             self.hook.apply(&mut self.engine, &batch.hook);
             self.observe_steps(&batch.hook);
             let t = self.now_t();

@@ -56,9 +56,24 @@ pub enum CommandV1 {
         stale_after_ms: u64,
     },
     /// An agent pushed windows with the Kubernetes placement of their
-    /// processes (protocol version 2). The leader proposes it only for a
-    /// push that carries placements, [`CommandV1::Push`] otherwise.
+    /// processes and the node's host memory (protocol version 2). The
+    /// leader proposes it only for a push that carries either,
+    /// [`CommandV1::Push`] otherwise ([`CommandV1::for_push`]).
     PushPlaced(PushBatchV2),
+}
+
+impl CommandV1 {
+    /// The command for a push, as a leader proposes it:
+    /// [`CommandV1::PushPlaced`] when it carries placements or host memory,
+    /// [`CommandV1::Push`] otherwise, so the log holds the newer command
+    /// only where it is needed.
+    pub fn for_push(pushed: PushBatchV2) -> Self {
+        if pushed.placements.is_empty() && pushed.host.is_none() {
+            Self::Push(pushed.batch)
+        } else {
+            Self::PushPlaced(pushed)
+        }
+    }
 }
 
 /// What applying a command did, returned to the proposer.

@@ -17,6 +17,7 @@
 mod apply;
 mod command;
 mod from_trace;
+mod node_alerts;
 mod state;
 
 pub use apply::{AppliedBatch, Effects};

@@ -88,7 +88,7 @@ impl ReplicatedV4 {
     pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
         Replicated {
             state: self.state.into(),
-            engine: self.engine.upgrade(engine_config.memory_levels.clone()),
+            engine: self.engine.upgrade(engine_config),
             actions: self.actions,
             hook: self.hook,
             steps: self.steps,

@@ -112,6 +112,7 @@ fn a_push_with_placements_applies_like_a_push_and_places_its_ranks() {
             pid: 101,
             placement: placement.clone(),
         }],
+        host: None,
     }));
     let mut placed = fresh();
     let effects = placed.apply(command.clone(), true);
@@ -129,6 +130,103 @@ fn a_push_with_placements_applies_like_a_push_and_places_its_ranks() {
         postcard::to_allocvec(&placed.engine).unwrap(),
         postcard::to_allocvec(&plain.engine).unwrap()
     );
+}
+
+#[test]
+fn a_push_is_proposed_as_the_newer_command_only_when_it_carries_something_of_it() {
+    let Command::V1(CommandV1::Push(batch)) = push(1, Vec::new(), Vec::new()) else {
+        unreachable!()
+    };
+    let plain = gpumon_proto::PushBatchV2::from(batch.clone());
+    assert_eq!(CommandV1::for_push(plain.clone()), CommandV1::Push(batch));
+    let host = gpumon_proto::PushBatchV2 {
+        host: Some(gpumon_proto::HostMemory {
+            t_ms: 1,
+            total_bytes: 2,
+            used_max_bytes: 1,
+        }),
+        ..plain.clone()
+    };
+    assert_eq!(
+        CommandV1::for_push(host.clone()),
+        CommandV1::PushPlaced(host)
+    );
+    let placed = gpumon_proto::PushBatchV2 {
+        placements: vec![gpumon_proto::ProcPlacement {
+            pid: 1,
+            placement: Default::default(),
+        }],
+        ..plain
+    };
+    assert_eq!(
+        CommandV1::for_push(placed.clone()),
+        CommandV1::PushPlaced(placed)
+    );
+}
+
+/// [`push`] with `used` of 100 GiB of host RAM at `t_ms`.
+fn host_push(seq: u64, t_ms: u64, used_gib: u64) -> Command {
+    let Command::V1(CommandV1::Push(batch)) = push(seq, Vec::new(), Vec::new()) else {
+        unreachable!()
+    };
+    Command::V1(CommandV1::PushPlaced(gpumon_proto::PushBatchV2 {
+        batch,
+        placements: Vec::new(),
+        host: Some(gpumon_proto::HostMemory {
+            t_ms,
+            total_bytes: 100 * GIB,
+            used_max_bytes: used_gib * GIB,
+        }),
+    }))
+}
+
+#[test]
+fn host_memory_is_kept_raises_the_host_level_once_and_resolves_when_the_node_expires() {
+    use crate::engine::{AlertKind, Severity};
+    let mut r = fresh();
+    let host_alerts = |r: &Replicated| -> Vec<(Severity, Option<f64>)> {
+        r.engine
+            .alerts()
+            .filter(|a| a.kind == AlertKind::MemoryLevel && a.gpu.is_none())
+            .map(|a| (a.severity, a.resolved_t))
+            .collect()
+    };
+    r.apply(host_push(1, 1_000_000, 50), false);
+    assert_eq!(
+        r.state.host("node-a").map(|h| h.used_max_bytes),
+        Some(50 * GIB)
+    );
+    assert!(host_alerts(&r).is_empty());
+    let command = host_push(2, 1_002_000, 92);
+    assert!(!r.apply(command.clone(), false).result.duplicate);
+    assert_eq!(host_alerts(&r), vec![(Severity::Critical, None)]);
+    // A re-send changes nothing, however its reading reads.
+    assert!(r.apply(command, false).result.duplicate);
+    assert_eq!(r.state.host("node-a").map(|h| h.t_ms), Some(1_002_000));
+    // An invalid reading is skipped and counted; the host keeps its level.
+    let skipped = r.state.counters().windows_skipped;
+    r.apply(host_push(3, 1_004_000, 101), false);
+    assert_eq!(r.state.counters().windows_skipped, skipped + 1);
+    assert_eq!(host_alerts(&r), vec![(Severity::Critical, None)]);
+    // The agent goes quiet past the expiry: its host and its alert go.
+    r.apply(push(4, vec![], vec![]), false);
+    let other = Command::V1(CommandV1::Push(PushBatch {
+        agent_id: "node-b".into(),
+        node: "node-b".into(),
+        ..match push(1, vec![window(1, 1_500_000, GIB)], vec![]) {
+            Command::V1(CommandV1::Push(b)) => b,
+            _ => unreachable!(),
+        }
+    }));
+    r.apply(other, false);
+    r.apply(
+        Command::V1(CommandV1::Expire {
+            stale_after_ms: 60_000,
+        }),
+        false,
+    );
+    assert_eq!(r.state.host("node-a"), None);
+    assert_eq!(host_alerts(&r), vec![(Severity::Critical, Some(r.now_t()))]);
 }
 
 #[test]

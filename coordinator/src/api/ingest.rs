@@ -5,8 +5,9 @@
 //! bounds 400, each with the reason in the body and counted per replica
 //! (`/api/v1/cluster` → `coordinator.rejected_pushes`).
 //! What happens to a decoded message (bounds, the commit, `NotLeader` with
-//! the leader's URL, the actions handed to the agent) is the service's
-//! (`crate::service`, `Service::push`).
+//! the leader's URL, the actions and alerts handed to the agent) is the
+//! service's (`crate::service`, `Service::push`); the reply is in the
+//! message's protocol version.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -28,7 +29,7 @@ use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
     path = "/api/v1/ingest",
     request_body(content = Postcard, description = "postcard `AgentMessage`.", content_type = "application/octet-stream"),
     responses(
-        (status = 200, description = "postcard `CoordinatorReply`: acknowledged sequence numbers and actions for the agent.", body = Postcard, content_type = "application/octet-stream"),
+        (status = 200, description = "postcard `CoordinatorReply` in the message's protocol version: acknowledged sequence numbers and actions for the agent, and (version 2) the active alerts about its node for its hooks.", body = Postcard, content_type = "application/octet-stream"),
         (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, more placements than its windows have processes, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
@@ -67,6 +68,7 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         tracing::warn!(error = %e, "refused a push");
         ApiError::BadRequest(e.to_string())
     })?;
+    let version = msg.version();
     let reply = match inner.service.push(msg).await {
         Ok(reply) => reply,
         Err(PushError::Refused(refused)) => {
@@ -90,7 +92,7 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         }
         Err(PushError::Service(e)) => return Err(e.into()),
     };
-    let reply = CoordinatorReply::V1(reply);
+    let reply = CoordinatorReply::in_version(version, reply);
     Ok((
         [(CONTENT_TYPE, "application/octet-stream")],
         wire::encode(&reply),

@@ -15,7 +15,7 @@
 //! | 2 | + the detection engine |
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
-//! | 5 | ranks keep their Kubernetes placement; the engine's configuration gains memory levels |
+//! | 5 | ranks keep their Kubernetes placement, nodes their host memory; the engine's configuration gains memory levels (of GPUs and of host RAM) |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -136,7 +136,6 @@ pub fn load(
     let file: SnapshotFile =
         postcard::from_bytes(&bytes).map_err(|e| fail(format!("does not decode: {e}")))?;
     let mut applied = Applied::empty(limits, engine_config);
-    let levels = || engine_config.memory_levels.clone();
     let decode_err = |version: u32| {
         move |e: postcard::Error| fail(format!("format {version} data does not decode: {e}"))
     };
@@ -155,7 +154,7 @@ pub fn load(
                 "snapshot format 2 has no action book; actions start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             applied.data.state = old.state.into();
-            applied.data.engine = old.engine.upgrade(levels());
+            applied.data.engine = old.engine.upgrade(engine_config);
             (meta, 2)
         }
         SnapshotFile::V3 { meta, data } => {
@@ -164,7 +163,7 @@ pub fn load(
                 "snapshot format 3 has no step times; they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             let data = &mut applied.data;
-            (data.state, data.engine) = (old.state.into(), old.engine.upgrade(levels()));
+            (data.state, data.engine) = (old.state.into(), old.engine.upgrade(engine_config));
             (data.actions, data.hook) = (old.actions, old.hook);
             (meta, 3)
         }
@@ -172,7 +171,7 @@ pub fn load(
             check_seal(&meta.snapshot_id, &data, 4).map_err(fail)?;
             let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
             tracing::info!(path = %path.display(),
-                "snapshot format 4 has no rank placements (they fill in from the next pushes) and no memory levels (they come from this replica's [engine.memory_levels])");
+                "snapshot format 4 has no rank placements (they fill in from the next pushes), no host memory (it fills in likewise) and no memory levels (they come from this replica's [engine.memory_levels] and [engine.host_memory_levels])");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             applied.data = old.data.upgrade(engine_config);
             (meta, 4)

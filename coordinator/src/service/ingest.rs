@@ -1,14 +1,20 @@
 //! Agent messages through Raft: the bounds a push must keep, the commit,
-//! and the actions handed to the pushing agent in the reply.
+//! and the actions and alerts handed to the pushing agent in the reply.
+//!
+//! The alerts (active ones about the agent's node, for its hooks; see
+//! `gpumon_common::transition::node_alerts`) are read from the leader's
+//! applied state after the commit and recorded nowhere: delivery to the
+//! hooks is best effort, repeated with every reply while the alert is
+//! active, and the agent posts each once per severity.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReplyV1, PushBatch, PushBatchV2,
-    PushOutcome,
+    AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReplyV2, NodeAlert, PushBatch,
+    PushBatchV2, PushOutcome, MAX_NODE_ALERTS,
 };
 
-use super::push_bounds::{check_placements, check_seq, check_sizes, check_times};
+use super::push_bounds::{check_host, check_placements, check_seq, check_sizes, check_times};
 use super::{Service, ServiceError};
 use crate::raft::{Command, CommandV1};
 
@@ -41,12 +47,12 @@ pub enum Refusal {
 impl Service {
     /// Commits an agent's message and answers it: `NotLeader` with the
     /// leader's URL from a follower, the actions for the agent's node after
-    /// a committed push.
+    /// a committed push and, to a version 2 push, the active alerts about
+    /// the node (the caller answers a version 1 message without them).
     ///
-    /// A version 2 push with placements is proposed as
-    /// [`CommandV1::PushPlaced`], one without as [`CommandV1::Push`], so
-    /// the log holds the newer command only where it carries something.
-    pub async fn push(&self, message: AgentMessage) -> Result<CoordinatorReplyV1, PushError> {
+    /// A version 2 push is proposed as [`CommandV1::for_push`] makes it.
+    pub async fn push(&self, message: AgentMessage) -> Result<CoordinatorReplyV2, PushError> {
+        let wants_alerts = message.version() >= 2;
         let Some(_slot) = self.admission.admit() else {
             return Err(PushError::Busy);
         };
@@ -64,16 +70,19 @@ impl Service {
                 self.check_push(&batch)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
-            AgentMessage::V2(AgentMessageV2::Push(PushBatchV2 { batch, placements })) => {
-                check_placements(&batch, &placements).map_err(PushError::Refused)?;
-                self.check_push(&batch)?;
+            AgentMessage::V2(AgentMessageV2::Push(pushed)) => {
+                let PushBatchV2 {
+                    batch,
+                    placements,
+                    host,
+                } = &pushed;
+                check_placements(batch, placements).map_err(PushError::Refused)?;
+                self.check_push(batch)?;
+                if let Some(host) = host {
+                    check_host(batch, host, wall_ms()).map_err(PushError::Refused)?;
+                }
                 let (seq, node) = (batch.seq, Some(batch.node.clone()));
-                let command = if placements.is_empty() {
-                    CommandV1::Push(batch)
-                } else {
-                    CommandV1::PushPlaced(PushBatchV2 { batch, placements })
-                };
-                (seq, node, command)
+                (seq, node, CommandV1::for_push(pushed))
             }
         };
         let outcome = match self.write(Command::V1(command), "the push").await {
@@ -90,11 +99,29 @@ impl Service {
             Err(ServiceError::NotLeader(leader_url)) => PushOutcome::NotLeader { leader_url },
             Err(e) => return Err(PushError::Service(e)),
         };
-        let actions = match (&outcome, node) {
-            (PushOutcome::Committed { .. }, Some(node)) => self.hand_out_actions(&node).await,
-            _ => Vec::new(),
+        let (actions, alerts) = match (&outcome, node) {
+            (PushOutcome::Committed { .. }, Some(node)) => {
+                let actions = self.hand_out_actions(&node).await;
+                let alerts = if wants_alerts {
+                    self.node_alerts(&node)
+                } else {
+                    Vec::new()
+                };
+                (actions, alerts)
+            }
+            _ => (Vec::new(), Vec::new()),
         };
-        Ok(CoordinatorReplyV1 { outcome, actions })
+        Ok(CoordinatorReplyV2 {
+            outcome,
+            actions,
+            alerts,
+        })
+    }
+
+    /// The active alerts about `node`, most severe first, at most
+    /// [`MAX_NODE_ALERTS`], from this replica's applied state.
+    fn node_alerts(&self, node: &str) -> Vec<NodeAlert> {
+        self.state_machine.read().node_alerts(node, MAX_NODE_ALERTS)
     }
 }
 

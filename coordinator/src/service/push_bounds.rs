@@ -7,8 +7,9 @@
 //!   batch's `(agent, incarnation)` (0 is no seq, more than
 //!   [`MAX_SEQ_GAP`] ahead is refused; an incarnation the state does not
 //!   remember takes any seq but 0, having no history to poison); every time the batch carries
-//!   (window start and end, hook record) against the leader's wall clock:
-//!   at most [`MAX_FUTURE_SKEW_MS`] ahead, not before [`MIN_PUSH_TIME_MS`].
+//!   (window start and end, hook record, host memory) against the leader's wall clock:
+//!   at most [`MAX_FUTURE_SKEW_MS`] ahead, not before [`MIN_PUSH_TIME_MS`];
+//!   a version 2 push's host memory: some RAM, no more in use than there is.
 //!   A refusal is a 400 that names the field, the value and the bound, and
 //!   nothing reaches the log. A seq at or below the last applied one passes
 //!   untouched: it is a re-send, acknowledged as a duplicate.
@@ -21,7 +22,7 @@
 //!   refused batch, logs the reason and sends the next one.
 
 use gpumon_common::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
-use gpumon_proto::{ProcPlacement, PushBatch};
+use gpumon_proto::{HostMemory, ProcPlacement, PushBatch};
 
 use super::ingest::{PushRefused, Refusal};
 use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
@@ -89,7 +90,6 @@ pub(super) fn check_seq(batch: &PushBatch, last: Option<u64>) -> Result<(), Push
 
 /// Checks every time in the batch against `wall_ms`, the leader's clock.
 pub(super) fn check_times(batch: &PushBatch, wall_ms: u64) -> Result<(), PushRefused> {
-    let latest = wall_ms.saturating_add(MAX_FUTURE_SKEW_MS);
     let windows = batch.windows.iter().enumerate().flat_map(|(i, w)| {
         [
             ("windows", i, "start_ms", w.start_ms),
@@ -98,21 +98,44 @@ pub(super) fn check_times(batch: &PushBatch, wall_ms: u64) -> Result<(), PushRef
     });
     let hook = (batch.hook.iter().enumerate()).map(|(i, r)| ("hook", i, "t_ms", r.t_ms()));
     for (list, i, name, t) in windows.chain(hook) {
-        if t > latest {
-            return Err(PushRefused::new(
-                Refusal::OutOfBounds,
-                format!(
-                    "{list}[{i}].{name} {t} is {} ms ahead of the coordinator's clock ({wall_ms}); at most {MAX_FUTURE_SKEW_MS} ms is accepted",
-                    t - wall_ms
-                ),
-            ));
-        }
-        if t < MIN_PUSH_TIME_MS {
-            return Err(PushRefused::new(
-                Refusal::OutOfBounds,
-                format!("{list}[{i}].{name} {t} is before {MIN_PUSH_TIME_MS} (2020-01-01 UTC): is the agent's clock set?"),
-            ));
-        }
+        check_time(&format!("{list}[{i}].{name}"), t, wall_ms)?;
+    }
+    Ok(())
+}
+
+/// Checks a version 2 push's host memory: its time against `wall_ms` as
+/// [`check_times`] does, and its sizes (`gpumon_common::cluster::check_host`).
+pub(super) fn check_host(
+    batch: &PushBatch,
+    host: &HostMemory,
+    wall_ms: u64,
+) -> Result<(), PushRefused> {
+    check_time("host.t_ms", host.t_ms, wall_ms)?;
+    gpumon_common::cluster::check_host(host).map_err(|e| {
+        PushRefused::new(
+            Refusal::OutOfBounds,
+            format!("{e} (agent {:?}, node {:?})", batch.agent_id, batch.node),
+        )
+    })
+}
+
+/// Checks one time, named `what`, against `wall_ms`.
+fn check_time(what: &str, t: u64, wall_ms: u64) -> Result<(), PushRefused> {
+    let latest = wall_ms.saturating_add(MAX_FUTURE_SKEW_MS);
+    if t > latest {
+        return Err(PushRefused::new(
+            Refusal::OutOfBounds,
+            format!(
+                "{what} {t} is {} ms ahead of the coordinator's clock ({wall_ms}); at most {MAX_FUTURE_SKEW_MS} ms is accepted",
+                t - wall_ms
+            ),
+        ));
+    }
+    if t < MIN_PUSH_TIME_MS {
+        return Err(PushRefused::new(
+            Refusal::OutOfBounds,
+            format!("{what} {t} is before {MIN_PUSH_TIME_MS} (2020-01-01 UTC): is the agent's clock set?"),
+        ));
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV1, GpuInfo,
+    AgentMessage, AgentMessageV1, BytesStat, CoordinatorReply, CoordinatorReplyV2, GpuInfo,
     GpuWindow, ProcWindow, PushBatch, PushOutcome, RankInfo,
 };
 
@@ -44,10 +44,11 @@ pub async fn push(url: &str, msg: &AgentMessage) -> PushOutcome {
     push_reply(url, msg).await.outcome
 }
 
-/// Like [`push`], with the whole reply (the actions handed out included).
+/// Like [`push`], with the whole reply (the actions handed out included),
+/// as version 2 lays it out; the reply's version must be the message's.
 /// A replica that is not (or no longer) the leader names the leader, which
 /// the push follows, as an agent does.
-pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
+pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV2 {
     let deadline = tokio::time::Instant::now() + ELECTION_WITHIN;
     let client = gpumon_net::plain_client_builder().build().unwrap();
     let mut url = url.to_owned();
@@ -66,7 +67,16 @@ pub async fn push_reply(url: &str, msg: &AgentMessage) -> CoordinatorReplyV1 {
         if resp.status().is_success() {
             let reply: CoordinatorReply =
                 wire::decode(&resp.bytes().await.unwrap(), 1 << 20).unwrap();
-            let CoordinatorReply::V1(reply) = reply;
+            let version = match reply {
+                CoordinatorReply::V1(_) => 1,
+                CoordinatorReply::V2(_) => 2,
+            };
+            assert_eq!(
+                version,
+                msg.version(),
+                "the reply is in the message's version"
+            );
+            let reply = reply.into_v2();
             match reply.outcome {
                 PushOutcome::Committed { .. } => return reply,
                 PushOutcome::NotLeader {

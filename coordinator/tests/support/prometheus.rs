@@ -1,6 +1,8 @@
 //! A real Prometheus server (Debian's `prometheus`) for the tests that
-//! scrape coordinators with it or write to it; killed when dropped.
+//! scrape coordinators with it or write to it, killed when dropped; and
+//! its `promtool`.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -85,4 +87,28 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Runs `promtool ARGS` with `stdin`; the failure names the install command.
+pub fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
+    let mut child = Command::new("/usr/bin/promtool")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run /usr/bin/promtool ({e}); {INSTALL}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }

@@ -128,6 +128,13 @@ pub struct NodeView {
     pub agent_id: String,
     /// Newest window end, ms.
     pub last_seen_ms: u64,
+    /// Host RAM (`MemTotal`), when the node's agent sends it.
+    #[serde(default)]
+    pub host_total_bytes: Option<u64>,
+    /// Host RAM in use (total less available), the highest of the agent's
+    /// newest window, when the agent sends it.
+    #[serde(default)]
+    pub host_used_bytes: Option<u64>,
     /// GPUs by index.
     pub gpus: Vec<GpuView>,
 }

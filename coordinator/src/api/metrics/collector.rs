@@ -4,7 +4,7 @@
 //! Every name starts with `gpumon_`, is in base units (`_bytes`,
 //! `_seconds`, `_ratio`), and counters end in `_total`. Per-rank series
 //! carry `job`, `rank`, `node` and `gpu` labels; per-GPU series `node`,
-//! `gpu`, `uuid` and `model`. A rank in Kubernetes also has
+//! `gpu`, `uuid` and `model`; per-node host RAM series `node`. A rank in Kubernetes also has
 //! `gpumon_rank_info` (always 1) with its `namespace`, `pod`, `container`,
 //! `uid` and `container_id`, those known: one series per exported rank, so
 //! the pod labels add no series to the others and join onto them by
@@ -116,6 +116,7 @@ pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     if let Some(c) = &s.cluster {
         encode_gpus(c, enc)?;
+        encode_hosts(c, enc)?;
         encode_ranks(c, enc)?;
         encode_rank_info(c, enc)?;
         encode_jobs(c, enc)?;
@@ -188,6 +189,24 @@ fn encode_gpus(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
         "GPU out-of-memory risk level: 0 none, 1 low, 2 warning, 3 high, 4 critical",
         None,
         s.gpus.iter().map(|g| (labels(g), Some(g.risk))),
+    )
+}
+
+fn encode_hosts(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let node = |h: &super::scrape::HostRow| [("node", h.node.clone())];
+    gauges(
+        enc,
+        "gpumon_node_host_memory_used",
+        "Host RAM in use on the node (total less available), the highest of its agent's newest window",
+        BYTES,
+        s.hosts.iter().map(|h| (node(h), Some(h.used_bytes))),
+    )?;
+    gauges(
+        enc,
+        "gpumon_node_host_memory_total",
+        "Host RAM of the node",
+        BYTES,
+        s.hosts.iter().map(|h| (node(h), Some(h.total_bytes))),
     )
 }
 

@@ -77,6 +77,14 @@ pub struct GpuRow {
     pub oom_in_s: Option<f64>,
 }
 
+/// One node's host RAM, from its agent's newest push.
+#[derive(Debug)]
+pub struct HostRow {
+    pub node: String,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
 /// One live rank.
 #[derive(Debug)]
 pub struct RankRow {
@@ -205,6 +213,7 @@ pub struct Scrape {
 #[derive(Debug)]
 pub struct ClusterRows {
     pub gpus: Vec<GpuRow>,
+    pub hosts: Vec<HostRow>,
     pub ranks: Vec<RankRow>,
     pub ranks_omitted: u64,
     pub jobs: Vec<JobRow>,
@@ -308,7 +317,17 @@ impl ClusterRows {
             .map(|d| ((d.node.clone(), d.gpu), d))
             .collect();
         let mut gpus = Vec::new();
+        let mut hosts = Vec::new();
         for node in applied.state.nodes_view().nodes {
+            if let (Some(used_bytes), Some(total_bytes)) =
+                (node.host_used_bytes, node.host_total_bytes)
+            {
+                hosts.push(HostRow {
+                    node: node.node.clone(),
+                    used_bytes,
+                    total_bytes,
+                });
+            }
             for g in node.gpus {
                 let engine = devices.get(&(node.node.clone(), g.index));
                 gpus.push(GpuRow {
@@ -417,6 +436,7 @@ impl ClusterRows {
         let hook = applied.hook.counters();
         ClusterRows {
             gpus,
+            hosts,
             ranks,
             ranks_omitted,
             jobs,

@@ -148,6 +148,18 @@ mod tests {
     }
 
     #[test]
+    fn a_host_alert_is_labelled_with_its_node_only() {
+        let m = super::super::testing::host_message(ReceiverKind::Alertmanager, Notice::New);
+        let b = body(&m, NOW, 240.0);
+        let labels = b[0]["labels"].as_object().unwrap();
+        assert_eq!(labels["alertname"], "GpumonMemoryLevel");
+        assert_eq!(labels["node"], "node-a");
+        for absent in ["job", "rank", "gpu"] {
+            assert!(!labels.contains_key(absent), "{absent}: {labels:?}");
+        }
+    }
+
+    #[test]
     fn severities_are_the_ones_alertmanager_routes_by() {
         let all = [Severity::Warning, Severity::High, Severity::Critical].map(severity);
         assert_eq!(all, ["info", "warning", "critical"]);

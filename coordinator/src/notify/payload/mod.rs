@@ -89,11 +89,13 @@ pub fn what(kind: AlertKind) -> &'static str {
     }
 }
 
-/// `job-x rank 2`, or `node-a GPU 3`.
+/// `job-x rank 2`, `node-a GPU 3`, or `node-a host RAM` (an alert about a
+/// node with neither job nor GPU: its host memory).
 pub fn whom(a: &Alert) -> String {
     match (&a.job, a.rank, &a.node, a.gpu) {
         (Some(job), Some(rank), _, _) => format!("{job} rank {rank}"),
         (_, _, Some(node), Some(gpu)) => format!("{node} GPU {gpu}"),
+        (None, None, Some(node), None) => format!("{node} host RAM"),
         _ => "cluster".to_owned(),
     }
 }
@@ -183,6 +185,19 @@ pub(crate) mod testing {
 
     use super::Message;
 
+    /// A host memory-level alert on node-a (critical), due as `notice`.
+    pub fn host_message(kind: ReceiverKind, notice: Notice) -> Message {
+        let subject = Subject::Host("node-a".into());
+        let mut m = oom_message(kind, notice);
+        let mut alert = subject.alert(AlertKind::MemoryLevel, 1.7e9, Severity::Critical);
+        alert.id = 5;
+        alert.message = "host RAM on node-a is 93.0 % used".into();
+        m.due.key.kind = AlertKind::MemoryLevel;
+        m.due.key.subject = subject;
+        m.due.alert = alert;
+        m
+    }
+
     /// An OOM alert on job-x rank 2, fired at t = 1_700_000_000 s, due as `notice`.
     pub fn oom_message(kind: ReceiverKind, notice: Notice) -> Message {
         let subject = Subject::Rank("job x".into(), 2);
@@ -240,6 +255,17 @@ mod tests {
         let f = m.forecast().unwrap();
         assert_eq!(f.seconds_left, 600.0);
         assert_eq!(f.describe(), "OOM in 10 min (confidence 80%)");
+    }
+
+    #[test]
+    fn a_host_alert_names_the_node_s_host_and_links_the_front_page() {
+        let m = testing::host_message(
+            gpumon_common::notify::ReceiverKind::Webhook,
+            gpumon_common::notify::Notice::New,
+        );
+        assert_eq!(m.title(), "Memory level: node-a host RAM");
+        assert_eq!(m.link(), "http://gpumon.test:7070/");
+        assert!(m.forecast().is_none());
     }
 
     #[test]

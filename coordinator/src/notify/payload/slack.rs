@@ -84,8 +84,10 @@ pub fn body(m: &Message) -> Value {
             a.recommendation.as_deref().unwrap_or("none"),
         ),
     ];
-    if let (Some(node), Some(gpu)) = (&a.node, a.gpu) {
-        fields.push(field("GPU", &format!("{node} GPU {gpu}")));
+    match (&a.node, a.gpu, &a.job) {
+        (Some(node), Some(gpu), _) => fields.push(field("GPU", &format!("{node} GPU {gpu}"))),
+        (Some(node), None, None) => fields.push(field("Host", node)),
+        _ => {}
     }
     let link = m.link();
     let message = if a.message.is_empty() {
@@ -168,6 +170,21 @@ mod tests {
         assert!(f[5].contains("empty_cache"), "{}", f[5]);
         assert_eq!(b["blocks"][3]["elements"][0]["url"], m.link());
         assert!(b["text"].as_str().unwrap().starts_with("[FIRING]"));
+    }
+
+    #[test]
+    fn a_host_alert_names_its_host() {
+        let m = super::super::testing::host_message(ReceiverKind::Slack, Notice::New);
+        let b = body(&m);
+        let f = fields(&b);
+        assert_eq!(
+            f.last().map(String::as_str),
+            Some("*Host*\nnode-a"),
+            "{f:?}"
+        );
+        assert_eq!(f[0], "*Job*\n-");
+        let header = b["blocks"][0]["text"]["text"].as_str().unwrap();
+        assert!(header.contains("node-a host RAM"), "{header}");
     }
 
     #[test]

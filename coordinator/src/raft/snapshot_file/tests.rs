@@ -18,8 +18,8 @@ use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, Receiv
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
     ActionKind, AllocRecord, AllocStats, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello,
-    HookRecord, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
-    StepRecord,
+    HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
+    RankInfo, StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -109,6 +109,16 @@ fn placement() -> PodPlacement {
     }
 }
 
+/// The node's host RAM at `t_ms`: 400 of 512 GiB, past the default
+/// warning level of 75 %.
+fn host(t_ms: u64) -> HostMemory {
+    HostMemory {
+        t_ms,
+        total_bytes: 512 << 30,
+        used_max_bytes: 400 << 30,
+    }
+}
+
 /// The scenario every fixture holds (as much of it as its format keeps).
 fn scenario() -> Applied {
     let mut applied = Applied::empty(Limits::default(), &EngineConfig::default());
@@ -142,6 +152,7 @@ fn scenario() -> Applied {
                 pid: 101,
                 placement: placement(),
             }],
+            host: Some(host(end_ms)),
         }));
     }
     commands.push(CommandV1::IssueActions {
@@ -267,6 +278,25 @@ fn every_supported_format_loads_with_what_it_holds() {
         let placements: Vec<_> = job.ranks.iter().map(|r| r.view.placement.clone()).collect();
         let rank_1 = placement_kept.then(placement);
         assert_eq!(placements, [None, rank_1], "v{version}");
+
+        let host_kept = version >= 5;
+        assert_eq!(
+            a.state.host("node-a").copied(),
+            host_kept.then(|| host(1_003_000)),
+            "v{version}"
+        );
+        let host_alert = a
+            .engine
+            .alert_book()
+            .active_by_subject()
+            .any(|(s, _)| *s == Subject::Host("node-a".into()));
+        assert_eq!(host_alert, host_kept, "v{version}: the host's level");
+        let levels = &a.engine.config().host_memory_levels;
+        assert_eq!(
+            (levels.warning_pct, levels.critical_pct),
+            (75.0, 90.0),
+            "v{version}: this replica's levels where the format had none"
+        );
     }
 }
 
