@@ -114,7 +114,6 @@ impl Engine {
         let pct = 100.0 * used_high as f64 / total as f64;
         let level = params.level(pct);
         let clears = params.clears(pct);
-        let named = level.map(|s| params.named(s));
         let subjects = oom_subjects(track, node, gpu);
         // Raised on the GPU before its ranks were known: theirs now.
         let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
@@ -122,13 +121,12 @@ impl Engine {
             self.alerts.resolve(AlertKind::MemoryLevel, &gpu_subject, t);
         }
         for subject in &subjects {
-            let active = self.alerts.is_active(AlertKind::MemoryLevel, subject);
             match level {
                 Some(severity) => {
                     let mut alert = subject.alert(AlertKind::MemoryLevel, t, severity);
                     alert.node = Some(node.to_owned());
                     alert.gpu = Some(gpu);
-                    let (name, at) = named.unwrap_or(("warning", 0.0));
+                    let (name, at) = params.named(severity);
                     alert.message = format!(
                         "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
                         fmt_bytes(total),
@@ -137,7 +135,7 @@ impl Engine {
                     alert.recommendation = Some(level_advice(severity).to_owned());
                     self.alerts.raise(subject.clone(), alert);
                 }
-                None if active && clears => {
+                None if clears => {
                     self.alerts.resolve(AlertKind::MemoryLevel, subject, t);
                 }
                 None => {}
