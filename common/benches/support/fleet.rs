@@ -68,6 +68,12 @@ pub fn push(agent: u32, step: u64) -> Command {
 
 /// A state holding `gpus` GPUs with `windows` windows each.
 pub fn filled(gpus: u32, windows: u64) -> Replicated {
+    filled_with_progress(gpus, windows, |_| {})
+}
+
+/// [`filled`], calling `progress` with the windows applied per GPU so far
+/// every 128 of them.
+pub fn filled_with_progress(gpus: u32, windows: u64, mut progress: impl FnMut(u64)) -> Replicated {
     let limits = Limits {
         max_gpus: 65_536,
         max_ranks: 65_536,
@@ -83,6 +89,9 @@ pub fn filled(gpus: u32, windows: u64) -> Replicated {
     for step in 0..windows {
         for agent in 0..agents {
             state.apply(push(agent, step), false);
+        }
+        if (step + 1) % 128 == 0 {
+            progress(step + 1);
         }
     }
     state

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::placement::check_placement;
 use super::validate::{check_name, check_window};
 use super::{
-    AgentEntry, ClusterState, GpuEntry, RankEntry, RankKey, Ring, INCARNATIONS_REMEMBERED,
+    AgentEntry, ClusterState, GpuEntry, History, RankEntry, RankKey, INCARNATIONS_REMEMBERED,
 };
 use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
 use crate::shared::Shared;
@@ -291,7 +291,7 @@ impl ClusterState {
                     power_w: None,
                     processes: Vec::new(),
                     live_ranks: Vec::new(),
-                    history: Ring::new(history),
+                    history: History::new(history),
                 }),
             );
         }
@@ -368,7 +368,7 @@ impl ClusterState {
                         first_seen_ms: w.start_ms,
                         last_seen_ms: 0,
                         ended_ms: None,
-                        history: Ring::new(history),
+                        history: History::new(history),
                         placement: None,
                     }),
                 );

@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use gpumon_proto::api::HistoryPoint;
 
-use super::{ClusterState, GpuEntry, Ring};
+use super::{ClusterState, GpuEntry, History};
 
 /// One GPU as the view holds it now.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +29,7 @@ pub struct GpuSeries<'a> {
     pub job: Option<&'a str>,
     /// The rank on it in its newest window, when there is exactly one.
     pub rank: Option<u32>,
-    history: &'a Ring<HistoryPoint>,
+    history: &'a History,
 }
 
 impl<'a> GpuSeries<'a> {
@@ -56,7 +56,7 @@ impl<'a> GpuSeries<'a> {
 
     /// The memory windows kept that end after `t_ms`, oldest first
     /// (window ends never decrease along a GPU's history).
-    pub fn windows_after(&self, t_ms: u64) -> impl Iterator<Item = &'a HistoryPoint> {
+    pub fn windows_after(&self, t_ms: u64) -> impl Iterator<Item = HistoryPoint> + 'a {
         let newer = self
             .history
             .iter()

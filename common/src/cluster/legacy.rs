@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_proto::api::{HistoryPoint, IngestCounters};
+use gpumon_proto::api::IngestCounters;
 use gpumon_proto::RankInfo;
 use serde::{Deserialize, Serialize};
 
-use super::{AgentEntry, ClusterState, GpuEntry, Limits, RankEntry, RankKey, Ring};
+use super::{AgentEntry, ClusterState, GpuEntry, History, Limits, RankEntry, RankKey};
 use crate::shared::Shared;
 
 /// [`ClusterState`] as snapshot formats 1 to 4 hold it.
@@ -39,7 +39,7 @@ struct RankEntryV4 {
     first_seen_ms: u64,
     last_seen_ms: u64,
     ended_ms: Option<u64>,
-    history: Ring<HistoryPoint>,
+    history: History,
 }
 
 /// The conversions of one rank between the layouts: the same fields, and

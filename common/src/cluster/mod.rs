@@ -36,6 +36,7 @@
 mod apply;
 mod expiry;
 mod export;
+mod history;
 mod host;
 mod legacy;
 mod placement;
@@ -46,7 +47,7 @@ mod validate;
 
 use std::collections::BTreeMap;
 
-use gpumon_proto::api::{HistoryPoint, IngestCounters, ProcessView};
+use gpumon_proto::api::{IngestCounters, ProcessView};
 use gpumon_proto::{GpuInfo, HostMemory, PodPlacement, RankInfo};
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,7 @@ use crate::shared::Shared;
 pub use apply::{ClusterEvent, PushApplied};
 pub use expiry::Expired;
 pub use export::GpuSeries;
+pub use history::History;
 pub use host::{check_host, InvalidHost};
 pub use legacy::ClusterStateV4;
 pub use placement::{
@@ -148,7 +150,7 @@ struct GpuEntry {
     processes: Vec<ProcessView>,
     /// Ranks whose process was on this GPU in its newest window.
     live_ranks: Vec<RankKey>,
-    history: Ring<HistoryPoint>,
+    history: History,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,7 +167,7 @@ struct RankEntry {
     first_seen_ms: u64,
     last_seen_ms: u64,
     ended_ms: Option<u64>,
-    history: Ring<HistoryPoint>,
+    history: History,
     /// Where in Kubernetes the rank's process runs, when known.
     placement: Option<PodPlacement>,
 }

@@ -138,7 +138,7 @@ impl ClusterState {
             .job_ranks(job)
             .map(|(_, r)| RankDetail {
                 view: rank_view(r, &up),
-                history: r.history.iter().copied().collect(),
+                history: r.history.iter().collect(),
             })
             .collect();
         if ranks.is_empty() {

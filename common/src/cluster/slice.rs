@@ -62,7 +62,6 @@ impl ClusterState {
                         .history
                         .iter()
                         .filter(|p| range.contains(p.t_ms))
-                        .copied()
                         .collect(),
                 });
             }

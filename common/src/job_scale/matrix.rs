@@ -29,8 +29,8 @@ pub fn share_cell(used: u64, total: u64) -> u8 {
 
 /// One rank's row: per bucket of `edges_ms`, the highest window maximum
 /// within it as a cell, [`CELL_EMPTY`] where none.
-pub fn bucket_row<'a>(
-    history: impl Iterator<Item = &'a HistoryPoint>,
+pub fn bucket_row(
+    history: impl Iterator<Item = HistoryPoint>,
     total_bytes: u64,
     edges_ms: &[u64],
 ) -> Vec<u8> {
@@ -108,7 +108,7 @@ mod tests {
             point(400, 100),
             point(401, 100),
         ];
-        let row = bucket_row(h.iter(), 100, &edges);
+        let row = bucket_row(h.into_iter(), 100, &edges);
         assert_eq!(row, vec![150, 75, CELL_EMPTY, 250]);
     }
 
