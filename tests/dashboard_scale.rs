@@ -2,10 +2,19 @@
 //! 60 windows of each of 1,000 simulated agents x 8 GPUs (one job, rank
 //! `agent * 8 + gpu`), then the job page in headless Chromium. The page must
 //! take the big-job path (summary and worst ranks, never every history),
-//! finish its first render within 2 s of navigation start (measured by the
-//! page with `performance.now()`, on Chromium's virtual clock), draw a heatmap row per rank and list the
-//! nodes; a screenshot goes to `target/test-artifacts/`. The API's answers
-//! at this size are checked too: the parts stay small.
+//! finish its first render within 2 s of navigation start, draw a heatmap
+//! row per rank and list the nodes; a screenshot goes to
+//! `target/test-artifacts/`. The API's answers at this size are checked
+//! too: the parts stay small.
+//!
+//! The first render is timed on the real clock with the page's data fetches
+//! included: Chromium runs without a virtual clock, driven over the
+//! DevTools protocol (`support::devtools`), and the page records
+//! `performance.now()` at its first render (`data-first-render-ms`) and the
+//! time its fetches before it took (`data-first-fetch-ms`, from resource
+//! timing); both are printed. The wait for the first render is 60 s of real
+//! time, far above the 2 s asserted, so a slow run fails with its figure
+//! rather than a timeout. Only the screenshot uses the virtual-time runner.
 //!
 //! Expected figures come from the plan of what was pushed, never from the
 //! page. Every wait is bounded; the coordinator is killed at the end.
@@ -20,8 +29,9 @@ use gpumon_proto::wire;
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, BytesStat, GpuInfo, GpuWindow, ProcWindow, PushBatch, RankInfo,
 };
-use support::browser::{assert_png, dump_dom, require_chromium, screenshot};
-use support::chromium::{find, parse_tags};
+use support::browser::{assert_png, require_chromium, screenshot};
+use support::chromium::{find, parse_tags, Tag};
+use support::devtools::LivePage;
 use support::{artifacts_dir, leading_coordinator};
 
 const JOB: &str = "wide-job";
@@ -39,6 +49,12 @@ const CLIMBERS: [u32; 3] = [17, 4_242, 7_999];
 /// Concurrent pushers.
 const LANES: u32 = 16;
 const FIRST_RENDER_MAX_MS: f64 = 2_000.0;
+/// The real-time wait for the first render: bounds the test on a loaded
+/// machine, well above the limit so that a slow render is reported.
+const FIRST_RENDER_WITHIN: Duration = Duration::from_secs(60);
+/// The page's DOM once it rendered its first answer, else `null`.
+const DOM_AFTER_FIRST_RENDER: &str = "document.getElementById('page')?.dataset.firstRenderMs \
+     ? document.documentElement.outerHTML : null";
 
 /// Rank `rank`'s process memory in window `w`: a level set by the rank
 /// (30 to about 58 GiB) with a step-like ripple; climbers gain 700 MiB a
@@ -192,20 +208,29 @@ async fn the_job_page_of_8000_ranks_renders_within_two_seconds() {
     assert!(sum_bytes < 2 << 20, "{sum_bytes} bytes");
 
     let page = format!("{url}/#/jobs/{JOB}");
-    let dom = dump_dom(&page).await;
-    let tags = parse_tags(&dom);
-    // Chromium's clock under --virtual-time-budget: it does not advance
-    // while fetches are pending, so this is the page's own work (parsing,
-    // decoding, drawing); the API's answer times are printed above.
-    let first_ms: f64 = find(&tags, |t| t.name == "main")
-        .and_then(|m| m.attr("data-first-render-ms"))
-        .unwrap_or_else(|| panic!("the page never rendered: {}", &dom[..dom.len().min(2000)]))
-        .parse()
-        .unwrap();
-    eprintln!("first render at {first_ms} ms after navigation start (virtual time)");
+    let mut live = LivePage::open(&page).await;
+    let dom = live
+        .wait_for(DOM_AFTER_FIRST_RENDER, FIRST_RENDER_WITHIN)
+        .await;
+    live.close().await;
+    let dom = dom.as_str().expect("the DOM as text");
+    let tags = parse_tags(dom);
+    let main = find(&tags, |t| t.name == "main").expect("the page's <main>");
+    let first_ms = number(main, "data-first-render-ms");
+    let fetch_ms = number(main, "data-first-fetch-ms");
+    let fetches = number(main, "data-first-fetches");
+    eprintln!(
+        "first render at {first_ms} ms after navigation start (real time), \
+         of which {fetch_ms} ms in {fetches} data fetches"
+    );
     assert!(
         first_ms <= FIRST_RENDER_MAX_MS,
-        "first render took {first_ms} ms"
+        "first render took {first_ms} ms (real time, {fetch_ms} ms of it in fetches)"
+    );
+    // At least the cluster, the active alerts, the worst ranks and the summary.
+    assert!(
+        fetches >= 4.0 && fetch_ms <= first_ms,
+        "{fetches} fetches, {fetch_ms} ms"
     );
     let heatmap = find(&tags, |t| {
         t.name == "canvas" && t.attr("id") == Some("heatmap")
@@ -253,4 +278,14 @@ async fn the_job_page_of_8000_ranks_renders_within_two_seconds() {
     assert_png(&shot, 1400, 1800);
     eprintln!("screenshot: {}", shot.display());
     coordinator.kill().await;
+}
+
+/// Attribute `name` of `tag`, a number the page wrote.
+#[track_caller]
+fn number(tag: &Tag, name: &str) -> f64 {
+    let text = tag
+        .attr(name)
+        .unwrap_or_else(|| panic!("<{}> has no {name}", tag.name));
+    text.parse()
+        .unwrap_or_else(|e| panic!("{name}={text:?}: {e}"))
 }
