@@ -6,6 +6,12 @@
 //! openraft hears about it: [`LogFlushed`] is called only after the commit
 //! returns, so an acknowledged entry survives a crash.
 //!
+//! The committed log id is kept in memory as openraft advances it (on every
+//! commit, many times a second under load) and written with the next
+//! append's transaction, not in a transaction of its own: openraft allows
+//! it to be lost, and a replica whose stored one lags only re-applies less
+//! at start and learns the rest from the leader.
+//!
 //! A record that does not decode is a storage error naming the file and the
 //! index; entries are never skipped silently.
 
@@ -13,7 +19,7 @@ use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
@@ -39,6 +45,8 @@ pub struct LogStore {
     db: Arc<Database>,
     path: Arc<PathBuf>,
     committed: CommittedIndex,
+    /// The newest committed log id openraft saved, written with the next append.
+    committed_id: Arc<Mutex<Option<LogId<NodeId>>>>,
 }
 
 /// The newest committed log index this replica knows of, shared with the API
@@ -94,6 +102,7 @@ impl LogStore {
             db: Arc::new(db),
             path: Arc::new(path.to_owned()),
             committed: CommittedIndex::default(),
+            committed_id: Arc::default(),
         };
         // Decode the metadata now, so a corrupt file stops the replica at start-up.
         store
@@ -104,6 +113,7 @@ impl LogStore {
             .map_err(|e| fail(e.to_string()))?
             .flatten();
         store.committed.set(committed);
+        *store.committed_id() = committed;
         let purged = store
             .read_meta::<LogId<NodeId>>(KEY_PURGED)
             .map_err(|e| fail(e.to_string()))?;
@@ -137,6 +147,10 @@ impl LogStore {
             expect = Some(index + 1);
         }
         Ok(())
+    }
+
+    fn committed_id(&self) -> std::sync::MutexGuard<'_, Option<LogId<NodeId>>> {
+        self.committed_id.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> StorageResult<Option<T>> {
@@ -216,6 +230,26 @@ impl LogStore {
         }
     }
 
+    /// Stores encoded entries and the committed log id openraft saved last,
+    /// in one transaction that returns after fsync.
+    fn write_entries(&self, encoded: &[(u64, Vec<u8>)]) -> StorageResult<()> {
+        let committed =
+            postcard::to_allocvec(&*self.committed_id()).map_err(|e| self.write_err(e))?;
+        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        {
+            let mut table = txn.open_table(LOG).map_err(|e| self.write_err(e))?;
+            for (index, bytes) in encoded {
+                table
+                    .insert(*index, bytes.as_slice())
+                    .map_err(|e| self.write_err(e))?;
+            }
+            let mut meta = txn.open_table(META).map_err(|e| self.write_err(e))?;
+            meta.insert(KEY_COMMITTED, committed.as_slice())
+                .map_err(|e| self.write_err(e))?;
+        }
+        txn.commit().map_err(|e| self.write_err(e))
+    }
+
     /// Removes entries in `range`.
     fn remove_range(
         &self,
@@ -280,10 +314,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
         self.committed.set(committed);
-        // Not fsynced: the next append's commit makes it durable, and a
-        // replica that lost it recomputes it from its peers (openraft allows this).
-        self.blocking(move |s| s.write_meta(KEY_COMMITTED, &committed, Durability::None))
-            .await
+        // Stored by the next append (see the module doc).
+        *self.committed_id() = committed;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
@@ -304,21 +337,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|e| postcard::to_allocvec(&e).map(|b| (e.log_id.index, b)))
             .collect::<Result<_, _>>()
             .map_err(|e| self.write_err(e))?;
-        let result = self
-            .blocking(move |s| {
-                let txn = s.db.begin_write().map_err(|e| s.write_err(e))?;
-                {
-                    let mut table = txn.open_table(LOG).map_err(|e| s.write_err(e))?;
-                    for (index, bytes) in &encoded {
-                        table
-                            .insert(*index, bytes.as_slice())
-                            .map_err(|e| s.write_err(e))?;
-                    }
-                }
-                // Immediate durability: commit returns after fsync.
-                txn.commit().map_err(|e| s.write_err(e))
-            })
-            .await;
+        let result = self.blocking(move |s| s.write_entries(&encoded)).await;
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
@@ -388,6 +407,30 @@ mod tests {
             err.contains("log.redb") && err.contains("log entry 1"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_committed_id_is_stored_with_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.redb");
+        let committed = Some(LogId::new(CommittedLeaderId::new(1, 1), 1));
+        {
+            let mut store = LogStore::open(&path).unwrap();
+            store
+                .write_entries(&[(0, blank(0)), (1, blank(1))])
+                .unwrap();
+            store.save_committed(committed).await.unwrap();
+            assert_eq!(store.committed().get(), Some(1), "the API sees it at once");
+            assert_eq!(
+                store.read_committed().await.unwrap(),
+                None,
+                "no write of its own"
+            );
+            store.write_entries(&[(2, blank(2))]).unwrap();
+        }
+        let mut reopened = LogStore::open(&path).unwrap();
+        assert_eq!(reopened.read_committed().await.unwrap(), committed);
+        assert_eq!(reopened.committed().get(), Some(1));
     }
 
     #[test]
