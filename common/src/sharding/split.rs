@@ -25,8 +25,10 @@
 //!   last applied one and within [`MAX_SEQ_GAP`] of it. So a group the agent
 //!   has pushed to in this incarnation gets an empty part once
 //!   [`KEEPALIVE_SEQS`] seqs have gone by without one, and its gap stays
-//!   inside the bound. A re-sent push is cut the same way and each group
-//!   drops its part as a duplicate, as one group drops the whole.
+//!   inside the bound. The agent keeps and re-sends the parts, not the
+//!   push (cutting it again would follow the GPUs as they are now): each
+//!   group drops a part it applied before as a duplicate, as one group
+//!   drops the whole.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -102,7 +104,8 @@ impl PushSplitter {
     }
 
     /// Sends `ack` with the next push, to `group`, which handed the action
-    /// out.
+    /// out. The caller bounds what it queues as it bounds a batch's acks:
+    /// a part with more acks than the leader takes is refused whole.
     pub fn queue_ack(&mut self, group: GroupId, ack: ActionAck) {
         self.acks.entry(group).or_default().push(ack);
     }
@@ -215,7 +218,8 @@ impl PushSplitter {
         }
         let out = parts.finish();
         for part in &out {
-            self.last_sent.insert(part.group, seq);
+            let last = self.last_sent.entry(part.group).or_insert(seq);
+            *last = (*last).max(seq);
         }
         out
     }

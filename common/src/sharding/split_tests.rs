@@ -425,3 +425,29 @@ fn one_group_gets_the_push_whole() {
         }]
     );
 }
+
+#[test]
+fn an_older_seq_does_not_set_the_keep_alive_back() {
+    let map = map();
+    let mut s = PushSplitter::new();
+    let on = |seq: u64, job: &str| {
+        batch(
+            seq,
+            vec![window(0, 2_000 * seq, vec![proc(100, Some(job), 0)])],
+        )
+    };
+    s.split(&map, on(5_000, "job-b").into());
+    // An out-of-order push of job-a's (a caller's mistake: parts are what
+    // is re-sent) leaves job-b's group's last seq at 5,000.
+    s.split(&map, on(10, "job-a").into());
+    let quiet = 5_000 + KEEPALIVE_SEQS - 1;
+    assert_eq!(
+        groups(&s.split(&map, on(quiet, "job-a").into())),
+        [GroupId(1)]
+    );
+    let due = 5_000 + KEEPALIVE_SEQS;
+    assert_eq!(
+        groups(&s.split(&map, on(due, "job-a").into())),
+        [GroupId(1), GroupId(2)]
+    );
+}
