@@ -19,6 +19,8 @@
 //! - [`transition`]: the one state transition, `apply(state, command)`,
 //!   that replicas and replay both run;
 //! - [`replay`]: a trace through that transition, and its report;
+//! - [`sharding`]: jobs hashed to several Raft groups and an agent's push
+//!   split between them (a design and its simulation: docs/sharding.md);
 //! - [`trace`]: reading and writing gpumon trace v1 files;
 //! - [`exposition`]: `/metrics` content negotiation and the classic text format;
 //! - [`metric_family`]: label-less families both `/metrics` collectors write.
@@ -44,6 +46,7 @@ pub mod net;
 pub mod notify;
 pub mod replay;
 pub mod secrets;
+pub mod sharding;
 pub mod shared;
 pub mod trace;
 pub mod transition;
