@@ -11,6 +11,13 @@
 //! Snapshots travel in chunks of `snapshot_chunk_bytes`. An unreachable peer
 //! is retried after an exponential backoff (100 ms doubling to 2 s), so a
 //! dead replica costs the leader little while it is down.
+//!
+//! A refused connection is unreachable at once. A call that runs past its
+//! limit is only a slow answer until the peer has answered nothing for
+//! [`SLOW_PEER_GRACE`]: a busy follower fsyncing a large append often takes
+//! longer than one heartbeat period, and backing off from it (up to 2 s
+//! without replication) stalled every commit under load. A peer behind a
+//! cut link answers nothing, so it is unreachable after the grace.
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -74,6 +81,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             client: self.client.clone(),
             secret: self.secret.clone(),
             reachability: Reachability::default(),
+            unanswered_since: None,
         }
     }
 }
@@ -87,9 +95,23 @@ pub struct PeerClient {
     client: reqwest::Client,
     secret: Option<Secret>,
     reachability: Reachability,
+    /// Since when every call ran past its limit; `None` after an answer.
+    unanswered_since: Option<std::time::Instant>,
 }
 
+/// How long calls to a peer may all run past their limit before it counts
+/// as unreachable (and openraft backs off from it): a few election timeouts
+/// of a busy peer, well under the time a cut peer is noticed in.
+pub const SLOW_PEER_GRACE: Duration = Duration::from_millis(1_000);
+
 impl PeerClient {
+    /// What a call past its limit at `now` means: a slow answer within the
+    /// grace, unreachable after it.
+    fn timed_out_is_unreachable(&mut self, now: std::time::Instant) -> bool {
+        let since = *self.unanswered_since.get_or_insert(now);
+        now.duration_since(since) >= SLOW_PEER_GRACE
+    }
+
     /// Logs the peer going away, staying away and coming back, at a
     /// bounded rate (openraft's own line per failed RPC is filtered out of
     /// the default log).
@@ -136,23 +158,31 @@ impl PeerClient {
         if let Some(secret) = &self.secret {
             request = request.bearer_auth(secret.expose());
         }
-        let resp = request
-            .timeout(option.hard_ttl())
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
+        let resp = match request.timeout(option.hard_ttl()).body(body).send().await {
+            Ok(resp) => {
+                self.unanswered_since = None;
+                self.note(true);
+                resp
+            }
+            // Slow, not gone (see the module doc): retried at the next
+            // heartbeat, without a backoff, and not logged as away.
+            Err(e)
+                if e.is_timeout() && !self.timed_out_is_unreachable(std::time::Instant::now()) =>
+            {
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
+            Err(e) => {
+                self.note(false);
                 // A cut link (packets dropped) shows as the per-call limit
-                // firing before the connect timeout: unreachable too, so
-                // openraft backs off instead of retrying every 100 ms.
-                if e.is_connect() || e.is_timeout() {
+                // firing past the grace: unreachable, so openraft backs off
+                // instead of retrying every 100 ms.
+                return Err(if e.is_connect() || e.is_timeout() {
                     RPCError::Unreachable(Unreachable::new(&e))
                 } else {
                     RPCError::Network(NetworkError::new(&e))
-                }
-            });
-        self.note(resp.is_ok());
-        let resp = resp?;
+                });
+            }
+        };
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -214,11 +244,11 @@ mod tests {
     use super::*;
 
     /// A peer behind a cut link: the connection is taken but nothing ever
-    /// answers, so the per-call limit fires. That must read as unreachable,
-    /// which makes openraft back off, not as a network error it retries at
-    /// once.
+    /// answers, so the per-call limit fires. Within the grace that is a slow
+    /// answer (retried at once, not logged); past it, it must read as
+    /// unreachable, which makes openraft back off.
     #[tokio::test]
-    async fn a_peer_that_never_answers_is_unreachable_and_noted_once() {
+    async fn a_peer_that_never_answers_is_unreachable_after_the_grace_and_noted_once() {
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = silent.local_addr().unwrap().to_string();
         let held = tokio::spawn(async move {
@@ -230,13 +260,18 @@ mod tests {
         let mut network = HttpNetwork::new(None, &PeerLink::plain());
         let mut peer = network.new_client(2, &BasicNode::new(&addr)).await;
         let option = RPCOption::new(Duration::from_millis(100));
+        let vote = || VoteRequest::new(openraft::Vote::new(1, 1), None);
+        let start = std::time::Instant::now();
+        let got = peer.vote(vote(), option.clone()).await;
+        assert!(matches!(got, Err(RPCError::Network(_))), "{got:?}");
+        assert!(
+            peer.reachability.answered(std::time::Instant::now()) == Note::Quiet,
+            "a slow answer is not an absence"
+        );
+        // Past the grace every call that runs out is unreachable.
+        tokio::time::sleep(SLOW_PEER_GRACE.saturating_sub(start.elapsed())).await;
         for _ in 0..3 {
-            let got = peer
-                .vote(
-                    VoteRequest::new(openraft::Vote::new(1, 1), None),
-                    option.clone(),
-                )
-                .await;
+            let got = peer.vote(vote(), option.clone()).await;
             assert!(matches!(got, Err(RPCError::Unreachable(_))), "{got:?}");
         }
         assert!(
