@@ -6,6 +6,11 @@
 //! openraft hears about it: [`LogFlushed`] is called only after the commit
 //! returns, so an acknowledged entry survives a crash.
 //!
+//! Writes go through one writer thread (`log_writer`), which groups the
+//! appends queued meanwhile into one transaction: `append` returns once the
+//! entries are readable from memory, and openraft hears they are durable
+//! only after the fsync.
+//!
 //! The committed log id is kept in memory as openraft advances it (on every
 //! commit, many times a second under load) and written with the next
 //! append's transaction, not in a transaction of its own: openraft allows
@@ -28,6 +33,7 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
+use super::log_writer::{Pending, Row, Writer};
 use super::TypeConfig;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -47,6 +53,10 @@ pub struct LogStore {
     committed: CommittedIndex,
     /// The newest committed log id openraft saved, written with the next append.
     committed_id: Arc<Mutex<Option<LogId<NodeId>>>>,
+    /// Entries appended and not yet written.
+    pending: Pending,
+    /// The writer thread's queue; `None` in the writer thread's own copy.
+    writer: Option<Writer>,
 }
 
 /// The newest committed log index this replica knows of, shared with the API
@@ -103,6 +113,8 @@ impl LogStore {
             path: Arc::new(path.to_owned()),
             committed: CommittedIndex::default(),
             committed_id: Arc::default(),
+            pending: Pending::default(),
+            writer: None,
         };
         // Decode the metadata now, so a corrupt file stops the replica at start-up.
         store
@@ -120,7 +132,30 @@ impl LogStore {
         store
             .check_entries(purged.map_or(0, |p| p.index + 1))
             .map_err(|e| fail(e.to_string()))?;
-        Ok(store)
+        let writer = Writer::start(store.clone(), store.pending.clone())
+            .map_err(|e| fail(format!("cannot start the log writer thread: {e}")))?;
+        Ok(Self {
+            writer: Some(writer),
+            ..store
+        })
+    }
+
+    /// The writer thread's queue (every store but the writer's own has one).
+    fn writer(&self) -> StorageResult<&Writer> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| self.write_err("this copy of the log has no writer"))
+    }
+
+    /// Runs `work` on the writer thread, after every write queued before it.
+    async fn write_in_order<F>(&self, work: F) -> StorageResult<()>
+    where
+        F: FnOnce(&LogStore) -> StorageResult<()> + Send + 'static,
+    {
+        self.writer()?
+            .run(work)
+            .await
+            .unwrap_or_else(|| Err(self.write_err("the log writer thread stopped")))
     }
 
     /// Decodes every entry (the log is kept short behind snapshots) and checks
@@ -232,15 +267,15 @@ impl LogStore {
 
     /// Stores encoded entries and the committed log id openraft saved last,
     /// in one transaction that returns after fsync.
-    fn write_entries(&self, encoded: &[(u64, Vec<u8>)]) -> StorageResult<()> {
+    pub(super) fn write_rows(&self, rows: &[Row]) -> StorageResult<()> {
         let committed =
             postcard::to_allocvec(&*self.committed_id()).map_err(|e| self.write_err(e))?;
         let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
         {
             let mut table = txn.open_table(LOG).map_err(|e| self.write_err(e))?;
-            for (index, bytes) in encoded {
+            for row in rows {
                 table
-                    .insert(*index, bytes.as_slice())
+                    .insert(row.log_id.index, row.bytes.as_slice())
                     .map_err(|e| self.write_err(e))?;
             }
             let mut meta = txn.open_table(META).map_err(|e| self.write_err(e))?;
@@ -279,7 +314,16 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> StorageResult<Vec<Entry<TypeConfig>>> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
-        self.blocking(move |s| s.entries_in(bounds)).await
+        let (first_pending, from_memory) = self.pending.read(bounds);
+        // Below the first pending entry, everything is in the file.
+        let in_file = (bounds.0, below(bounds.1, first_pending));
+        let mut entries = if is_empty(in_file) {
+            Vec::new()
+        } else {
+            self.blocking(move |s| s.entries_in(in_file)).await?
+        };
+        entries.extend(from_memory);
+        Ok(entries)
     }
 }
 
@@ -289,7 +333,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
         self.blocking(|s| {
             let last_purged_log_id = s.read_meta::<LogId<NodeId>>(KEY_PURGED)?;
-            let last = s.last_entry()?.map(|e| e.log_id).or(last_purged_log_id);
+            let last = match s.pending.last() {
+                Some(last) => Some(last),
+                None => s.last_entry()?.map(|e| e.log_id).or(last_purged_log_id),
+            };
             Ok(LogState {
                 last_purged_log_id,
                 last_log_id: last,
@@ -304,7 +351,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
         let vote = *vote;
-        self.blocking(move |s| s.write_meta(KEY_VOTE, &vote, Durability::Immediate))
+        self.write_in_order(move |s| s.write_meta(KEY_VOTE, &vote, Durability::Immediate))
             .await
     }
 
@@ -332,34 +379,65 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let encoded: Vec<(u64, Vec<u8>)> = entries
-            .into_iter()
-            .map(|e| postcard::to_allocvec(&e).map(|b| (e.log_id.index, b)))
-            .collect::<Result<_, _>>()
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let rows = entries
+            .iter()
+            .map(|e| {
+                postcard::to_allocvec(e).map(|bytes| Row {
+                    log_id: e.log_id,
+                    bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.write_err(e))?;
-        let result = self.blocking(move |s| s.write_entries(&encoded)).await;
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        let writer = self.writer()?;
+        // Readable before `append` returns; durable when `callback` hears so.
+        self.pending.add(entries);
+        if writer.append(rows, callback) {
+            Ok(())
+        } else {
+            Err(self.write_err("the log writer thread stopped"))
         }
-        result
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        self.blocking(move |s| {
-            s.remove_range((Bound::Included(log_id.index), Bound::Unbounded), None)
-        })
-        .await
+        let gone = (Bound::Included(log_id.index), Bound::Unbounded);
+        self.pending.drop_range(gone);
+        self.write_in_order(move |s| s.remove_range(gone, None))
+            .await
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        self.blocking(move |s| {
-            s.remove_range(
-                (Bound::Unbounded, Bound::Included(log_id.index)),
-                Some(log_id),
-            )
-        })
-        .await
+        let gone = (Bound::Unbounded, Bound::Included(log_id.index));
+        self.pending.drop_range(gone);
+        self.write_in_order(move |s| s.remove_range(gone, Some(log_id)))
+            .await
+    }
+}
+
+/// `end`, no further than below `first` when there is one.
+fn below(end: Bound<u64>, first: Option<u64>) -> Bound<u64> {
+    match (end, first) {
+        (end, None) => end,
+        (Bound::Unbounded, Some(f)) => Bound::Excluded(f),
+        (Bound::Included(e), Some(f)) if e >= f => Bound::Excluded(f),
+        (Bound::Excluded(e), Some(f)) => Bound::Excluded(e.min(f)),
+        (end, Some(_)) => end,
+    }
+}
+
+/// True when no index lies in `range`.
+fn is_empty(range: (Bound<u64>, Bound<u64>)) -> bool {
+    let start = match range.0 {
+        Bound::Included(s) => Some(s),
+        Bound::Excluded(s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let Some(start) = start else { return true };
+    match range.1 {
+        Bound::Included(e) => start > e,
+        Bound::Excluded(e) => start >= e,
+        Bound::Unbounded => false,
     }
 }
 
@@ -375,6 +453,13 @@ mod tests {
             payload: EntryPayload::Blank,
         };
         postcard::to_allocvec(&entry).unwrap()
+    }
+
+    fn row(index: u64) -> Row {
+        Row {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            bytes: blank(index),
+        }
     }
 
     fn write_rows(path: &Path, rows: &[(u64, Vec<u8>)]) {
@@ -416,9 +501,7 @@ mod tests {
         let committed = Some(LogId::new(CommittedLeaderId::new(1, 1), 1));
         {
             let mut store = LogStore::open(&path).unwrap();
-            store
-                .write_entries(&[(0, blank(0)), (1, blank(1))])
-                .unwrap();
+            store.write_rows(&[row(0), row(1)]).unwrap();
             store.save_committed(committed).await.unwrap();
             assert_eq!(store.committed().get(), Some(1), "the API sees it at once");
             assert_eq!(
@@ -426,7 +509,7 @@ mod tests {
                 None,
                 "no write of its own"
             );
-            store.write_entries(&[(2, blank(2))]).unwrap();
+            store.write_rows(&[row(2)]).unwrap();
         }
         let mut reopened = LogStore::open(&path).unwrap();
         assert_eq!(reopened.read_committed().await.unwrap(), committed);

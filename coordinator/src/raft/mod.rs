@@ -16,6 +16,9 @@ pub mod copy_times;
 pub mod digest;
 pub mod election;
 pub mod log_store;
+#[cfg(test)]
+mod log_store_suite;
+mod log_writer;
 pub mod network;
 mod reachability;
 pub mod snapshot_file;
