@@ -6,12 +6,19 @@ use gpumon_proto::{BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBat
 use super::*;
 
 const GIB: u64 = 1 << 30;
+const KIB: u64 = 1 << 10;
+
+/// A sample's value for `n` KiB.
+fn kib(n: u32) -> f64 {
+    f64::from(n) * 1024.0
+}
 
 /// A window of `uuid` ending at `end_ms`: used rising from min to max and
 /// ending between; g0 runs rank 1 of job j at 50 % utilization.
 fn window(uuid: &str, end_ms: u64) -> GpuWindow {
     let g0 = uuid == "g0";
-    let base = end_ms % 100_000;
+    // In KiB, as the view keeps memory figures.
+    let base = end_ms % 100_000 * KIB;
     GpuWindow {
         gpu: GpuInfo {
             uuid: uuid.into(),
@@ -24,9 +31,9 @@ fn window(uuid: &str, end_ms: u64) -> GpuWindow {
         samples: 3,
         used_bytes: BytesStat {
             min: base,
-            max: base + 20,
-            last: base + 10,
-            mean: base + 10,
+            max: base + 20 * KIB,
+            last: base + 10 * KIB,
+            mean: base + 10 * KIB,
         },
         reserved_bytes: None,
         util_pct: g0.then_some(GaugeStat {
@@ -120,11 +127,11 @@ fn every_window_once_with_its_own_time_and_the_gpus_labels() {
     let f = found(&taken);
     assert_eq!(
         samples_of(&f, USED, "g0"),
-        [(101_000, 1_010.0), (102_000, 2_010.0)]
+        [(101_000, kib(1_010)), (102_000, kib(2_010))]
     );
     assert_eq!(
         samples_of(&f, PEAK, "g1"),
-        [(101_000, 1_020.0), (102_000, 2_020.0)]
+        [(101_000, kib(1_020)), (102_000, kib(2_020))]
     );
     assert_eq!(samples_of(&f, TOTAL, "g0"), [(102_000, (40 * GIB) as f64)]);
     assert_eq!(samples_of(&f, UTIL, "g0"), [(102_000, 0.5)]);
@@ -163,7 +170,7 @@ fn every_window_once_with_its_own_time_and_the_gpus_labels() {
     assert!(cursors.take(&state, &extra(), usize::MAX).series.is_empty());
     push(&mut state, 2, &[103_000]);
     let f = found(&cursors.take(&state, &extra(), usize::MAX));
-    assert_eq!(samples_of(&f, USED, "g1"), [(103_000, 3_010.0)]);
+    assert_eq!(samples_of(&f, USED, "g1"), [(103_000, kib(3_010))]);
 }
 
 #[test]
@@ -174,7 +181,7 @@ fn a_new_leader_starts_from_its_view_as_it_is() {
     assert!(cursors.take(&state, &extra(), usize::MAX).series.is_empty());
     push(&mut state, 2, &[103_000]);
     let f = found(&cursors.take(&state, &extra(), usize::MAX));
-    assert_eq!(samples_of(&f, USED, "g0"), [(103_000, 3_010.0)]);
+    assert_eq!(samples_of(&f, USED, "g0"), [(103_000, kib(3_010))]);
 }
 
 #[test]
@@ -212,14 +219,14 @@ fn a_take_in_parts_reads_each_gpu_once_and_a_gpu_it_passed_comes_next_time() {
     assert_eq!(applied.windows_applied, 2);
     assert!(!take.step(&state, 1), "g1 was the last");
     let f = found(&take.finish());
-    assert_eq!(samples_of(&f, USED, "g0"), [(101_000, 1_010.0)]);
+    assert_eq!(samples_of(&f, USED, "g0"), [(101_000, kib(1_010))]);
     assert_eq!(
         samples_of(&f, USED, "g1"),
-        [(101_000, 1_010.0), (102_000, 2_010.0)]
+        [(101_000, kib(1_010)), (102_000, kib(2_010))]
     );
     assert!(samples_of(&f, USED, "a0").is_empty());
 
     let f = found(&cursors.take(&state, &extra(), usize::MAX));
-    assert_eq!(samples_of(&f, USED, "a0"), [(102_000, 2_010.0)]);
+    assert_eq!(samples_of(&f, USED, "a0"), [(102_000, kib(2_010))]);
     assert!(samples_of(&f, USED, "g1").is_empty(), "not twice");
 }
