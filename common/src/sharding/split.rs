@@ -122,10 +122,12 @@ impl PushSplitter {
             }
             CommandV1::Push(batch) => PushBatchV2::from(batch),
             CommandV1::PushPlaced(pushed) => pushed,
+            // A batch is a leader's, of pushes already routed to its group.
             CommandV1::IssueActions { .. }
             | CommandV1::DeliverActions { .. }
             | CommandV1::Notified { .. }
-            | CommandV1::Expire { .. } => return None,
+            | CommandV1::Expire { .. }
+            | CommandV1::Batch(_) => return None,
         };
         let parts = self.split(map, pushed);
         Some(

@@ -27,8 +27,8 @@ pub struct Effects {
     /// What happened to the view, in order, for logs and live displays.
     pub events: Vec<ClusterEvent>,
     /// The push's applied windows and records, when they were asked for and
-    /// anything was applied.
-    pub applied: Option<AppliedBatch>,
+    /// anything was applied: one per push (several for a batch of pushes).
+    pub applied: Vec<AppliedBatch>,
 }
 
 impl Replicated {
@@ -38,7 +38,12 @@ impl Replicated {
     /// asking (nobody streams) costs nothing at all.
     pub fn apply(&mut self, command: Command, keep_applied: bool) -> Effects {
         let Command::V1(command) = command;
+        self.apply_v1(command, keep_applied)
+    }
+
+    fn apply_v1(&mut self, command: CommandV1, keep_applied: bool) -> Effects {
         match command {
+            CommandV1::Batch(pushes) => self.apply_batch(pushes, keep_applied),
             CommandV1::Hello(hello) => Effects {
                 events: self.state.apply_hello(&hello),
                 ..Effects::default()
@@ -89,6 +94,22 @@ impl Replicated {
         }
     }
 
+    /// Each push of a batch as an entry of its own, in order.
+    fn apply_batch(&mut self, pushes: Vec<CommandV1>, keep_applied: bool) -> Effects {
+        let mut all = Effects::default();
+        for push in pushes {
+            let one = match push {
+                CommandV1::Push(_) | CommandV1::PushPlaced(_) => self.apply_v1(push, keep_applied),
+                // The leader batches pushes only; anything else is no push.
+                _ => Effects::default(),
+            };
+            all.result.each.push(one.result);
+            all.events.extend(one.events);
+            all.applied.extend(one.applied);
+        }
+        all
+    }
+
     fn apply_push(
         &mut self,
         batch: PushBatch,
@@ -126,11 +147,13 @@ impl Replicated {
             refused: out.refused,
             windows_applied: out.windows_applied as u32,
             windows_skipped: out.windows_skipped as u32,
-            issued: Vec::new(),
+            ..CommandResult::default()
         };
         let hook_applied = fresh && !batch.hook.is_empty();
         let applied = (keep_applied && (!out.applied_indexes.is_empty() || hook_applied))
-            .then(|| applied_part(batch, &out.applied_indexes, hook_applied));
+            .then(|| applied_part(batch, &out.applied_indexes, hook_applied))
+            .into_iter()
+            .collect();
         Effects {
             result,
             events: out.events,

@@ -21,7 +21,7 @@ fn a_refused_push_applies_none_of_its_records() {
     let out = r.apply(forged, true);
     assert!(out.result.refused && !out.result.duplicate);
     assert_eq!(out.result.windows_skipped, 1);
-    assert!(out.applied.is_none());
+    assert!(out.applied.is_empty());
     assert_eq!(r.hook.counters().records_applied, 0);
 }
 

@@ -60,7 +60,18 @@ pub enum CommandV1 {
     /// leader proposes it only for a push that carries either,
     /// [`CommandV1::Push`] otherwise ([`CommandV1::for_push`]).
     PushPlaced(PushBatchV2),
+    /// Agents' pushes that reached the leader together, proposed as one
+    /// entry so Raft's cost per entry is paid once for all of them. Applied
+    /// in order, each exactly as an entry of its own; [`CommandResult::each`]
+    /// holds their results in the same order. Holds only
+    /// [`CommandV1::Push`] and [`CommandV1::PushPlaced`] (anything else in
+    /// it is skipped, with a default result), at most
+    /// [`MAX_PUSHES_PER_BATCH`].
+    Batch(Vec<CommandV1>),
 }
+
+/// Most pushes the leader puts in one [`CommandV1::Batch`].
+pub const MAX_PUSHES_PER_BATCH: usize = 256;
 
 impl CommandV1 {
     /// The command for a push, as a leader proposes it:
@@ -91,4 +102,7 @@ pub struct CommandResult {
     pub windows_skipped: u32,
     /// What became of each request of an `IssueActions`, in order.
     pub issued: Vec<IssueOutcome>,
+    /// The result of each push of a [`CommandV1::Batch`], in order.
+    #[serde(default)]
+    pub each: Vec<CommandResult>,
 }

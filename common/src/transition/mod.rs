@@ -21,7 +21,7 @@ mod node_alerts;
 mod state;
 
 pub use apply::{AppliedBatch, Effects};
-pub use command::{Command, CommandResult, CommandV1};
+pub use command::{Command, CommandResult, CommandV1, MAX_PUSHES_PER_BATCH};
 pub use from_trace::TraceCommands;
 pub use state::{Replicated, ReplicatedV4};
 

@@ -117,7 +117,9 @@ fn a_push_with_placements_applies_like_a_push_and_places_its_ranks() {
     let mut placed = fresh();
     let effects = placed.apply(command.clone(), true);
     assert_eq!(effects.result.windows_applied, 1);
-    let applied = effects.applied.expect("the window was applied");
+    let [applied] = effects.applied.as_slice() else {
+        panic!("one applied batch: {:?}", effects.applied)
+    };
     assert_eq!(applied.windows, batch.windows);
     let job = placed.state.job_detail("job-1").unwrap();
     assert_eq!(job.ranks[0].view.placement, Some(placement));
@@ -245,12 +247,14 @@ fn applied_windows_and_records_come_back_only_when_asked_and_only_the_valid_ones
 
     let mut quiet = fresh();
     let effects = quiet.apply(push(1, windows.clone(), hook.clone()), false);
-    assert_eq!(effects.applied, None);
+    assert!(effects.applied.is_empty());
     assert_eq!(effects.result.windows_skipped, 1);
 
     let mut streaming = fresh();
     let effects = streaming.apply(push(1, windows.clone(), hook.clone()), true);
-    let applied = effects.applied.expect("something was applied");
+    let [applied] = effects.applied.as_slice() else {
+        panic!("one applied batch: {:?}", effects.applied)
+    };
     assert_eq!(applied.node, "node-a");
     assert_eq!(applied.windows, vec![windows[0].clone()]);
     assert_eq!(applied.hook, vec![hook[0].clone()]);
@@ -491,4 +495,59 @@ fn a_clone_for_a_snapshot_shares_every_entry_and_a_push_copies_only_its_own() {
     );
     assert_eq!(held.state.cluster_view().now_ms, t0 + 6000);
     assert_eq!(live.state.cluster_view().now_ms, t0 + 8000);
+}
+
+#[test]
+fn a_batch_applies_exactly_as_its_pushes_one_entry_each_and_answers_each() {
+    let v1 = |c: Command| {
+        let Command::V1(c) = c;
+        c
+    };
+    // Two agents, a resend (a duplicate), and a push from the past of its
+    // agent's seq; then a second round.
+    let rounds = [
+        vec![
+            push_of("node-a", 1, 0, 10_000),
+            push_of("node-b", 1, 2, 10_000),
+            push_of("node-a", 1, 0, 10_000),
+        ],
+        vec![
+            push_of("node-b", 2, 2, 12_000),
+            push_of("node-a", 2, 0, 12_000),
+        ],
+    ];
+    let mut one_by_one = fresh();
+    let mut batched = fresh();
+    for round in rounds {
+        let expected: Vec<Effects> = round
+            .iter()
+            .map(|c| one_by_one.apply(c.clone(), true))
+            .collect();
+        let batch = Command::V1(CommandV1::Batch(round.into_iter().map(v1).collect()));
+        let got = batched.apply(batch, true);
+        let results: Vec<CommandResult> = expected.iter().map(|e| e.result.clone()).collect();
+        assert_eq!(got.result.each, results);
+        let applied: Vec<AppliedBatch> = expected.iter().flat_map(|e| e.applied.clone()).collect();
+        assert_eq!(got.applied, applied);
+        let events: Vec<_> = expected.iter().flat_map(|e| e.events.clone()).collect();
+        assert_eq!(got.events, events);
+    }
+    assert_eq!(
+        postcard::to_allocvec(&batched).unwrap(),
+        postcard::to_allocvec(&one_by_one).unwrap(),
+        "the same state, byte for byte"
+    );
+    assert_eq!(batched.state.counters().batches_duplicate, 1);
+}
+
+#[test]
+fn a_batch_applies_only_pushes() {
+    let mut r = fresh();
+    let expire = CommandV1::Expire { stale_after_ms: 0 };
+    let Command::V1(a_push) = push_of("node-a", 1, 0, 10_000);
+    let got = r.apply(Command::V1(CommandV1::Batch(vec![expire, a_push])), false);
+    assert_eq!(got.result.each.len(), 2);
+    assert_eq!(got.result.each[0], CommandResult::default(), "not applied");
+    assert_eq!(got.result.each[1].windows_applied, 2);
+    assert_eq!(r.state.cluster_view().gpus, 2);
 }

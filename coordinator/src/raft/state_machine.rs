@@ -284,7 +284,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Normal(command) => {
                         let effects = applied.data.apply(command, streaming);
                         events.extend(effects.events);
-                        batches.extend(effects.applied.map(Arc::new));
+                        batches.extend(effects.applied.into_iter().map(Arc::new));
                         effects.result
                     }
                 };
