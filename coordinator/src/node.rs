@@ -30,6 +30,8 @@ pub const LOG_FILE: &str = "raft-log.redb";
 
 /// Leader heartbeat period, ms.
 const HEARTBEAT_MS: u64 = 100;
+/// Entries one AppendEntries call carries at most (openraft's default: 300).
+const MAX_ENTRIES_PER_APPEND: u64 = 16;
 /// Election timeout range, ms: a dead leader is replaced within about a second.
 pub(crate) const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
 /// Time allowed to send one snapshot chunk and, for the last, to install the
@@ -194,6 +196,10 @@ impl Coordinator {
             // A peer further behind than two snapshot periods gets the snapshot.
             replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
             snapshot_max_chunk_size: config.snapshot_chunk_bytes,
+            // An AppendEntries must be answered within a heartbeat period;
+            // an entry may be a batch of pushes (service::batcher), so a
+            // few of them are what one call carries.
+            max_payload_entries: MAX_ENTRIES_PER_APPEND,
             install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
             // Elections start after a pre-vote round (raft::election).
             enable_elect: false,

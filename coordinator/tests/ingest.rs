@@ -267,3 +267,70 @@ async fn two_agents_under_one_id_are_counted_not_silently_merged() {
     assert_eq!(conflicts().await, 2.0);
     c.shutdown().await;
 }
+
+/// `batch`'s push from agent `a` of many (its own id, node and GPUs).
+fn agent_push(a: u32, seq: u64) -> AgentMessage {
+    let AgentMessage::V1(AgentMessageV1::Push(mut b)) = batch(seq, GIB) else {
+        unreachable!("batch makes a push")
+    };
+    b.agent_id = format!("agent-{a}");
+    b.node = format!("node-{a}");
+    for w in &mut b.windows {
+        w.gpu.uuid = format!("GPU-{a}-{}", w.gpu.index);
+        for p in &mut w.procs {
+            if let Some(r) = &mut p.rank {
+                r.job = format!("job-{a}");
+            }
+        }
+    }
+    AgentMessage::V1(AgentMessageV1::Push(b))
+}
+
+/// Under load the leader proposes the pushes that arrive together as one
+/// Raft entry; each agent must still get the answer for its own push (a
+/// re-send as a duplicate) and the view must hold every window once.
+#[tokio::test]
+async fn pushes_arriving_together_are_each_answered_for_themselves() {
+    const AGENTS: u32 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let c = start(dir.path(), 100_000).await;
+    let url = c.api_url();
+    let agents = (0..AGENTS).map(|a| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            for seq in [1, 2, 3, 2] {
+                outcomes.push(push(&url, &agent_push(a, seq)).await);
+            }
+            outcomes
+        })
+    });
+    let committed = |acked_seq, duplicate| PushOutcome::Committed {
+        acked_seq,
+        duplicate,
+    };
+    for agent in agents.collect::<Vec<_>>() {
+        let outcomes = agent.await.unwrap();
+        assert_eq!(
+            outcomes,
+            [
+                committed(1, false),
+                committed(2, false),
+                committed(3, false),
+                committed(2, true)
+            ]
+        );
+    }
+    let cluster: ClusterView = get(&url, "/api/v1/cluster").await;
+    assert_eq!(
+        (
+            cluster.ingest.batches_applied,
+            cluster.ingest.batches_duplicate
+        ),
+        (u64::from(AGENTS) * 3, u64::from(AGENTS))
+    );
+    assert_eq!(cluster.gpus, AGENTS as usize * 4);
+    let detail: JobDetail = get(&url, "/api/v1/jobs/job-7").await;
+    assert!(detail.ranks.iter().all(|r| r.history.len() == 3));
+    c.shutdown().await;
+}

@@ -45,15 +45,20 @@ pub enum Refusal {
 }
 
 impl Service {
-    /// Commits an agent's message and answers it: `NotLeader` with the
-    /// leader's URL from a follower, the actions for the agent's node after
-    /// a committed push and, to a version 2 push, the active alerts about
-    /// the node (the caller answers a version 1 message without them).
+    /// Commits an agent's message (`wire_bytes` long as it came) and
+    /// answers it: `NotLeader` with the leader's URL from a follower, the
+    /// actions for the agent's node after a committed push and, to a
+    /// version 2 push, the active alerts about the node (the caller answers
+    /// a version 1 message without them).
     ///
     /// A version 2 push is proposed as [`CommandV1::for_push`] makes it.
-    pub async fn push(&self, message: AgentMessage) -> Result<CoordinatorReplyV2, PushError> {
+    pub async fn push(
+        &self,
+        message: AgentMessage,
+        wire_bytes: usize,
+    ) -> Result<CoordinatorReplyV2, PushError> {
         let wants_alerts = message.version() >= 2;
-        let Some(_slot) = self.admission.admit() else {
+        let Some(_slot) = self.admission.admit(wire_bytes) else {
             return Err(PushError::Busy);
         };
         let (acked_seq, node, command) = match message {
@@ -85,7 +90,13 @@ impl Service {
                 (seq, node, CommandV1::for_push(pushed))
             }
         };
-        let outcome = match self.write(Command::V1(command), "the push").await {
+        // Pushes go through the batcher, which proposes those that arrive
+        // together as one entry; a hello on its own.
+        let committed = match command {
+            CommandV1::Hello(_) => self.write(Command::V1(command), "the push").await,
+            command => self.batcher.propose(command).await,
+        };
+        let outcome = match committed {
             Ok(result) if result.refused => {
                 return Err(PushError::Refused(PushRefused::new(
                     Refusal::OutOfBounds,

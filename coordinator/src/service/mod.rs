@@ -12,6 +12,7 @@
 mod actions;
 mod admission;
 mod agent_ids;
+mod batcher;
 mod error;
 mod ingest;
 mod members;
@@ -50,6 +51,20 @@ pub struct Service {
     admission: Admission,
     /// The room the data directory keeps.
     storage: StorageGuard,
+    /// Proposes and waits for commits.
+    proposer: Proposer,
+    /// Gathers the pushes that arrive together into one proposal.
+    batcher: batcher::Batcher,
+}
+
+/// What a proposal needs: the Raft handle, the storage check, and how to
+/// name the leader to a client.
+#[derive(Clone)]
+pub(crate) struct Proposer {
+    id: u64,
+    raft: Raft,
+    storage: StorageGuard,
+    link: PeerLink,
 }
 
 impl std::fmt::Debug for Service {
@@ -72,7 +87,15 @@ impl Service {
         storage: StorageGuard,
         link: PeerLink,
     ) -> Self {
+        let proposer = Proposer {
+            id,
+            raft: raft.clone(),
+            storage: storage.clone(),
+            link: link.clone(),
+        };
         Self {
+            batcher: batcher::Batcher::start(proposer.clone()),
+            proposer,
             id,
             raft,
             state_machine,
@@ -116,6 +139,13 @@ impl Service {
     /// Proposes `command` and waits, at most [`WRITE_DEADLINE`], for it to
     /// be applied here; refused at once while the disk is too full to take
     /// it or while this replica, the leader, is cut off from the majority.
+    async fn write(&self, command: Command, what: &str) -> Result<CommandResult, ServiceError> {
+        self.proposer.write(command, what).await
+    }
+}
+
+impl Proposer {
+    /// See [`Service::write`].
     async fn write(&self, command: Command, what: &str) -> Result<CommandResult, ServiceError> {
         self.storage.check()?;
         if let Standing::SteppedDown(quiet) = Standing::of(&self.raft.metrics().borrow(), self.id) {
