@@ -350,7 +350,7 @@ pub struct CoordinatorArgs {
     /// Largest push accepted, bytes [default: 4194304].
     #[arg(long, env = "GPUMON_MAX_PUSH_BYTES")]
     pub max_push_bytes: Option<usize>,
-    /// Pushes between decoding and commit at once; more are answered 429 with Retry-After [default: 512].
+    /// Slots of pushes between decoding and commit at once, one per 16 KiB of a push (at least one); more are answered 429 with Retry-After [default: 2048].
     #[arg(long, env = "GPUMON_MAX_PUSHES_IN_FLIGHT")]
     pub max_pushes_in_flight: Option<usize>,
     /// Windows of history kept per memory series [default: 1024].

@@ -69,7 +69,7 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         ApiError::BadRequest(e.to_string())
     })?;
     let version = msg.version();
-    let reply = match inner.service.push(msg).await {
+    let reply = match inner.service.push(msg, bytes.len()).await {
         Ok(reply) => reply,
         Err(PushError::Refused(refused)) => {
             let counter = match refused.kind {
