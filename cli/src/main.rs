@@ -29,6 +29,13 @@ use clap::Parser;
 
 use args::{Cli, Command};
 
+/// mimalloc instead of the system's allocator: a replica allocates and frees
+/// a few small strings and vectors per window it decodes and applies, and
+/// under load glibc's malloc and free (their consolidation of free chunks
+/// above all) took about a third of the leader's CPU (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An error with the exit code it maps to.
 #[derive(Debug)]
 pub enum Failure {

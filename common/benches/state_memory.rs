@@ -4,7 +4,8 @@
 //! rank's history is full, then this process's resident set (Linux
 //! `/proc/self/status`). It is the bulk of a coordinator replica's memory at
 //! that size; the replica adds its Raft log cache, HTTP buffers and, during
-//! a snapshot, the entries pushes change while the snapshot is written.
+//! a snapshot, the entries pushes change while the snapshot is written. It
+//! runs on mimalloc, as the `gpumon` binary does.
 //!
 //! One fleet size per run, so the figure is not the leftover of a larger one:
 //!
@@ -19,6 +20,10 @@ use gpumon_common::cluster::DEFAULT_HISTORY_WINDOWS;
 
 #[path = "support/fleet.rs"]
 mod fleet;
+
+/// The allocator the `gpumon` binary runs on, so the figure is a replica's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// `VmRSS` or `VmHWM` of this process, bytes.
 fn status_kib(field: &str) -> u64 {
