@@ -25,7 +25,7 @@ mod fleet;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `VmRSS` or `VmHWM` of this process, bytes.
+/// A `/proc/self/status` figure of this process (`VmRSS:`, `VmHWM:`), KiB.
 fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
     status
