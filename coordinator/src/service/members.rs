@@ -22,7 +22,13 @@ impl Service {
         }
         check_addr(&req.addr).map_err(ServiceError::Invalid)?;
         self.ensure_leader()?;
-        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = self
+            .proposer
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .clone();
         let current = membership.membership();
         if let Some(node) = current.get_node(&req.id) {
             if node.addr != req.addr {
@@ -49,7 +55,7 @@ impl Service {
         let node = BasicNode {
             addr: req.addr.clone(),
         };
-        tokio::time::timeout(CATCH_UP_WITHIN, self.raft.add_learner(req.id, node, true))
+        tokio::time::timeout(CATCH_UP_WITHIN, self.proposer.raft.add_learner(req.id, node, true))
             .await
             .map_err(|_| {
                 ServiceError::Unavailable(format!(
@@ -57,7 +63,7 @@ impl Service {
                     req.id, req.addr
                 ))
             })?
-            .map_err(|e| write_error(&self.link, e, "the new member"))?;
+            .map_err(|e| write_error(&self.proposer.link, e, "the new member"))?;
         if !req.learner && !is_voter {
             tracing::info!(id = req.id, "promoting the replica to voter");
             self.change(ChangeMembers::AddVoterIds(BTreeSet::from([req.id])))
@@ -69,7 +75,13 @@ impl Service {
     /// Removes replica `id`, voter or learner; never the last voter.
     pub async fn remove_member(&self, id: u64) -> Result<(), ServiceError> {
         self.ensure_leader()?;
-        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = self
+            .proposer
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .clone();
         let current = membership.membership();
         if current.get_node(&id).is_none() {
             return Err(ServiceError::NotFound(format!(
@@ -89,6 +101,7 @@ impl Service {
         }
         // A voter that was removed above stays a learner until removed as a node.
         let still_node = self
+            .proposer
             .raft
             .metrics()
             .borrow()
@@ -106,7 +119,7 @@ impl Service {
     /// Refuses an address where no live replica answers: a voter that can
     /// never vote would cost the cluster its majority.
     async fn answers(&self, addr: &str) -> Result<(), ServiceError> {
-        let url = format!("{}/healthz", self.link.url(addr));
+        let url = format!("{}/healthz", self.proposer.link.url(addr));
         match self.probe.get(&url).send().await {
             Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) => Err(ServiceError::Unavailable(format!(
@@ -120,10 +133,11 @@ impl Service {
     }
 
     async fn change(&self, change: ChangeMembers<u64, BasicNode>) -> Result<(), ServiceError> {
-        self.raft
+        self.proposer
+            .raft
             .change_membership(change, false)
             .await
             .map(|_| ())
-            .map_err(|e| write_error(&self.link, e, "the membership change"))
+            .map_err(|e| write_error(&self.proposer.link, e, "the membership change"))
     }
 }

@@ -37,21 +37,16 @@ use crate::raft::{Command, CommandResult, Raft};
 /// The write side of one replica; clones share it.
 #[derive(Clone)]
 pub struct Service {
-    id: u64,
-    raft: Raft,
     state_machine: StateMachine,
     admin_rules: IssueRules,
     /// For probing a replica before it is added.
     probe: reqwest::Client,
-    /// How peers are reached, and named to clients.
-    link: PeerLink,
     /// Pushes of two agents under one id.
     agent_ids: AgentIdConflicts,
     /// The bound on pushes in flight.
     admission: Admission,
-    /// The room the data directory keeps.
-    storage: StorageGuard,
-    /// Proposes and waits for commits.
+    /// Proposes and waits for commits; also this replica's id, Raft handle,
+    /// storage check and peer link for the rest of the service.
     proposer: Proposer,
     /// Gathers the pushes that arrive together into one proposal.
     batcher: batcher::Batcher,
@@ -70,7 +65,7 @@ pub(crate) struct Proposer {
 impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
-            .field("id", &self.id)
+            .field("id", &self.proposer.id)
             .finish_non_exhaustive()
     }
 }
@@ -87,28 +82,25 @@ impl Service {
         storage: StorageGuard,
         link: PeerLink,
     ) -> Self {
+        let probe = link
+            .client_builder()
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .timeout(std::time::Duration::from_secs(3))
+            .build()
+            .expect("reqwest client builds");
         let proposer = Proposer {
             id,
-            raft: raft.clone(),
-            storage: storage.clone(),
-            link: link.clone(),
+            raft,
+            storage,
+            link,
         };
         Self {
             batcher: batcher::Batcher::start(proposer.clone()),
             proposer,
-            id,
-            raft,
             state_machine,
             admin_rules,
-            probe: link
-                .client_builder()
-                .connect_timeout(std::time::Duration::from_secs(2))
-                .timeout(std::time::Duration::from_secs(3))
-                .build()
-                .expect("reqwest client builds"),
+            probe,
             admission,
-            storage,
-            link,
             agent_ids: AgentIdConflicts::default(),
         }
     }
@@ -120,7 +112,7 @@ impl Service {
 
     /// Whether the data directory has the room a write needs.
     pub fn check_storage(&self) -> Result<(), ServiceError> {
-        self.storage.check()
+        self.proposer.storage.check()
     }
 
     /// Refuses unless this replica is the leader and a majority still
@@ -128,11 +120,11 @@ impl Service {
     /// `Unavailable` from a leader cut off from the majority (it has
     /// stepped down, see `raft::standing`).
     fn ensure_leader(&self) -> Result<(), ServiceError> {
-        let m = self.raft.metrics().borrow().clone();
-        match Standing::of(&m, self.id) {
+        let m = self.proposer.raft.metrics().borrow().clone();
+        match Standing::of(&m, self.proposer.id) {
             Standing::Leader => Ok(()),
             Standing::SteppedDown(quiet) => Err(stepped_down(quiet)),
-            Standing::Other => Err(ServiceError::NotLeader(leader_url(&self.link, &m))),
+            Standing::Other => Err(ServiceError::NotLeader(leader_url(&self.proposer.link, &m))),
         }
     }
 
