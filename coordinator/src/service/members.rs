@@ -2,10 +2,11 @@
 //! waiting until it has caught up, then making it a voter; removing one.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpumon_proto::api::AddMember;
-use openraft::{BasicNode, ChangeMembers};
+use openraft::{BasicNode, ChangeMembers, StoredMembership};
 
 use super::{write_error, Service, ServiceError};
 use crate::peers::check_addr;
@@ -14,6 +15,16 @@ use crate::peers::check_addr;
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(120);
 
 impl Service {
+    /// The membership as this replica knows it now.
+    fn membership(&self) -> Arc<StoredMembership<u64, BasicNode>> {
+        self.proposer
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .clone()
+    }
+
     /// Adds replica `req.id` at `req.addr`: as a learner that has caught
     /// up, then (unless `req.learner`) as a voter.
     pub async fn add_member(&self, req: AddMember) -> Result<(), ServiceError> {
@@ -22,13 +33,7 @@ impl Service {
         }
         check_addr(&req.addr).map_err(ServiceError::Invalid)?;
         self.ensure_leader()?;
-        let membership = self
-            .proposer
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .clone();
+        let membership = self.membership();
         let current = membership.membership();
         if let Some(node) = current.get_node(&req.id) {
             if node.addr != req.addr {
@@ -75,13 +80,7 @@ impl Service {
     /// Removes replica `id`, voter or learner; never the last voter.
     pub async fn remove_member(&self, id: u64) -> Result<(), ServiceError> {
         self.ensure_leader()?;
-        let membership = self
-            .proposer
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .clone();
+        let membership = self.membership();
         let current = membership.membership();
         if current.get_node(&id).is_none() {
             return Err(ServiceError::NotFound(format!(
@@ -100,15 +99,7 @@ impl Service {
                 .await?;
         }
         // A voter that was removed above stays a learner until removed as a node.
-        let still_node = self
-            .proposer
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .is_some();
+        let still_node = self.membership().membership().get_node(&id).is_some();
         if still_node {
             self.change(ChangeMembers::RemoveNodes(BTreeSet::from([id])))
                 .await?;
