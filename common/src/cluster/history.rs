@@ -90,13 +90,11 @@ pub const CHUNK: usize = 42;
 #[derive(Debug, Clone)]
 pub struct History {
     cap: usize,
-    /// Windows per chunk: `min(cap, CHUNK)`.
-    chunk_len: usize,
     /// Windows of the oldest chunk already forgotten.
     head: usize,
     len: usize,
-    /// `chunk_len` slots each; the windows held are slots `head..head + len`
-    /// of them all, in order. One allocation per chunk.
+    /// [`Self::chunk_len`] slots each; the windows held are slots
+    /// `head..head + len` of them all, in order. One allocation per chunk.
     chunks: VecDeque<Arc<[StoredPoint]>>,
 }
 
@@ -106,28 +104,32 @@ impl History {
         let cap = cap.max(1);
         Self {
             cap,
-            chunk_len: cap.min(CHUNK),
             head: 0,
             len: 0,
             chunks: VecDeque::new(),
         }
     }
 
+    /// Windows per chunk.
+    fn chunk_len(&self) -> usize {
+        self.cap.min(CHUNK)
+    }
+
     /// Appends a window, forgetting the oldest when full.
     pub fn push(&mut self, point: HistoryPoint) {
         let point = StoredPoint::from(point);
-        let at = self.head + self.len;
-        match self.chunks.get_mut(at / self.chunk_len) {
-            Some(newest) => Arc::make_mut(newest)[at % self.chunk_len] = point,
+        let (at, per) = (self.head + self.len, self.chunk_len());
+        match self.chunks.get_mut(at / per) {
+            Some(newest) => Arc::make_mut(newest)[at % per] = point,
             None => self
                 .chunks
-                .push_back(std::iter::repeat_n(point, self.chunk_len).collect()),
+                .push_back(std::iter::repeat_n(point, per).collect()),
         }
         self.len += 1;
         if self.len > self.cap {
             self.len -= 1;
             self.head += 1;
-            if self.head == self.chunk_len {
+            if self.head == per {
                 self.chunks.pop_front();
                 self.head = 0;
             }
@@ -155,8 +157,8 @@ impl History {
 
     /// The `i`th window held, oldest first (`i < len`).
     fn stored(&self, i: usize) -> StoredPoint {
-        let at = self.head + i;
-        self.chunks[at / self.chunk_len][at % self.chunk_len]
+        let (at, per) = (self.head + i, self.chunk_len());
+        self.chunks[at / per][at % per]
     }
 
     /// Chunks `self` and `other` still share (not copied apart since one
@@ -345,7 +347,7 @@ mod tests {
                 "cap {cap}: encoded as the ring"
             );
             assert!(
-                history.chunks.len() <= cap.div_ceil(history.chunk_len) + 1,
+                history.chunks.len() <= cap.div_ceil(history.chunk_len()) + 1,
                 "cap {cap}: forgotten chunks are dropped"
             );
         }
