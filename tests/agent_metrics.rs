@@ -117,6 +117,19 @@ async fn an_agent_serves_its_node_metrics() {
         values(&all, "gpumon_agent_build_info", &["node=\"node-x\""]).len(),
         1
     );
+    // The simulator reports clocks and power, as NVML does: in hertz and watts.
+    let clocks = values(&all, "gpumon_agent_gpu_sm_clock_hertz", &[]);
+    assert_eq!(clocks.len(), GPUS, "{text}");
+    assert!(
+        clocks.iter().all(|&hz| (1e8..1e10).contains(&hz)),
+        "{clocks:?}"
+    );
+    let power = values(&all, "gpumon_agent_gpu_power_watts", &[]);
+    assert_eq!(power.len(), GPUS, "{text}");
+    assert!(
+        power.iter().all(|&w| (1.0..2000.0).contains(&w)),
+        "{power:?}"
+    );
     for rank in 0..GPUS {
         let used = values(
             &all,

@@ -13,12 +13,16 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use gpumon_common::metric_family::gauge;
+use gpumon_proto::{GaugeStat, GpuWindow};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
 use super::Sources;
+
+/// One of a window's gauge statistics (utilization, SM clock, power).
+type GaugeOf = fn(&GpuWindow) -> Option<GaugeStat>;
 
 /// Reads the agent's counters on each scrape.
 #[derive(Debug)]
@@ -88,7 +92,7 @@ impl Collector for NodeCollector {
 
 fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
     let windows = s.agent.latest();
-    let labels = |w: &gpumon_proto::GpuWindow| {
+    let labels = |w: &GpuWindow| {
         [
             ("node", s.node.clone()),
             ("gpu", w.gpu.index.to_string()),
@@ -116,16 +120,34 @@ fn encode_gpus(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         m.encode_family(&labels(w))?
             .encode_gauge(&w.gpu.total_bytes)?;
     }
-    let mut m = enc.encode_descriptor(
-        "gpumon_agent_gpu_utilization_ratio",
-        "GPU utilization, mean over the newest window, 0 to 1",
-        None,
-        MetricType::Gauge,
-    )?;
-    for w in &windows {
-        if let Some(u) = w.util_pct.filter(|u| u.mean.is_finite()) {
-            m.encode_family(&labels(w))?
-                .encode_gauge(&(f64::from(u.mean) / 100.0))?;
+    // Window means NVML gives on some GPUs only; each in its base unit.
+    let means: [(&str, &str, GaugeOf, f64); 3] = [
+        (
+            "gpumon_agent_gpu_utilization_ratio",
+            "GPU utilization, mean over the newest window, 0 to 1",
+            |w| w.util_pct,
+            0.01,
+        ),
+        (
+            "gpumon_agent_gpu_sm_clock_hertz",
+            "SM clock, mean over the newest window",
+            |w| w.sm_clock_mhz,
+            1e6,
+        ),
+        (
+            "gpumon_agent_gpu_power_watts",
+            "Power draw, mean over the newest window",
+            |w| w.power_w,
+            1.0,
+        ),
+    ];
+    for (name, help, stat, scale) in means {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for w in &windows {
+            if let Some(g) = stat(w).filter(|g| g.mean.is_finite()) {
+                m.encode_family(&labels(w))?
+                    .encode_gauge(&(f64::from(g.mean) * scale))?;
+            }
         }
     }
     let mut m = enc.encode_descriptor(

@@ -1,7 +1,7 @@
 //! The agent's own `/metrics`: node-level series for Prometheus.
 //!
-//! What it serves: every GPU's memory and utilization and every process's
-//! memory (with its job and rank when attributed) from the newest window;
+//! What it serves: every GPU's memory, utilization, SM clock and power, and
+//! every process's memory (with its job and rank when attributed) from the newest window;
 //! samples taken, windows built, pushes by outcome, the uplink's buffer and
 //! drops, the hook endpoint's sessions and records, the time of the last
 //! acknowledged push, and the build. The sampler and the uplink count into
