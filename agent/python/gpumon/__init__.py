@@ -207,5 +207,8 @@ def shutdown(timeout_s: Optional[float] = None) -> None:
 
 def stats() -> Dict[str, Any]:
     """The hook's own counters: steps, queued and dropped records, reports sent,
-    the clock in use (``"cuda"`` or ``"cpu"``), steps waiting for the GPU, ..."""
+    the clock in use (``"cuda"`` or ``"cpu"``), steps waiting for the GPU, the
+    step records sent on each clock (``steps_cuda``, ``steps_cpu``: a step
+    whose events the GPU had not reached while too many steps waited goes
+    out on the CPU clock), ..."""
     return _RUNTIME.stats()

@@ -282,6 +282,8 @@ class Runtime:
         self._forward_event: Any = None
         self._timeline: Optional[CudaTimeline] = None
         self._clock_probe = self._settings.section_clock != "cpu"
+        #: Step records queued, by the clock that timed them.
+        self._steps_by_clock: Dict[str, int] = {}
 
     def _first_section_started(self) -> None:
         if self._active:
@@ -439,6 +441,8 @@ class Runtime:
         return dict(fields) if fields is not None else None
 
     def _queue(self, item: tuple) -> None:
+        if item[0] == "step":
+            self._steps_by_clock[item[5]] = self._steps_by_clock.get(item[5], 0) + 1
         records = self._records
         if len(records) == QUEUE_MAXLEN:
             self._dropped += 1
@@ -535,6 +539,8 @@ class Runtime:
             "step": self._step,
             "clock": "cpu" if timeline is None else "cuda",
             "pending_steps": 0 if timeline is None else timeline.pending_steps,
+            "steps_cuda": self._steps_by_clock.get("cuda", 0),
+            "steps_cpu": self._steps_by_clock.get("cpu", 0),
             "queued": len(self._records),
             "dropped": self._dropped,
             "connected": bool(reporter is not None and reporter.connected),

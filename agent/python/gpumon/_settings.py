@@ -60,8 +60,13 @@ SHUTDOWN_TIMEOUT_S = 1.0
 #: cannot, ``cpu`` always reads ``perf_counter``.
 SECTION_CLOCKS = ("auto", "cuda", "cpu")
 #: Steps whose CUDA events may wait for the GPU; past it the oldest is sent
-#: with its CPU-clock times.
-MAX_PENDING_STEPS = 8
+#: with its CPU-clock times. A GPU-bound loop that never waits for the GPU
+#: runs ahead of it until CUDA's launch queue is full (about a thousand
+#: launches), so a step of a few dozen kernels can be tens of steps ahead:
+#: with 8, nearly every step of such a loop went out on the CPU clock (seen
+#: on an H100 by ``scripts/gpu-check``). A step holds one event, two per
+#: timed section entry.
+MAX_PENDING_STEPS = 128
 #: Timed section entries per step on the CUDA clock; past it the step is
 #: sent with its CPU-clock times.
 MAX_EVENT_PAIRS_PER_STEP = 64

@@ -137,11 +137,13 @@ class CudaClockTest(unittest.TestCase):
             self.assertEqual(s["clock"], "cpu")
             self.assertAlmostEqual(s["duration_ms"], 3.0)
             self.assertAlmostEqual(s["sections"]["data"], 2.0)
+        self.assertEqual((rt.stats()["steps_cpu"], rt.stats()["steps_cuda"]), (3, 0))
         self.gpu.finish()
         rt.step()
         steps = queued(rt, "step")
         self.assertEqual([s["step"] for s in steps], list(range(1, MAX_PENDING_STEPS + 5)))
         self.assertEqual({s["clock"] for s in steps[3:]}, {"cuda"})
+        self.assertEqual((rt.stats()["steps_cpu"], rt.stats()["steps_cuda"]), (3, MAX_PENDING_STEPS + 1))
         self.assertEqual(steps[4]["sections"], {"data": 100.0})
 
     def test_events_are_reused(self):
