@@ -4,10 +4,13 @@
 //! no GPU itself (`--source none`). The engine runs its default
 //! configuration: the point is that the defaults work on a real job.
 //!
-//! One rank is made slow, in its forward (real extra compute) or in its data
-//! loader, 20 s into training (`tests/torch/ddp_train.py`); a `straggler`
-//! alert must name that rank and section within 30 s. A job with no slow
-//! rank must train 120 s without one. Before waiting for an alert, the tests
+//! One rank is made slow, in its forward (real extra compute), in its data
+//! loader or in `optimizer.step()`, 20 s into training
+//! (`tests/torch/ddp_train.py`); a `straggler` alert must name that rank and
+//! section within 30 s. The script either times its sections with gpumon
+//! calls, as the README shows, or makes no timing call at all and leaves
+//! them to the hook's automatic step anatomy (`--instrument none`). A job
+//! with no slow rank and no timing call must train 120 s without one. Before waiting for an alert, the tests
 //! check the harness: every rank's sections reach the coordinator, and the
 //! slowdown shows in them (the slow rank's section longer than its peers',
 //! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
@@ -432,13 +435,15 @@ impl Drop for Job {
 }
 
 /// The slow rank, slow in `section` from 20 s in, is named within 30 s.
-async fn slow_rank_is_named(test: &str, section: &str) {
+/// `instrument`: `script` (the script times its sections with gpumon calls)
+/// or `none` (no gpumon timing call: the hook's automatic anatomy).
+async fn slow_rank_is_named(test: &str, section: &str, instrument: &str) {
     let Some(python) = torch_python(test) else {
         return;
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let name = format!("torch-slow-{section}");
+    let name = format!("torch-slow-{section}-{instrument}");
     let args: Vec<String> = [
         "--duration-s",
         &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
@@ -448,6 +453,8 @@ async fn slow_rank_is_named(test: &str, section: &str) {
         section,
         "--slow-after-s",
         &SLOW_AFTER_S.to_string(),
+        "--instrument",
+        instrument,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -489,7 +496,12 @@ async fn slow_rank_is_named(test: &str, section: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rank_slow_in_forward_is_named_within_30_s() {
-    slow_rank_is_named("a_rank_slow_in_forward_is_named_within_30_s", "forward").await;
+    slow_rank_is_named(
+        "a_rank_slow_in_forward_is_named_within_30_s",
+        "forward",
+        "script",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -497,6 +509,39 @@ async fn a_rank_slow_in_its_data_loader_is_named_within_30_s() {
     slow_rank_is_named(
         "a_rank_slow_in_its_data_loader_is_named_within_30_s",
         "data",
+        "script",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_rank_slow_in_forward_is_named_within_30_s() {
+    slow_rank_is_named(
+        "with_no_gpumon_call_a_rank_slow_in_forward_is_named_within_30_s",
+        "forward",
+        "none",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_rank_slow_in_its_data_loader_is_named_within_30_s() {
+    slow_rank_is_named(
+        "with_no_gpumon_call_a_rank_slow_in_its_data_loader_is_named_within_30_s",
+        "data",
+        "none",
+    )
+    .await;
+}
+
+/// The extra work runs after the gradient all-reduce, so the peers wait for
+/// it in the next step's backward: only the optimizer section shows it.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_rank_slow_in_its_optimizer_step_is_named_within_30_s() {
+    slow_rank_is_named(
+        "with_no_gpumon_call_a_rank_slow_in_its_optimizer_step_is_named_within_30_s",
+        "optimizer",
+        "none",
     )
     .await;
 }
@@ -509,7 +554,16 @@ async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let args = vec!["--duration-s".to_string(), CLEAN_RUN_S.to_string()];
+    // No gpumon timing call: the automatic anatomy must not see a straggler either.
+    let args: Vec<String> = [
+        "--duration-s",
+        &CLEAN_RUN_S.to_string(),
+        "--instrument",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut job = Job::start("torch-clean", &python, &args).await;
     let status = job
         .wait_end(START_WITHIN + Duration::from_secs(CLEAN_RUN_S + 60))

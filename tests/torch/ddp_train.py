@@ -11,9 +11,12 @@ pinned to one CPU (local rank modulo the CPUs it may use): with more ranks
 than CPUs, ranks left to the scheduler drift between CPUs, and one of them is
 often slower than its peers for seconds, as no GPU rank would be.
 
-The hook sees what it would see in a real job: ``gpumon.watch(model)`` times
-``forward``, ``data`` and ``backward`` are timed by hand, and
-``optimizer.step()`` marks the step boundary. DDP's gradient all-reduce runs
+The hook sees what it would see in a real job. With ``--instrument
+script`` (the default) ``gpumon.watch(model)`` times ``forward``, ``data``
+and ``backward`` are timed by hand, and ``optimizer.step()`` marks the step
+boundary. With ``--instrument none`` the script makes no timing call at all:
+batches come from a ``DataLoader`` and the hook's automatic step anatomy
+times data, forward, backward and optimizer by itself. DDP's gradient all-reduce runs
 inside ``backward``, so a rank that is slow elsewhere makes its peers wait
 there. Without CUDA the hook has no device to report, and an agent sampling
 no GPU would show no rank, so the script hands ``gpumon.init`` a memory
@@ -25,7 +28,11 @@ One rank can be made slow from a given step or after a given time:
   (without autograd) ``--slow-repeats`` more times: real extra compute that
   about doubles that rank's forward;
 - ``--slow-in data``: the batch fetch sleeps ``--slow-data-ms`` more, like a
-  stalled input pipeline.
+  stalled input pipeline;
+- ``--slow-in optimizer``: ``optimizer.step()`` repeats the forward's
+  products ``--slow-repeats`` more times before stepping: real extra compute
+  after the gradient all-reduce, so its peers wait for it in the next step's
+  backward.
 
 The wall-clock time (Unix seconds) at which the slowdown starts is written to
 ``--slow-start-file``. With ``--stats-dir``, every rank writes ``rank-N.json``
@@ -73,7 +80,13 @@ def parse_args(argv):
     p.add_argument("--depth", type=int, default=2, help="hidden layers")
     p.add_argument("--no-pin", action="store_true", help="leave the rank's CPU to the scheduler")
     p.add_argument("--slow-rank", type=int, default=None, help="the rank made slow (none by default)")
-    p.add_argument("--slow-in", choices=("forward", "data"), default="forward")
+    p.add_argument("--slow-in", choices=("forward", "data", "optimizer"), default="forward")
+    p.add_argument(
+        "--instrument",
+        choices=("script", "none"),
+        default="script",
+        help="script: gpumon.watch and gpumon.section; none: no timing call (the hook's automatic anatomy)",
+    )
     p.add_argument("--slow-from-step", type=int, default=None, help="slow from this step on")
     p.add_argument("--slow-after-s", type=float, default=None, help="slow after this many seconds of training")
     p.add_argument("--slow-repeats", type=int, default=1, help="extra passes of the forward's products")
@@ -104,6 +117,46 @@ class Mlp(nn.Module):
                     for layer in self.hidden:
                         g = torch.relu(layer(g))
         return self.out(h)
+
+
+class Batches(torch.utils.data.Dataset):
+    """Synthetic batches, one an item (``batch_size=None``), each fetch
+    ``delay_s`` long on the slow rank once it is slow."""
+
+    def __init__(self, batch, inputs, target_map, generator):
+        self.batch, self.inputs = batch, inputs
+        self.target_map = target_map
+        self.generator = generator
+        self.delay_s = 0.0
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, _index):
+        x = torch.randn(self.batch, self.inputs, generator=self.generator)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return x, x @ self.target_map
+
+
+class SlowableSGD(torch.optim.SGD):
+    """SGD whose ``step`` first runs the model's products ``extra_passes``
+    times (the slow rank's extra work in ``optimizer.step()``)."""
+
+    def __init__(self, params, model, x_shape, lr):
+        super().__init__(params, lr=lr)
+        self.model = model
+        self.x = torch.randn(*x_shape)
+        self.extra_passes = 0
+
+    def step(self, closure=None):
+        if self.extra_passes:
+            with torch.no_grad():
+                for _ in range(self.extra_passes):
+                    g = self.x
+                    for layer in self.model.hidden:
+                        g = torch.relu(layer(g))
+        return super().step(closure)
 
 
 class CpuMemory:
@@ -247,10 +300,14 @@ def main(argv):
     inputs, outputs = 256, 16
     model = Mlp(inputs, args.width, args.depth, outputs)
     ddp = DistributedDataParallel(model)
-    gpumon.watch(ddp)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    by_hand = args.instrument == "script"
+    if by_hand:
+        gpumon.watch(ddp)
+    optimizer = SlowableSGD(ddp.parameters(), model, (args.batch, inputs), lr=1e-3)
     target_map = torch.randn(inputs, outputs)
     data_gen = torch.Generator().manual_seed(1000 + rank)
+    batches = Batches(args.batch, inputs, target_map, data_gen)
+    loader = iter(torch.utils.data.DataLoader(batches, batch_size=None))
     slowdown = Slowdown(args, rank)
     stats = Stats(args.stats_dir, rank, args.slow_start_file)
 
@@ -260,23 +317,28 @@ def main(argv):
         step += 1
         slow = slowdown.check(step, time.monotonic() - start)
         model.extra_passes = args.slow_repeats if slow and args.slow_in == "forward" else 0
+        optimizer.extra_passes = args.slow_repeats if slow and args.slow_in == "optimizer" else 0
+        batches.delay_s = args.slow_data_ms / 1000.0 if slow and args.slow_in == "data" else 0.0
         began = time.time()
         t0 = time.perf_counter()
-        with gpumon.section("data"):
-            x = torch.randn(args.batch, inputs, generator=data_gen)
-            y = x @ target_map
-            if slow and args.slow_in == "data":
-                time.sleep(args.slow_data_ms / 1000.0)
+        if by_hand:
+            with gpumon.section("data"):
+                x, y = batches[step]
+        else:
+            x, y = next(loader)
         t1 = time.perf_counter()
         loss = F.mse_loss(ddp(x), y)
         t2 = time.perf_counter()
-        with gpumon.section("backward"):
+        if by_hand:
+            with gpumon.section("backward"):
+                loss.backward()
+        else:
             loss.backward()
         t3 = time.perf_counter()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         t4 = time.perf_counter()
-        ms = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "step": t4 - t0}
+        optimizer.zero_grad(set_to_none=True)
+        ms = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "optimizer": t4 - t3, "step": t4 - t0}
         stats.add(began, {k: v * 1000.0 for k, v in ms.items()})
         if step % STOP_CHECK_EVERY == 0 and agreed_to_stop(time.monotonic() - start >= args.duration_s):
             break

@@ -26,9 +26,10 @@ import threading
 import time
 import weakref
 from time import perf_counter
-from typing import Any, Callable, Dict, List, MutableMapping, Optional
+from typing import Any, Callable, Dict, List, MutableMapping, Optional, Set
 
 from . import _torch_hooks
+from ._anatomy import Anatomy
 from ._actions import run_action
 from ._address import resolve_address
 from . import _model
@@ -44,6 +45,9 @@ from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._timing import CudaTimeline, cuda_clock
 
 logger = logging.getLogger("gpumon")
+
+#: Names of explicit sections remembered (they are never timed automatically).
+MAX_EXPLICIT_NAMES = 64
 
 #: Set by an active hook to ``PID:RANK:JOB``. A process that inherits it with
 #: the same job and rank but another PID is a helper of that rank (a DataLoader
@@ -67,6 +71,8 @@ class _Section:
         runtime = self._runtime
         if runtime._step == 0 and not runtime._first_section_seen:
             runtime._first_section_started()
+        runtime._explicit_open += 1
+        runtime._explicit(self._name)
         timeline = runtime._timeline
         self._event = timeline.mark() if timeline is not None else None
         self._t0 = perf_counter()
@@ -75,6 +81,8 @@ class _Section:
     def __exit__(self, *exc: Any) -> None:
         t0 = self._t0
         runtime = self._runtime
+        if runtime._explicit_open > 0:
+            runtime._explicit_open -= 1
         if t0 is not None and runtime._active:
             sections = runtime._sections
             name = self._name
@@ -106,6 +114,8 @@ class Runtime:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = False
+        #: The automatic sections, once torch's optimizer module is imported.
+        self._anatomy: Optional[Anatomy] = None
         self._identity: Optional[Identity] = None
         self._reporter: Optional[Reporter] = None
         self._source: Any = None
@@ -205,8 +215,9 @@ class Runtime:
         )
         self._reporter.start()
         self._active = True
+        then = self._install_anatomy if settings.anatomy else None
         try:
-            _torch_hooks.install_optimizer_hook(_optimizer_step_hook)
+            _torch_hooks.install_optimizer_hook(_optimizer_step_hook, then=then)
         except Exception:
             logger.warning(
                 "gpumon: could not hook optimizer.step(); call gpumon.step() by hand", exc_info=True
@@ -284,6 +295,11 @@ class Runtime:
         self._clock_probe = self._settings.section_clock != "cpu"
         #: Step records queued, by the clock that timed them.
         self._steps_by_clock: Dict[str, int] = {}
+        #: The automatic section open now: ``(name, t0, event)``.
+        self._auto: Optional[tuple] = None
+        #: Explicit sections open now, and the names the script times itself.
+        self._explicit_open = 0
+        self._explicit_names: Set[str] = set()
 
     def _first_section_started(self) -> None:
         if self._active:
@@ -308,6 +324,10 @@ class Runtime:
             sections = self._sections
             self._sections = {}
             self._forward_depth = 0
+            self._auto = None
+            self._explicit_open = 0
+            if self._anatomy is not None:
+                self._anatomy.on_boundary()
             self._end_step(step, time.time(), duration_ms, sections)
             if self._observe is not None:
                 self._observe_device()
@@ -387,7 +407,51 @@ class Runtime:
 
     def watch(self, module: Any) -> _torch_hooks.WatchHandle:
         """See :func:`gpumon.watch`."""
-        return _torch_hooks.watch_module(module, self._forward_enter, self._forward_exit)
+        handle = _torch_hooks.watch_module(module, self._forward_enter, self._forward_exit)
+        self._explicit("forward")
+        return handle
+
+    # -- automatic sections (``_anatomy``) ---------------------------------------------
+
+    def _install_anatomy(self, optimizer_module: Any) -> None:
+        if self._anatomy is None:
+            self._anatomy = Anatomy(self._auto_enter, self._auto_exit)
+            self._anatomy.install(optimizer_module)
+            if "forward" in self._explicit_names:
+                self._anatomy.forward_off()
+            logger.debug("gpumon: automatic sections: %s", ", ".join(self._anatomy.installed) or "none")
+
+    def _explicit(self, name: str) -> None:
+        """The script times ``name`` itself: never automatically from now on."""
+        names = self._explicit_names
+        if name not in names and len(names) < MAX_EXPLICIT_NAMES:
+            names.add(name)
+            if name == "forward" and self._anatomy is not None:
+                self._anatomy.forward_off()
+
+    def _auto_enter(self, name: str) -> bool:
+        """Opens automatic section ``name``; false (nothing timed) while the hook
+        is off, another automatic or any explicit section is open, or the
+        script times ``name`` itself."""
+        if not self._active or self._auto is not None or self._explicit_open or name in self._explicit_names:
+            return False
+        if self._step == 0 and not self._first_section_seen:
+            self._first_section_started()
+        timeline = self._timeline
+        self._auto = (name, perf_counter(), timeline.mark() if timeline is not None else None)
+        return True
+
+    def _auto_exit(self, name: str) -> None:
+        auto = self._auto
+        if auto is None or auto[0] != name:
+            return
+        self._auto = None
+        if self._active:
+            sections = self._sections
+            sections[name] = sections.get(name, 0.0) + (perf_counter() - auto[1]) * 1000.0
+            timeline = self._timeline
+            if timeline is not None:
+                timeline.pair(name, auto[2])
 
     def _forward_enter(self) -> None:
         if not self._active:
@@ -574,8 +638,10 @@ RUNTIME = Runtime()
 
 
 def _optimizer_step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """The global optimizer step post hook: a step boundary of :data:`RUNTIME`."""
+    """The global optimizer step post hook: the end of the automatic
+    ``optimizer`` section, and a step boundary of :data:`RUNTIME`."""
     try:
+        RUNTIME._auto_exit("optimizer")
         RUNTIME._optimizer_step(optimizer)
     except Exception:
         logger.debug("gpumon: optimizer hook failed", exc_info=True)

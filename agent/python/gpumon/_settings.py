@@ -85,12 +85,19 @@ class Settings:
     shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S
     #: One of :data:`SECTION_CLOCKS`.
     section_clock: str = "auto"
+    #: Time the step's data, forward, backward and optimizer by itself
+    #: (``_anatomy``); ``GPUMON_ANATOMY=0`` turns it off.
+    anatomy: bool = True
 
     @classmethod
     def from_env(cls, environ) -> "Settings":
-        """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds) and
-        ``GPUMON_SECTION_CLOCK`` when they are valid."""
-        return cls(report_interval_s=_report_interval(environ), section_clock=_section_clock(environ))
+        """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds),
+        ``GPUMON_SECTION_CLOCK`` and ``GPUMON_ANATOMY`` when they are valid."""
+        return cls(
+            report_interval_s=_report_interval(environ),
+            section_clock=_section_clock(environ),
+            anatomy=environ.get("GPUMON_ANATOMY", "").strip().lower() not in ("0", "off", "false", "no"),
+        )
 
 
 def _report_interval(environ) -> float:

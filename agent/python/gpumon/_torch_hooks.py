@@ -24,8 +24,13 @@ OPTIMIZER_MODULE = "torch.optim.optimizer"
 _installed: Optional[str] = None
 
 
-def install_optimizer_hook(hook: Callable[..., None], module_name: str = OPTIMIZER_MODULE) -> str:
-    """Registers ``hook(optimizer, args, kwargs)`` after every ``optimizer.step()``.
+def install_optimizer_hook(
+    hook: Callable[..., None],
+    module_name: str = OPTIMIZER_MODULE,
+    then: Optional[Callable[[Any], None]] = None,
+) -> str:
+    """Registers ``hook(optimizer, args, kwargs)`` after every ``optimizer.step()``,
+    then calls ``then(module)`` (the automatic sections install there).
 
     Returns ``"installed"``, ``"deferred"`` (done when the module is
     imported), ``"unavailable"`` (no torch) or ``"already"``. Once per process.
@@ -36,7 +41,7 @@ def install_optimizer_hook(hook: Callable[..., None], module_name: str = OPTIMIZ
     module = sys.modules.get(module_name)
     if module is not None and not _initializing(module):
         _installed = module_name
-        _register(module, hook)
+        _register(module, hook, then)
         return "installed"
     top = module_name.partition(".")[0]
     try:
@@ -46,11 +51,11 @@ def install_optimizer_hook(hook: Callable[..., None], module_name: str = OPTIMIZ
     if not importable:
         return "unavailable"
     _installed = module_name
-    sys.meta_path.insert(0, _AfterImport(module_name, lambda m: _register(m, hook)))
+    sys.meta_path.insert(0, _AfterImport(module_name, lambda m: _register(m, hook, then)))
     return "deferred"
 
 
-def _register(module: Any, hook: Callable[..., None]) -> None:
+def _register(module: Any, hook: Callable[..., None], then: Optional[Callable[[Any], None]] = None) -> None:
     register = getattr(module, "register_optimizer_step_post_hook", None)
     if register is None:
         logger.info(
@@ -59,6 +64,8 @@ def _register(module: Any, hook: Callable[..., None]) -> None:
         )
         return
     register(hook)
+    if then is not None:
+        then(module)
 
 
 def _initializing(module: Any) -> bool:

@@ -1,5 +1,5 @@
-"""With torch installed (skipped otherwise): the optimizer hook, watch(), the CPU clock
-and, on a GPU, the memory source."""
+"""With torch installed (skipped otherwise): the optimizer hook, watch(), the CPU clock,
+the automatic step anatomy and, on a GPU, the memory source."""
 
 import importlib.util
 import sys
@@ -45,7 +45,8 @@ class RealTorchTest(unittest.TestCase):
         self.assertEqual(out["steps"], 5)
         steps = agent.records("step")
         self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5])
-        self.assertEqual(set(steps[-1]["sections"]), {"data", "forward", "backward"})
+        # The script's own data, forward (watch) and backward, and the automatic optimizer.
+        self.assertEqual(set(steps[-1]["sections"]), {"data", "forward", "backward", "optimizer"})
         clocks = {s["clock"] for s in steps}
         if out["cuda"]:
             self.assertGreaterEqual(out["snapshot"]["reserved"], 256 << 20)
@@ -97,12 +98,85 @@ class RealTorchCpuClockTest(unittest.TestCase):
             with self.subTest(step=step["step"]):
                 self.assertEqual(step["clock"], "cpu")
                 sections = step["sections"]
-                self.assertEqual(set(sections), {"data", "forward", "backward"})
+                self.assertEqual(set(sections), {"data", "forward", "backward", "optimizer"})
                 self.assertGreaterEqual(sections["data"], 5.0)
                 self.assertGreater(sections["forward"], 0.0)
                 self.assertGreater(sections["backward"], 0.0)
                 self.assertLessEqual(sum(sections.values()), step["duration_ms"] + 0.01)
                 self.assertLess(step["duration_ms"], 10_000.0)
+
+
+ANATOMY_SCRIPT = r"""
+import json, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+import gpumon  # read below, never called to time anything
+
+class Samples(Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        time.sleep(0.002)  # 4 samples a batch: at least 8 ms
+        return torch.randn(256)
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(256, 256)
+        self.head = torch.nn.Linear(256, 1)
+    def forward(self, x):
+        time.sleep(0.004)
+        return self.head(torch.relu(self.hidden(x)))
+
+class SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):
+        time.sleep(0.006)
+        return super().step(closure)
+
+torch.manual_seed(0)
+model = Model()
+loss_fn = torch.nn.MSELoss()
+optimizer = SlowSGD(model.parameters(), lr=0.01)
+for i, x in enumerate(DataLoader(Samples(), batch_size=4)):
+    loss = loss_fn(model(x), torch.zeros(4, 1))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if i == 7:
+        break
+print(json.dumps(gpumon.stats()))
+"""
+
+
+class AutomaticAnatomyTest(unittest.TestCase):
+    """A script with no gpumon call: the hook times data, forward, backward and optimizer."""
+
+    @classmethod
+    def setUpClass(cls):
+        error = torch_import_error()
+        if error is not None:
+            raise unittest.SkipTest("torch cannot be imported by %s (%s)" % (sys.executable, error))
+
+    def test_every_step_has_its_anatomy(self):
+        agent, out = run_hooked(self, ANATOMY_SCRIPT, CUDA_VISIBLE_DEVICES="")
+        self.assertEqual(out["step"], 8)
+        steps = agent.records("step")
+        self.assertEqual([s["step"] for s in steps], list(range(1, 9)))
+        # Steps 4 on: the global module hooks are gone, the outermost modules hooked alone.
+        for step in steps:
+            with self.subTest(step=step["step"]):
+                sections = step["sections"]
+                self.assertEqual(set(sections), {"data", "forward", "backward", "optimizer"})
+                self.assertGreaterEqual(sections["data"], 8.0)
+                self.assertGreaterEqual(sections["forward"], 4.0)
+                self.assertGreater(sections["backward"], 0.0)
+                self.assertGreaterEqual(sections["optimizer"], 6.0)
+                self.assertLessEqual(sum(sections.values()), step["duration_ms"] + 0.01)
+
+    def test_gpumon_anatomy_0_turns_it_off(self):
+        agent, out = run_hooked(self, ANATOMY_SCRIPT, CUDA_VISIBLE_DEVICES="", GPUMON_ANATOMY="0")
+        self.assertEqual(out["step"], 8)
+        self.assertEqual([s["sections"] for s in agent.records("step")], [{}] * 8)
 
 
 if __name__ == "__main__":
