@@ -458,6 +458,10 @@ def hook_phase(run: Any) -> List[Phase]:
         "hook's p50 %s ms, synchronized p50 %s ms" % (section, sync),
     )
     cuda_share(phase, "hook", result.get("hook"))
+    if not run.dry_run:
+        # The fake torch has no optimizer or autograd: the anatomy needs the real one.
+        auto = sorted(set(rank.get("sections") or {}) & {"forward", "backward", "optimizer"})
+        phase.check("automatic sections", auto == ["backward", "forward", "optimizer"], ",".join(auto), "backward,forward,optimizer with no gpumon call")
     syncs = result.get("syncs_from_hook")
     phase.check("device synchronizations by the hook", syncs == [], None if syncs is None else len(syncs), "0", "; ".join((syncs or [])[:4]))
     phase.figures = {
