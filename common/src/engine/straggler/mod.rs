@@ -30,6 +30,7 @@
 //! [`NOISE_SAMPLES`] deviations per job, at most [`MAX_SECTIONS`] section names.
 
 pub mod roles;
+mod row_index;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -38,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
 use roles::WaitIn;
+use row_index::RowIndex;
 
 /// Section names tracked per job; more are ignored.
 pub const MAX_SECTIONS: usize = 8;
@@ -203,6 +205,8 @@ pub struct StragglerTracker {
     sigma: Option<f64>,
     #[serde(skip)]
     scratch: Scratch,
+    #[serde(skip)]
+    index: RowIndex,
 }
 
 impl StragglerTracker {
@@ -237,19 +241,19 @@ impl StragglerTracker {
         {
             return Vec::new();
         }
+        self.index.ensure(&self.pending);
         let rows = self.pending.entry(step).or_default();
-        match rows.iter_mut().find(|r| r.rank == rank) {
-            Some(existing) => *existing = row,
-            None => rows.push(row),
-        }
+        self.index.put(step, rows, row);
         let mut events = Vec::new();
         if rows.len() >= world_size as usize {
             if let Some(rows) = self.pending.remove(&step) {
+                self.index.forget(step, &rows);
                 self.score(rows, p, &mut events);
             }
         }
         while self.pending.len() > p.max_pending_steps {
-            if let Some((_, rows)) = self.pending.pop_first() {
+            if let Some((oldest, rows)) = self.pending.pop_first() {
+                self.index.forget(oldest, &rows);
                 self.score(rows, p, &mut events);
             }
         }

@@ -230,3 +230,72 @@ fn a_firing_rank_is_named_by_the_section_that_costs_most_now() {
     assert_eq!(last.edge, Edge::Steady, "still firing, explained again");
     assert_eq!(last.section, "data");
 }
+
+/// One rank's step record: 20 ms of data, `forward_ms`, 30 ms of backward.
+fn record(
+    tr: &mut StragglerTracker,
+    world: u32,
+    rank: u32,
+    step: u64,
+    forward_ms: f64,
+) -> Vec<StragglerEvent> {
+    let sections = [("data", 20.0), ("forward", forward_ms), ("backward", 30.0)];
+    let p = StragglerParams::default();
+    tr.add_step(
+        world,
+        rank,
+        step,
+        step as f64,
+        50.0 + forward_ms,
+        sections,
+        &p,
+    )
+}
+
+#[test]
+fn a_rank_that_reports_a_step_twice_is_one_row_and_its_later_record_wins() {
+    let mut tr = StragglerTracker::default();
+    record(&mut tr, 3, 0, 1, 90.0);
+    record(&mut tr, 3, 0, 1, 10.0);
+    record(&mut tr, 3, 1, 1, 10.0);
+    // Two ranks of three: the step is still open, with one row per rank.
+    let rows = &tr.pending[&1];
+    assert_eq!(rows.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(rows[0].duration_ms, 60.0, "the later record of rank 0");
+    record(&mut tr, 3, 2, 1, 10.0);
+    assert!(tr.pending.is_empty(), "scored once all three reported");
+    assert_eq!(tr.scored_steps, 1);
+}
+
+#[test]
+fn a_tracker_restored_from_a_snapshot_mid_step_goes_on_as_the_original() {
+    let world = 64;
+    let mut original = StragglerTracker::default();
+    for step in 1..=40 {
+        for rank in 0..world {
+            let forward = if rank == 7 && step > 10 { 30.0 } else { 10.0 };
+            record(&mut original, world, rank, step, forward);
+        }
+    }
+    // Half of step 41 (and a repeated record) before the snapshot, the rest after.
+    for rank in 0..world / 2 {
+        record(&mut original, world, rank, 41, 10.0);
+    }
+    record(&mut original, world, 3, 41, 12.0);
+    let bytes = postcard::to_allocvec(&original).unwrap();
+    let mut restored: StragglerTracker = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(restored, original);
+    let rest = std::iter::once(5).chain((world / 2..world).rev());
+    for rank in rest {
+        let a = record(&mut original, world, rank, 41, 10.0);
+        let b = record(&mut restored, world, rank, 41, 10.0);
+        assert_eq!(a, b, "rank {rank}");
+    }
+    assert!(original.pending.is_empty() && restored.pending.is_empty());
+    assert_eq!(restored, original);
+    assert_eq!(
+        postcard::to_allocvec(&restored).unwrap(),
+        postcard::to_allocvec(&original).unwrap()
+    );
+    assert!(original.is_straggling(7));
+}
