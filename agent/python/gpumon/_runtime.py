@@ -297,6 +297,8 @@ class Runtime:
         self._steps_by_clock: Dict[str, int] = {}
         #: The automatic section open now: ``(name, t0, event)``.
         self._auto: Optional[tuple] = None
+        #: The thread that ends steps (the training thread), once one has.
+        self._train_thread: Optional[int] = None
         #: Explicit sections open now, and the names the script times itself.
         self._explicit_open = 0
         self._explicit_names: Set[str] = set()
@@ -326,6 +328,7 @@ class Runtime:
             self._forward_depth = 0
             self._auto = None
             self._explicit_open = 0
+            self._train_thread = threading.get_ident()
             if self._anatomy is not None:
                 self._anatomy.on_boundary()
             self._end_step(step, time.time(), duration_ms, sections)
@@ -431,9 +434,13 @@ class Runtime:
 
     def _auto_enter(self, name: str) -> bool:
         """Opens automatic section ``name``; false (nothing timed) while the hook
-        is off, another automatic or any explicit section is open, or the
-        script times ``name`` itself."""
+        is off, another automatic or any explicit section is open, the script
+        times ``name`` itself, or the call comes from a thread other than the
+        one that ends steps (a prefetch or evaluation thread)."""
         if not self._active or self._auto is not None or self._explicit_open or name in self._explicit_names:
+            return False
+        train = self._train_thread
+        if train is not None and threading.get_ident() != train:
             return False
         if self._step == 0 and not self._first_section_seen:
             self._first_section_started()

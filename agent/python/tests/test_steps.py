@@ -182,5 +182,61 @@ class MarkerTest(unittest.TestCase):
         self.assertIn("driver gone", logs.messages()[-1])
 
 
+class AutomaticSectionTest(unittest.TestCase):
+    """The runtime's side of the automatic anatomy (``_anatomy`` calls these)."""
+
+    def setUp(self):
+        self.clock = FakeClock()
+        enter(self, mock.patch.object(_runtime, "perf_counter", self.clock))
+
+    def timed(self, rt, name, seconds):
+        on = rt._auto_enter(name)
+        self.clock.advance(seconds)
+        rt._auto_exit(name)
+        return on
+
+    def test_automatic_sections_sum_by_name_and_do_not_nest(self):
+        rt, _ = quiet_runtime(self)
+        self.assertTrue(self.timed(rt, "forward", 0.010))
+        self.assertTrue(rt._auto_enter("backward"))
+        self.assertFalse(rt._auto_enter("forward"))  # a recomputed forward inside backward
+        self.clock.advance(0.020)
+        rt._auto_exit("forward")  # not the open one: ignored
+        rt._auto_exit("backward")
+        self.assertTrue(self.timed(rt, "forward", 0.005))
+        rt.step()
+        sections = queued(rt, "step")[0]["sections"]
+        self.assertAlmostEqual(sections["forward"], 15.0, places=3)
+        self.assertAlmostEqual(sections["backward"], 20.0, places=3)
+
+    def test_the_scripts_own_sections_win(self):
+        rt, _ = quiet_runtime(self)
+        with rt.section("step body"):
+            self.assertFalse(self.timed(rt, "data", 0.003))  # inside an explicit section
+        with rt.section("data"):
+            self.clock.advance(0.004)
+        self.assertFalse(self.timed(rt, "data", 0.003))  # a name the script times itself
+        rt.watch(FakeModule(self.clock, 0.0))
+        self.assertFalse(self.timed(rt, "forward", 0.003))
+        self.assertTrue(self.timed(rt, "optimizer", 0.002))
+        rt.step()
+        sections = queued(rt, "step")[0]["sections"]
+        self.assertAlmostEqual(sections["data"], 4.0, places=3)
+        self.assertAlmostEqual(sections["optimizer"], 2.0, places=3)
+        self.assertNotIn("forward", sections)
+
+    def test_only_the_thread_that_ends_steps_is_timed_once_it_has(self):
+        import threading
+
+        rt, _ = quiet_runtime(self)
+        rt.step()
+        answers = []
+        other = threading.Thread(target=lambda: answers.append(rt._auto_enter("data")))
+        other.start()
+        other.join()
+        self.assertEqual(answers, [False])
+        self.assertTrue(self.timed(rt, "data", 0.001))
+
+
 if __name__ == "__main__":
     unittest.main()
