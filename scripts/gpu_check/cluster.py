@@ -8,6 +8,7 @@ the ranks connect, so their attribution is still the agent's own work.
 
 import os
 import secrets
+import subprocess
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -226,8 +227,6 @@ class Sampler(threading.Thread):
 
 def nvidia_smi_sample(binary: str) -> Dict[str, Any]:
     """GPU 0 as nvidia-smi reads it now: memory in bytes, utilization %, SM clock MHz, power W, processes."""
-    import subprocess
-
     out = subprocess.run(
         [binary, "-i", "0", "--query-gpu=memory.used,memory.total,utilization.gpu,clocks.sm,power.draw", "--format=csv,noheader,nounits"],
         capture_output=True,
@@ -269,8 +268,6 @@ def nvidia_smi_sample(binary: str) -> Dict[str, Any]:
 
 def python_has_torch(python: str) -> Optional[str]:
     """torch's version as ``python`` imports it, or ``None``."""
-    import subprocess
-
     try:
         out = subprocess.run(
             [python, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],

@@ -14,6 +14,7 @@ the times a GPU is lent.
 """
 
 import argparse
+import dataclasses
 import os
 import shutil
 import signal
@@ -44,7 +45,7 @@ class Run:
         self.tmp = tmp
         self.workload = os.path.join(HERE, "workload.py")
         base = phase_defs.DRY if args.dry_run else phase_defs.GPU
-        self.params = base if args.sample_seconds is None else _replace(base, sample_s=args.sample_seconds)
+        self.params = base if args.sample_seconds is None else dataclasses.replace(base, sample_s=args.sample_seconds)
         self.nvidia_smi = None if args.dry_run else shutil.which("nvidia-smi")
 
     def path(self, name: str) -> str:
@@ -80,12 +81,6 @@ class Run:
         argv += ["--", self.python, self.workload] + workload_args + self.dry_flag()
         proc = procs.start(argv, self.log(tag), env=self.env())
         return procs.wait_exit(proc, timeout_s, "gpumon profile (%s)" % tag)
-
-
-def _replace(params: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(params, **changes)
 
 
 def parse(argv: List[str]) -> argparse.Namespace:

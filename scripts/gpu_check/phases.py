@@ -201,8 +201,8 @@ def _run_cache_job(run: Any, cluster: Cluster, phase: Phase, jobs: Dict[str, Any
     finally:
         for proc in started:
             procs.stop(proc)
-    jobs[job] = {"world": 1, "ranks": ranks, "results": [procs.read_json(out)]}
     result = procs.read_json(out) or {}
+    jobs[job] = {"world": 1, "ranks": ranks, "results": [result]}
 
     def finished() -> Optional[Dict[str, Any]]:
         # The ack rides the agent's next push after the step that ran it.

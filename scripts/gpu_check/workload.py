@@ -28,7 +28,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -101,11 +102,22 @@ def event(path: Optional[str], **doc: Any) -> None:
             f.write(json.dumps(dict(doc, t=time.time(), pid=os.getpid())) + "\n")
 
 
-def rank_and_world() -> (int, int):
+def rank_and_world() -> Tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 # -- cache ---------------------------------------------------------------------
+
+
+def memory_now(dev: Any) -> Dict[str, int]:
+    """The allocator's allocated and reserved bytes and the device's used bytes, now."""
+    stats = dev.memory_stats()
+    free, total = dev.mem_get_info()
+    return {
+        "allocated": int(stats["allocated_bytes.all.current"]),
+        "reserved": int(stats["reserved_bytes.all.current"]),
+        "device_used": int(total - free),
+    }
 
 
 def run_cache(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
@@ -121,12 +133,7 @@ def run_cache(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
         dev.free(handle)
     del held
     trainer.step()
-    stats = dev.memory_stats()
-    before = {
-        "allocated": int(stats["allocated_bytes.all.current"]),
-        "reserved": int(stats["reserved_bytes.all.current"]),
-        "device_used": int(dev.mem_get_info()[1] - dev.mem_get_info()[0]),
-    }
+    before = memory_now(dev)
     event(args.events, event="cached", **before)
     deadline = time.monotonic() + args.action_timeout_s
     ran_at = None
@@ -138,12 +145,7 @@ def run_cache(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
             trainer.step()
             break
         time.sleep(args.step_pause_ms / 1000.0)
-    stats = dev.memory_stats()
-    after = {
-        "allocated": int(stats["allocated_bytes.all.current"]),
-        "reserved": int(stats["reserved_bytes.all.current"]),
-        "device_used": int(dev.mem_get_info()[1] - dev.mem_get_info()[0]),
-    }
+    after = memory_now(dev)
     # A few more steps so the ack reaches the agent before the process ends.
     for _ in range(5):
         trainer.step()
@@ -298,8 +300,6 @@ class SyncCounter:
                 return super().elapsed_time(end)
 
         torch.cuda.Event = CountedEvent
-
-        import warnings
 
         shown = warnings.showwarning
 
