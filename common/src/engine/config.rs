@@ -84,3 +84,27 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// The configuration inside a snapshot, as the TOML text of an `[engine]`
+/// table in the postcard encoding: tunables come and go far more often than
+/// the state's layout, and TOML names its fields, so a new tunable needs no
+/// new snapshot format (a snapshot without it loads with its default).
+/// TOML rather than JSON because it writes every `f64`, infinities and NaN
+/// included, and reads it back as it was.
+pub(super) mod as_toml {
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::EngineConfig;
+
+    pub fn serialize<S: Serializer>(cfg: &EngineConfig, s: S) -> Result<S::Ok, S::Error> {
+        let text = toml::to_string(cfg).map_err(S::Error::custom)?;
+        s.serialize_str(&text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EngineConfig, D::Error> {
+        let text = String::deserialize(d)?;
+        toml::from_str(&text).map_err(D::Error::custom)
+    }
+}

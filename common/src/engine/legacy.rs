@@ -1,7 +1,9 @@
-//! The engine as snapshot formats up to 4 laid it out, before memory
-//! levels (of GPUs and of host RAM) joined its configuration, so a replica can still load its data
-//! dir after an upgrade (see the coordinator's `snapshot_file`). Postcard is
-//! field-order sensitive: these mirrors must keep the old order exactly.
+//! The engine as older snapshot formats laid it out, so a replica can still
+//! load its data dir after an upgrade (see the coordinator's
+//! `snapshot_file`): formats up to 4 before memory levels (of GPUs and of
+//! host RAM) joined its configuration, format 5 with its configuration
+//! encoded field by field. Postcard is field-order sensitive: these mirrors
+//! must keep the old order exactly.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +16,7 @@ use super::forecast::ForecastParams;
 use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
+use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
 use super::straggler::StragglerParams;
 use super::tracks::{GpuTracks, JobTrack};
@@ -22,7 +25,7 @@ use crate::shared::Shared;
 
 /// [`EngineConfig`] before `memory_levels`.
 #[derive(Debug, Deserialize)]
-struct EngineConfigV4 {
+pub struct EngineConfigV4 {
     window_s: f64,
     warmup_s: f64,
     z_interval: f64,
@@ -35,32 +38,20 @@ struct EngineConfigV4 {
     leak: LeakParams,
     fragmentation: FragmentationParams,
     imbalance: ImbalanceParams,
-    straggler: StragglerParams,
+    straggler: StragglerParamsV5,
     max_alerts: usize,
     max_gpus: usize,
     max_jobs: usize,
     max_ranks_per_job: usize,
 }
 
-/// [`Engine`] as snapshot formats 2 to 4 hold it.
-#[derive(Debug, Deserialize)]
-pub struct EngineV4 {
-    cfg: EngineConfigV4,
-    now: f64,
-    nodes: GpuTracks,
-    gpu_count: usize,
-    jobs: BTreeMap<String, Shared<JobTrack>>,
-    alerts: AlertBook,
-    counters: EngineCounters,
-    pending_links: Vec<(String, u32, String, u32, u32)>,
-}
-
-impl EngineV4 {
-    /// The engine with the memory levels it never had: those of `levels`,
-    /// the replica's configuration.
-    pub fn upgrade(self, levels: &EngineConfig) -> Engine {
-        let c = self.cfg;
-        let cfg = EngineConfig {
+impl EngineConfigV4 {
+    /// The current configuration: what this one lacks comes from `current`,
+    /// the replica's, or from `levels`.
+    fn upgrade(self, current: &EngineConfig, levels: [MemoryLevelParams; 2]) -> EngineConfig {
+        let c = self;
+        let [memory_levels, host_memory_levels] = levels;
+        EngineConfig {
             window_s: c.window_s,
             warmup_s: c.warmup_s,
             z_interval: c.z_interval,
@@ -73,16 +64,87 @@ impl EngineV4 {
             leak: c.leak,
             fragmentation: c.fragmentation,
             imbalance: c.imbalance,
-            straggler: c.straggler,
+            straggler: c.straggler.upgrade(&current.straggler),
             max_alerts: c.max_alerts,
             max_gpus: c.max_gpus,
             max_jobs: c.max_jobs,
             max_ranks_per_job: c.max_ranks_per_job,
-            memory_levels: levels.memory_levels.clone(),
-            host_memory_levels: levels.host_memory_levels.clone(),
-        };
+            memory_levels,
+            host_memory_levels,
+        }
+    }
+}
+
+/// [`EngineConfig`] as format 5 encoded it, field by field: format 4's and
+/// the memory levels (postcard lays a nested struct's fields out inline).
+#[derive(Debug, Deserialize)]
+pub struct EngineConfigV5 {
+    v4: EngineConfigV4,
+    memory_levels: MemoryLevelParams,
+    host_memory_levels: MemoryLevelParams,
+}
+
+/// [`StragglerParams`] up to format 5, before the loss floor and the
+/// shortest episode, which come from the replica's configuration, as does
+/// `max_pending_steps` (format 5's 8 lost half the steps of jobs with short
+/// steps).
+#[derive(Debug, Deserialize)]
+struct StragglerParamsV5 {
+    min_slowdown: f64,
+    k_sigma: f64,
+    h_sigma: f64,
+    clip_sigma: f64,
+    min_sigma: f64,
+    window_steps: usize,
+    min_steps: usize,
+    warmup_steps: u64,
+    min_ranks: usize,
+    /// Replaced by the replica's value on upgrade.
+    _max_pending_steps: usize,
+}
+
+impl StragglerParamsV5 {
+    fn upgrade(self, current: &StragglerParams) -> StragglerParams {
+        let o = self;
+        StragglerParams {
+            min_slowdown: o.min_slowdown,
+            k_sigma: o.k_sigma,
+            h_sigma: o.h_sigma,
+            clip_sigma: o.clip_sigma,
+            min_sigma: o.min_sigma,
+            window_steps: o.window_steps,
+            min_steps: o.min_steps,
+            warmup_steps: o.warmup_steps,
+            min_ranks: o.min_ranks,
+            ..*current
+        }
+    }
+}
+
+/// [`Engine`] with its configuration `C` encoded field by field, as
+/// snapshot formats 2 to 5 hold it.
+#[derive(Debug, Deserialize)]
+pub struct EngineWith<C> {
+    cfg: C,
+    now: f64,
+    nodes: GpuTracks,
+    gpu_count: usize,
+    jobs: BTreeMap<String, Shared<JobTrack>>,
+    alerts: AlertBook,
+    counters: EngineCounters,
+    pending_links: Vec<(String, u32, String, u32, u32)>,
+}
+
+/// [`Engine`] as snapshot formats 2 to 4 hold it.
+pub type EngineV4 = EngineWith<EngineConfigV4>;
+/// [`Engine`] as snapshot format 5 holds it.
+pub type EngineV5 = EngineWith<EngineConfigV5>;
+
+impl<C> EngineWith<C> {
+    /// The engine, its configuration upgraded by `upgrade`.
+    fn upgrade_cfg(self, upgrade: impl FnOnce(C) -> EngineConfig) -> Engine {
         Engine {
-            cfg,
+            cfg: upgrade(self.cfg),
             now: self.now,
             nodes: self.nodes,
             gpu_count: self.gpu_count,
@@ -92,5 +154,28 @@ impl EngineV4 {
             pending_links: self.pending_links,
             scratch: Default::default(),
         }
+    }
+}
+
+impl EngineV4 {
+    /// The engine with the memory levels and tunables it never had: those
+    /// of `current`, the replica's configuration.
+    pub fn upgrade(self, current: &EngineConfig) -> Engine {
+        let levels = [
+            current.memory_levels.clone(),
+            current.host_memory_levels.clone(),
+        ];
+        self.upgrade_cfg(|cfg| cfg.upgrade(current, levels))
+    }
+}
+
+impl EngineV5 {
+    /// The engine with the tunables format 5 lacks from `current`, the
+    /// replica's configuration.
+    pub fn upgrade(self, current: &EngineConfig) -> Engine {
+        self.upgrade_cfg(|cfg| {
+            let levels = [cfg.memory_levels, cfg.host_memory_levels];
+            cfg.v4.upgrade(current, levels)
+        })
     }
 }

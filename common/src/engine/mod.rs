@@ -97,6 +97,7 @@ struct Scratch {
 /// The engine; see the module docs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Engine {
+    #[serde(with = "config::as_toml")]
     cfg: EngineConfig,
     now: f64,
     nodes: GpuTracks,

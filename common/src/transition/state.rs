@@ -70,6 +70,34 @@ impl Replicated {
     }
 }
 
+/// [`Replicated`] as snapshot format 5 laid it out: the engine's
+/// configuration field by field ([`crate::engine::legacy::EngineV5`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV5 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV5,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+}
+
+impl ReplicatedV5 {
+    /// The current layout, with the tunables format 5 lacks from the
+    /// replica's configuration.
+    pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine.upgrade(engine_config),
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+        }
+    }
+}
+
 /// [`Replicated`] as snapshot format 4 laid it out: ranks before their
 /// placement (`cluster::legacy`) and the engine before memory levels
 /// ([`crate::engine::legacy`]).

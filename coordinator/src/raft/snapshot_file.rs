@@ -16,6 +16,7 @@
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
 //! | 5 | ranks keep their Kubernetes placement, nodes their host memory; the engine's configuration gains memory levels (of GPUs and of host RAM) |
+//! | 6 | the engine's configuration is TOML text, so a new tunable takes its default in an older snapshot without a new format |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -28,7 +29,7 @@ use gpumon_common::cluster::{ClusterStateV4, Limits};
 use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
-use gpumon_common::transition::ReplicatedV4;
+use gpumon_common::transition::{ReplicatedV4, ReplicatedV5};
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +42,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 5;
+pub const CURRENT_VERSION: u32 = 6;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -55,8 +56,18 @@ enum SnapshotFile {
     /// All of the replicated data, ranks without their placement and the
     /// engine without memory levels.
     V4 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data, the engine's configuration field by field.
     V5 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V6 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`Applied`] as format 5 laid it out, before the engine's configuration was TOML text.
+#[derive(Deserialize)]
+struct AppliedV5 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV5,
 }
 
 /// [`Applied`] as format 4 laid it out, before ranks kept a placement and the engine memory levels.
@@ -177,13 +188,22 @@ pub fn load(
             (meta, 4)
         }
         SnapshotFile::V5 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 5).map_err(fail)?;
+            let old: AppliedV5 = postcard::from_bytes(&data).map_err(decode_err(5))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 5 lacks the straggler detector's loss floor and shortest episode: they come from this replica's [engine.straggler], as does max_pending_steps");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade(engine_config);
+            (meta, 5)
+        }
+        SnapshotFile::V6 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(5))?;
+            applied = decode_applied(&data).map_err(decode_err(6))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 5,
+                version: 6,
             }));
         }
     };
@@ -197,7 +217,7 @@ pub fn load(
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
-/// `BASE.v5.HEX`. A follower checks both before it installs the snapshot
+/// `BASE.v6.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
     seal_id_with(base, &super::digest::checksum(data))
@@ -255,13 +275,13 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V6 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V5`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V6`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -274,7 +294,9 @@ enum SnapshotHeaderRef<'a> {
     V3,
     #[allow(dead_code)]
     V4,
-    V5 {
+    #[allow(dead_code)]
+    V5,
+    V6 {
         meta: &'a Meta,
     },
 }
@@ -297,7 +319,7 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V5 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V6 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
             .map(drop)
@@ -331,7 +353,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V5 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V6 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -26,7 +26,8 @@
 //! the rank's wait is than its peers' (the confirmation that they wait for
 //! it).
 //!
-//! Memory: `max_pending_steps` open steps, `window_steps` scores per rank,
+//! Memory: `max_pending_steps` open steps ([`PENDING_ROWS`] rows at most),
+//! `window_steps` scores per rank,
 //! [`NOISE_SAMPLES`] deviations per job, at most [`MAX_SECTIONS`] section names.
 
 pub mod roles;
@@ -68,8 +69,25 @@ pub struct StragglerParams {
     pub warmup_steps: u64,
     /// Ranks a step needs to be scored.
     pub min_ranks: usize,
-    /// Steps kept open waiting for late ranks.
+    /// Steps kept open waiting for late ranks. Ranks report their steps in
+    /// batches (a hook every second, an agent every window, a CUDA clock up
+    /// to 128 steps late), so a job of short steps needs many open; a large
+    /// job gets fewer, [`PENDING_ROWS`] rows in all.
     pub max_pending_steps: usize,
+    /// Seconds a step stays open for its late ranks: a rank whose record
+    /// is lost, or that reports no steps, delays the scoring of every step
+    /// by this much, not by `max_pending_steps` steps.
+    pub max_pending_s: f64,
+    /// Smallest loss worth an alert, as a fraction of the step: however
+    /// regular the job, a rank its peers wait for less than this is not
+    /// named.
+    pub min_loss_frac: f64,
+    /// Smallest loss worth an alert, ms per step.
+    pub min_loss_ms: f64,
+    /// Seconds a rank must stay slower than its peers before it is named:
+    /// a rank that loses the CPU or its input for a few seconds (a busy
+    /// host, a page-cache flush, a collector pause) is not a straggler.
+    pub min_duration_s: f64,
 }
 
 impl Default for StragglerParams {
@@ -84,10 +102,18 @@ impl Default for StragglerParams {
             min_steps: 8,
             warmup_steps: 3,
             min_ranks: 3,
-            max_pending_steps: 8,
+            max_pending_steps: 128,
+            max_pending_s: 5.0,
+            min_loss_frac: 0.01,
+            min_loss_ms: 1.0,
+            min_duration_s: 10.0,
         }
     }
 }
+
+/// Rows of open steps kept per job at most: `max_pending_steps` open steps
+/// of a job of up to 512 ranks, fewer for larger jobs (but at least two).
+pub const PENDING_ROWS: usize = 1 << 16;
 
 /// Deviations kept per job to estimate its noise.
 pub const NOISE_SAMPLES: usize = 1024;
@@ -233,11 +259,15 @@ impl StragglerTracker {
                 row.sections[i] = ms;
             }
         }
+        let max_pending = p
+            .max_pending_steps
+            .min(PENDING_ROWS / world_size.max(1) as usize)
+            .max(2);
         if self
             .pending
             .first_key_value()
             .is_some_and(|(&oldest, _)| step < oldest)
-            && self.pending.len() >= p.max_pending_steps
+            && self.pending.len() >= max_pending
         {
             return Vec::new();
         }
@@ -251,7 +281,12 @@ impl StragglerTracker {
                 self.score(rows, p, &mut events);
             }
         }
-        while self.pending.len() > p.max_pending_steps {
+        while self.pending.len() > max_pending
+            || self
+                .pending
+                .first_key_value()
+                .is_some_and(|(_, rows)| rows.first().is_some_and(|r| r.t < t - p.max_pending_s))
+        {
             if let Some((oldest, rows)) = self.pending.pop_first() {
                 self.index.forget(oldest, &rows);
                 self.score(rows, p, &mut events);
@@ -363,7 +398,10 @@ impl StragglerTracker {
                 continue;
             };
             let d = d.clamp(-clip, clip);
-            entry.up = (entry.up + d - k).max(0.0);
+            // Capped at the threshold: the case must keep being made, so a
+            // burst that has passed stops counting at once instead of
+            // holding the sum up while it drains.
+            entry.up = (entry.up + d - k).clamp(0.0, h);
             entry.run = if entry.up > 0.0 { entry.run + 1 } else { 0 };
             let was_on = entry.latch.is_on();
             entry.down = if was_on {
@@ -371,7 +409,20 @@ impl StragglerTracker {
             } else {
                 0.0
             };
-            let raise = !was_on && entry.up >= h && entry.scores.len() >= p.min_steps;
+            let lasted_s = entry.run as f64 * step_ms / 1000.0;
+            let mut raise = !was_on
+                && entry.up >= h
+                && entry.scores.len() >= p.min_steps
+                && lasted_s >= p.min_duration_s;
+            if raise {
+                let evidence = entry
+                    .scores
+                    .iter()
+                    .skip(entry.scores.len() - evidence_len(entry, p));
+                let loss =
+                    median_of(evidence.map(|s| s.excess), &mut self.scratch.0).unwrap_or(0.0);
+                raise = loss >= p.min_loss_frac && loss * step_ms >= p.min_loss_ms;
+            }
             let clear = was_on && entry.down >= h;
             let edge = entry
                 .latch
@@ -399,12 +450,10 @@ impl StragglerTracker {
                 entry.up = 0.0;
             }
             entry.down = 0.0;
-            // Explain with the steps that made the case, not the ones before.
-            let recent = entry
+            let evidence = entry
                 .scores
-                .len()
-                .min(entry.run.max(p.min_steps / 2).max(1));
-            let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
+                .iter()
+                .skip(entry.scores.len() - evidence_len(entry, p));
             events.push(explain(
                 row.rank,
                 row.t,
@@ -416,6 +465,15 @@ impl StragglerTracker {
             ));
         }
     }
+}
+
+/// How many of a rank's latest scores explain its episode: the steps that
+/// made the case, not the ones before.
+fn evidence_len(entry: &RankScores, p: &StragglerParams) -> usize {
+    entry
+        .scores
+        .len()
+        .min(entry.run.max(p.min_steps / 2).max(1))
 }
 
 /// Scored steps between two explanations of a rank that keeps firing.

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpumon_common::actions::{ActionOrigin, ActionRequest, IssueRules};
+use gpumon_common::engine::straggler::StragglerParams;
 use gpumon_common::engine::{AlertKind, EngineConfig, Severity, Subject};
 use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
 use gpumon_common::transition::{Command, CommandV1};
@@ -211,7 +212,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V5 {
+    let file = SnapshotFile::V6 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -255,6 +256,17 @@ fn every_supported_format_loads_with_what_it_holds() {
         let engine_kept = version >= 2;
         assert_eq!(a.engine.devices().len(), if engine_kept { 2 } else { 0 });
         assert_eq!(a.engine.tracks_job("job-1"), engine_kept, "v{version}");
+        // Tunables a format lacks take their defaults.
+        let (kept, default) = (&a.engine.config().straggler, StragglerParams::default());
+        assert_eq!(
+            (kept.min_loss_frac, kept.min_loss_ms, kept.min_duration_s),
+            (
+                default.min_loss_frac,
+                default.min_loss_ms,
+                default.min_duration_s
+            ),
+            "v{version}"
+        );
 
         let actions_kept = version >= 3;
         let action = a.actions.entries().next();
@@ -316,7 +328,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V5 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V6 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -375,7 +387,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v5."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v6."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -388,9 +400,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v5.", ".v6.");
+    let other_format = id.replace(".v6.", ".v7.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 6"), "{err}");
+    assert!(err.contains("format 7"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
