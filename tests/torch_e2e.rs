@@ -1,5 +1,5 @@
 //! gpumon on a real torch job: `torchrun --nproc-per-node 4` training a
-//! DistributedDataParallel model on CPU (gloo) through `gpumon run`, with a
+//! DistributedDataParallel (or FSDP2) model on CPU (gloo) through `gpumon run`, with a
 //! single coordinator and an agent serving the hook on loopback that samples
 //! no GPU itself (`--source none`). The engine runs its default
 //! configuration: the point is that the defaults work on a real job.
@@ -9,8 +9,11 @@
 //! (`tests/torch/ddp_train.py`); a `straggler` alert must name that rank and
 //! section within 30 s. The script either times its sections with gpumon
 //! calls, as the README shows, or makes no timing call at all and leaves
-//! them to the hook's automatic step anatomy (`--instrument none`). A job
-//! with no slow rank and no timing call must train 120 s without one. Before waiting for an alert, the tests
+//! them to the hook's automatic step anatomy (`--instrument none`). Under
+//! FSDP2 (`fully_shard` per layer) rank 1's first layer is made slow in its
+//! forward: its peers wait in their own all-gathers and reduce-scatters,
+//! which the hook times apart (`comm_wait`). A DDP job and an FSDP job
+//! with no slow rank and no timing call must each train 120 s without one. Before waiting for an alert, the tests
 //! check the harness: every rank's sections reach the coordinator, and the
 //! slowdown shows in them (the slow rank's section longer than its peers',
 //! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
@@ -44,7 +47,10 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 const RANKS: u32 = 4;
+/// The rank made slow in the DDP jobs (the cases) ...
 const SLOW_RANK: u32 = 2;
+/// ... and in the FSDP job.
+const SLOW_FSDP_RANK: u32 = 1;
 /// Training time before the slow rank slows down, seconds.
 const SLOW_AFTER_S: u64 = 20;
 /// Longest time from the slowdown to its alert.
@@ -182,12 +188,24 @@ fn all_ranks_report_sections(times: &BTreeMap<u32, RankTimes>) -> Result<(), Str
     }
 }
 
+/// Where a job's ranks wait for a slow peer, as the hook reports it: DDP's
+/// all-reduce in `backward`; FSDP's all-gathers and reduce-scatters, timed
+/// apart, in `comm_wait`.
+fn wait_section(parallel: &str) -> &'static str {
+    if parallel == "fsdp" {
+        "comm_wait"
+    } else {
+        "backward"
+    }
+}
+
 /// `rank`'s `section` takes [`SLOW_RATIO`] times its peers' median, and its
-/// `backward` less than theirs (they wait for it in the all-reduce).
+/// wait less than theirs (they wait for it).
 fn slowdown_shows(
     times: &BTreeMap<u32, RankTimes>,
     rank: u32,
     section: &str,
+    wait: &str,
 ) -> Result<(), String> {
     all_ranks_report_sections(times)?;
     let peers = |s: &str| {
@@ -200,11 +218,11 @@ fn slowdown_shows(
         )
     };
     let slow = &times[&rank];
-    if slow.ms(section) >= SLOW_RATIO * peers(section) && slow.ms("backward") < peers("backward") {
+    if slow.ms(section) >= SLOW_RATIO * peers(section) && slow.ms(wait) < peers(wait) {
         Ok(())
     } else {
         Err(format!(
-            "rank {rank}'s {section} is not {SLOW_RATIO}x its peers' with a shorter backward: {}",
+            "rank {rank}'s {section} is not {SLOW_RATIO}x its peers' with a shorter {wait}: {}",
             show(times)
         ))
     }
@@ -434,21 +452,36 @@ impl Drop for Job {
     }
 }
 
-/// The slow rank, slow in `section` from 20 s in, is named within 30 s.
-/// `instrument`: `script` (the script times its sections with gpumon calls)
-/// or `none` (no gpumon timing call: the hook's automatic anatomy).
+/// The slow rank of a DDP job, slow in `section` from 20 s in, is named
+/// within 30 s. `instrument`: `script` (the script times its sections with
+/// gpumon calls) or `none` (no gpumon timing call: the hook's automatic
+/// anatomy).
 async fn slow_rank_is_named(test: &str, section: &str, instrument: &str) {
+    slow_rank_of_is_named(test, section, instrument, "ddp", SLOW_RANK).await;
+}
+
+/// [`slow_rank_is_named`] for rank `slow_rank` of a `parallel` job (`ddp`
+/// or `fsdp`).
+async fn slow_rank_of_is_named(
+    test: &str,
+    section: &str,
+    instrument: &str,
+    parallel: &str,
+    slow_rank: u32,
+) {
     let Some(python) = torch_python(test) else {
         return;
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let name = format!("torch-slow-{section}-{instrument}");
+    let name = format!("torch-{parallel}-slow-{section}-{instrument}");
     let args: Vec<String> = [
+        "--parallel",
+        parallel,
         "--duration-s",
         &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
         "--slow-rank",
-        &SLOW_RANK.to_string(),
+        &slow_rank.to_string(),
         "--slow-in",
         section,
         "--slow-after-s",
@@ -467,13 +500,16 @@ async fn slow_rank_is_named(test: &str, section: &str, instrument: &str) {
         POLL,
         until(deadline),
         "the slowdown in the coordinator's section times",
-        || async { slowdown_shows(&job.times().await?, SLOW_RANK, section) },
+        || async {
+            let wait = wait_section(parallel);
+            slowdown_shows(&job.times().await?, slow_rank, section, wait)
+        },
     )
     .await;
-    let what = format!("a straggler alert naming rank {SLOW_RANK} and {section}");
+    let what = format!("a straggler alert naming rank {slow_rank} and {section}");
     let alert = wait_for_every(POLL, until(deadline), &what, || async {
         let alerts = job.straggler_alerts().await?;
-        match alerts.iter().find(|a| names(a, SLOW_RANK, section, start)) {
+        match alerts.iter().find(|a| names(a, slow_rank, section, start)) {
             Some(a) => Ok(a.clone()),
             None => Err(format!(
                 "alerts {}; section times {}",
@@ -487,7 +523,7 @@ async fn slow_rank_is_named(test: &str, section: &str, instrument: &str) {
     job.steps_after_slowdown().await;
     job.stop().await;
     report(&format!(
-        "{test}: alert {after:.1} s after the slowdown: {}\n{name}: section medians (ms) before -> after the slowdown of rank {SLOW_RANK}:\n{}\n{test}: {:.0} s",
+        "{test}: alert {after:.1} s after the slowdown: {}\n{name}: section medians (ms) before -> after the slowdown of rank {slow_rank}:\n{}\n{test}: {:.0} s",
         alert["message"].as_str().unwrap_or("?"),
         job.rank_medians(),
         began.elapsed().as_secs_f64()
@@ -546,9 +582,42 @@ async fn with_no_gpumon_call_a_rank_slow_in_its_optimizer_step_is_named_within_3
     .await;
 }
 
+/// FSDP2 per layer: rank 1's first layer does extra work in its forward,
+/// and its peers wait in the next all-gather (forward) or reduce-scatter
+/// (backward), which the hook times apart as `comm_wait`.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s() {
+    slow_rank_of_is_named(
+        "with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s",
+        "forward",
+        "none",
+        "fsdp",
+        SLOW_FSDP_RANK,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
-    let test = "a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert";
+    clean_run_has_no_alert(
+        "a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert",
+        "ddp",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_fsdp_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
+    clean_run_has_no_alert(
+        "an_fsdp_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert",
+        "fsdp",
+    )
+    .await;
+}
+
+/// A `parallel` job with no slow rank and no gpumon timing call trains
+/// [`CLEAN_RUN_S`] with no straggler alert.
+async fn clean_run_has_no_alert(test: &str, parallel: &str) {
     let Some(python) = torch_python(test) else {
         return;
     };
@@ -556,6 +625,8 @@ async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
     let began = Instant::now();
     // No gpumon timing call: the automatic anatomy must not see a straggler either.
     let args: Vec<String> = [
+        "--parallel",
+        parallel,
         "--duration-s",
         &CLEAN_RUN_S.to_string(),
         "--instrument",
@@ -564,7 +635,7 @@ async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut job = Job::start("torch-clean", &python, &args).await;
+    let mut job = Job::start(&format!("torch-{parallel}-clean"), &python, &args).await;
     let status = job
         .wait_end(START_WITHIN + Duration::from_secs(CLEAN_RUN_S + 60))
         .await;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real DistributedDataParallel job on CPU (gloo), for gpumon's torch end-to-end test.
+"""A real data-parallel job on CPU (gloo), DDP or FSDP2, for gpumon's torch end-to-end test.
 
 Run it under torchrun through ``gpumon run`` (which injects the hook)::
 
@@ -18,7 +18,12 @@ boundary. With ``--instrument none`` the script makes no timing call at all:
 batches come from a ``DataLoader`` and the hook's automatic step anatomy
 times data, forward, backward and optimizer by itself. DDP's gradient all-reduce runs
 inside ``backward``, so a rank that is slow elsewhere makes its peers wait
-there. Without CUDA the hook has no device to report, and an agent sampling
+there.
+
+With ``--parallel fsdp`` the model is sharded with FSDP2 (``fully_shard``
+on each layer, then on the model): every layer's forward all-gathers its
+parameters and its backward reduce-scatters its gradients, so the peers of
+a slow rank wait inside their own forward and backward. Without CUDA the hook has no device to report, and an agent sampling
 no GPU would show no rank, so the script hands ``gpumon.init`` a memory
 source for a stand-in CPU device per rank.
 
@@ -26,7 +31,9 @@ One rank can be made slow from a given step or after a given time:
 
 - ``--slow-in forward``: the model's forward repeats its own matrix products
   (without autograd) ``--slow-repeats`` more times: real extra compute that
-  about doubles that rank's forward;
+  about doubles that rank's forward (under FSDP the first layer alone
+  repeats its product four times per hidden layer of the model,
+  inside its own forward where its parameters are gathered);
 - ``--slow-in data``: the batch fetch sleeps ``--slow-data-ms`` more, like a
   stalled input pipeline;
 - ``--slow-in optimizer``: ``optimizer.step()`` repeats the forward's
@@ -79,6 +86,7 @@ def parse_args(argv):
     p.add_argument("--width", type=int, default=384, help="hidden layer width")
     p.add_argument("--depth", type=int, default=2, help="hidden layers")
     p.add_argument("--no-pin", action="store_true", help="leave the rank's CPU to the scheduler")
+    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp", help="DDP, or FSDP2 per layer")
     p.add_argument("--slow-rank", type=int, default=None, help="the rank made slow (none by default)")
     p.add_argument("--slow-in", choices=("forward", "data", "optimizer"), default="forward")
     p.add_argument(
@@ -96,13 +104,27 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+class Linear(nn.Linear):
+    """A linear layer whose forward can repeat its product as extra work,
+    inside its own forward (where FSDP has gathered its parameters)."""
+
+    extra_passes = 0
+
+    def forward(self, x):
+        if self.extra_passes:
+            with torch.no_grad():
+                for _ in range(self.extra_passes):
+                    F.linear(x, self.weight, self.bias)
+        return super().forward(x)
+
+
 class Mlp(nn.Module):
     """A plain MLP whose forward can repeat its products as extra work."""
 
     def __init__(self, inputs, width, depth, outputs):
         super().__init__()
         sizes = [inputs] + [width] * depth
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.hidden = nn.ModuleList(Linear(a, b) for a, b in zip(sizes, sizes[1:]))
         self.out = nn.Linear(width, outputs)
         self.extra_passes = 0
 
@@ -299,7 +321,17 @@ def main(argv):
     torch.manual_seed(0)
     inputs, outputs = 256, 16
     model = Mlp(inputs, args.width, args.depth, outputs)
-    ddp = DistributedDataParallel(model)
+    if args.parallel == "fsdp":
+        if args.slow_in == "optimizer" and args.slow_rank is not None:
+            raise SystemExit("ddp_train: --slow-in optimizer calls the layers outside their forward: DDP only")
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.hidden:
+            fully_shard(layer)
+        fully_shard(model)
+        ddp = model
+    else:
+        ddp = DistributedDataParallel(model)
     by_hand = args.instrument == "script"
     if by_hand:
         gpumon.watch(ddp)
@@ -316,7 +348,11 @@ def main(argv):
     while True:
         step += 1
         slow = slowdown.check(step, time.monotonic() - start)
-        model.extra_passes = args.slow_repeats if slow and args.slow_in == "forward" else 0
+        slow_forward = args.slow_repeats if slow and args.slow_in == "forward" else 0
+        if args.parallel == "fsdp":
+            model.hidden[0].extra_passes = 4 * slow_forward * len(model.hidden)
+        else:
+            model.extra_passes = slow_forward
         optimizer.extra_passes = args.slow_repeats if slow and args.slow_in == "optimizer" else 0
         batches.delay_s = args.slow_data_ms / 1000.0 if slow and args.slow_in == "data" else 0.0
         began = time.time()

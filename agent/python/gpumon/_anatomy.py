@@ -51,9 +51,15 @@ class Anatomy:
     """The automatic sections of one hook; ``enter(name)``/``leave(name)`` are the
     runtime's (they time nothing while an explicit section is open)."""
 
-    def __init__(self, enter: Callable[[str], bool], leave: Callable[[str], None]):
+    def __init__(
+        self,
+        enter: Callable[[str], bool],
+        leave: Callable[[str], None],
+        outermost: Callable[[Any], None] = lambda _module: None,
+    ):
         self._enter = enter
         self._exit = leave
+        self._outermost_seen = outermost
         self.installed: List[str] = []
         self._depth = 0
         self._discovery: Optional[List[Any]] = None
@@ -160,6 +166,7 @@ class Anatomy:
                     self._outermost[id(module)] = weakref.ref(module)
                 except TypeError:
                     pass
+                self._outermost_seen(module)
             self._enter("forward")
             if time.monotonic() - self._discovery_t0 > DISCOVERY_MAX_S:
                 self._end_discovery()

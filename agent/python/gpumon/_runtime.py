@@ -15,20 +15,23 @@ same queue as markers.
 
 Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
-waits, in the timeline, until the GPU has run past its events.
+waits, in the timeline, until the GPU has run past its events. On the CPU
+clock, the time the training thread blocks in collectives (``_collectives``)
+is taken out of the sections it fell in and reported as ``comm_wait``.
 """
 
 import atexit
 import collections
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
 from time import perf_counter
 from typing import Any, Callable, Dict, List, MutableMapping, Optional, Set
 
-from . import _torch_hooks
+from . import _collectives, _torch_hooks
 from ._anatomy import Anatomy
 from ._actions import run_action
 from ._address import resolve_address
@@ -48,6 +51,8 @@ logger = logging.getLogger("gpumon")
 
 #: Names of explicit sections remembered (they are never timed automatically).
 MAX_EXPLICIT_NAMES = 64
+#: Nested explicit sections followed at most (for the collective waits inside).
+MAX_OPEN_SECTIONS = 16
 
 #: Set by an active hook to ``PID:RANK:JOB``. A process that inherits it with
 #: the same job and rank but another PID is a helper of that rank (a DataLoader
@@ -72,6 +77,8 @@ class _Section:
         if runtime._step == 0 and not runtime._first_section_seen:
             runtime._first_section_started()
         runtime._explicit_open += 1
+        if len(runtime._open_names) < MAX_OPEN_SECTIONS:
+            runtime._open_names.append(self._name)
         runtime._explicit(self._name)
         timeline = runtime._timeline
         self._event = timeline.mark() if timeline is not None else None
@@ -83,6 +90,9 @@ class _Section:
         runtime = self._runtime
         if runtime._explicit_open > 0:
             runtime._explicit_open -= 1
+        names = runtime._open_names
+        if names and names[-1] == self._name:
+            names.pop()
         if t0 is not None and runtime._active:
             sections = runtime._sections
             name = self._name
@@ -116,6 +126,8 @@ class Runtime:
         self._active = False
         #: The automatic sections, once torch's optimizer module is imported.
         self._anatomy: Optional[Anatomy] = None
+        #: What ``_collectives`` wrapped (nothing before the anatomy installs).
+        self._collectives: List[str] = []
         self._identity: Optional[Identity] = None
         self._reporter: Optional[Reporter] = None
         self._source: Any = None
@@ -302,6 +314,16 @@ class Runtime:
         #: Explicit sections open now, and the names the script times itself.
         self._explicit_open = 0
         self._explicit_names: Set[str] = set()
+        #: Explicit sections open now, innermost last.
+        self._open_names: List[str] = []
+        #: Collective waits of this step: nesting, start, total ms and the
+        #: ms inside each section open meanwhile.
+        self._comm_depth = 0
+        self._comm_t0 = 0.0
+        self._comm_ms = 0.0
+        self._comm_in: Dict[str, float] = {}
+        #: The model is wrapped in DDP: its wait is in backward, unseen here.
+        self._ddp = False
 
     def _first_section_started(self) -> None:
         if self._active:
@@ -328,6 +350,9 @@ class Runtime:
             self._forward_depth = 0
             self._auto = None
             self._explicit_open = 0
+            self._open_names.clear()
+            if self._comm_ms:
+                self._take_out_comm(sections)
             self._train_thread = threading.get_ident()
             if self._anatomy is not None:
                 self._anatomy.on_boundary()
@@ -412,14 +437,19 @@ class Runtime:
         """See :func:`gpumon.watch`."""
         handle = _torch_hooks.watch_module(module, self._forward_enter, self._forward_exit)
         self._explicit("forward")
+        self._note_model(module)
         return handle
 
     # -- automatic sections (``_anatomy``) ---------------------------------------------
 
     def _install_anatomy(self, optimizer_module: Any) -> None:
         if self._anatomy is None:
-            self._anatomy = Anatomy(self._auto_enter, self._auto_exit)
+            self._anatomy = Anatomy(self._auto_enter, self._auto_exit, self._note_model)
             self._anatomy.install(optimizer_module)
+            try:
+                self._collectives = _collectives.install(self._comm_enter, self._comm_exit)
+            except Exception as e:
+                logger.info("gpumon: collective waits are not timed: %s", e)
             if "forward" in self._explicit_names:
                 self._anatomy.forward_off()
             logger.debug("gpumon: automatic sections: %s", ", ".join(self._anatomy.installed) or "none")
@@ -447,6 +477,54 @@ class Runtime:
         timeline = self._timeline
         self._auto = (name, perf_counter(), timeline.mark() if timeline is not None else None)
         return True
+
+    def _comm_enter(self) -> bool:
+        """A collective call begins in the training thread: true when timed."""
+        if not self._active:
+            return False
+        train = self._train_thread
+        if train is not None and threading.get_ident() != train:
+            return False
+        depth = self._comm_depth
+        self._comm_depth = depth + 1
+        if depth == 0:
+            self._comm_t0 = perf_counter()
+        return True
+
+    def _comm_exit(self) -> None:
+        depth = self._comm_depth - 1
+        self._comm_depth = depth if depth > 0 else 0
+        if depth != 0:
+            return
+        ms = (perf_counter() - self._comm_t0) * 1000.0
+        self._comm_ms += ms
+        inside = self._comm_in
+        names = set(self._open_names)
+        if self._forward_depth > 0:
+            names.add("forward")
+        if self._auto is not None:
+            names.add(self._auto[0])
+        for name in names:
+            inside[name] = inside.get(name, 0.0) + ms
+
+    def _take_out_comm(self, sections: Dict[str, float]) -> None:
+        """Moves the step's collective waits out of its sections into
+        ``comm_wait`` (CPU clock only; never under DDP)."""
+        if self._timeline is None and not self._ddp:
+            for name, ms in self._comm_in.items():
+                if name in sections:
+                    sections[name] = max(0.0, sections[name] - ms)
+            sections[_collectives.SECTION] = sections.get(_collectives.SECTION, 0.0) + self._comm_ms
+        self._comm_ms = 0.0
+        self._comm_in = {}
+
+    def _note_model(self, module: Any) -> None:
+        """An outermost or watched module: DDP hides its wait in backward."""
+        if self._ddp:
+            return
+        ddp = getattr(sys.modules.get("torch.nn.parallel.distributed"), "DistributedDataParallel", None)
+        if ddp is not None and isinstance(module, ddp):
+            self._ddp = True
 
     def _auto_exit(self, name: str) -> None:
         auto = self._auto
@@ -617,6 +695,8 @@ class Runtime:
             "connected": bool(reporter is not None and reporter.connected),
             "alerts_received": self._alerts.received,
             "alerts_dropped": self._alerts.dropped,
+            "collectives_timed": len(self._collectives),
+            "ddp": self._ddp,
         }
         if reporter is not None:
             out.update(reporter.counters)

@@ -179,5 +179,57 @@ class AutomaticAnatomyTest(unittest.TestCase):
         self.assertEqual([s["sections"] for s in agent.records("step")], [{}] * 8)
 
 
+COLLECTIVE_SCRIPT = r"""
+import json, os
+import torch
+import torch.distributed as dist
+import gpumon  # read below, never called to time anything
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(64, 64)
+    def forward(self, x):
+        t = torch.ones(1)
+        dist.all_reduce(t)                      # synchronous
+        dist.all_reduce(t, async_op=True).wait()  # asynchronous, waited on
+        return self.layer(x)
+
+model = Model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(6):
+    model(torch.randn(8, 64)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+stats = gpumon.stats()
+dist.destroy_process_group()
+print(json.dumps(stats))
+"""
+
+
+class CollectiveWaitTest(unittest.TestCase):
+    """Real torch.distributed (gloo, one process): its collectives are timed apart."""
+
+    @classmethod
+    def setUpClass(cls):
+        error = torch_import_error()
+        if error is not None:
+            raise unittest.SkipTest("torch cannot be imported by %s (%s)" % (sys.executable, error))
+
+    def test_collectives_in_forward_are_reported_as_comm_wait(self):
+        agent, out = run_hooked(self, COLLECTIVE_SCRIPT, CUDA_VISIBLE_DEVICES="")
+        self.assertEqual(out["step"], 6)
+        self.assertGreater(out["collectives_timed"], 5)
+        self.assertFalse(out["ddp"])
+        for step in agent.records("step")[1:]:
+            with self.subTest(step=step["step"]):
+                sections = step["sections"]
+                self.assertGreater(sections.get("comm_wait", 0.0), 0.0)
+                self.assertGreaterEqual(sections["forward"], 0.0)
+                self.assertLessEqual(sum(sections.values()), step["duration_ms"] + 0.01)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,9 +1,12 @@
 """Step boundaries, sections, watch(), mark() and snapshot() in the training thread."""
 
+import sys
+import threading
+import types
 import unittest
 from unittest import mock
 
-from gpumon import _runtime
+from gpumon import _collectives, _runtime
 from gpumon._runtime import Runtime
 from gpumon._settings import QUEUE_MAXLEN
 from gpumon.testing import FakeAllocator, GiB, MiB
@@ -236,6 +239,127 @@ class AutomaticSectionTest(unittest.TestCase):
         other.join()
         self.assertEqual(answers, [False])
         self.assertTrue(self.timed(rt, "data", 0.001))
+
+
+class CollectiveWaitTest(unittest.TestCase):
+    """Time blocked in collectives leaves the sections it fell in for ``comm_wait``."""
+
+    def setUp(self):
+        self.clock = FakeClock()
+        enter(self, mock.patch.object(_runtime, "perf_counter", self.clock))
+
+    def collective(self, rt, seconds, nested=False):
+        on = rt._comm_enter()
+        if nested:  # a synchronous collective waits on its own work
+            rt._comm_enter()
+        self.clock.advance(seconds)
+        if nested:
+            rt._comm_exit()
+        if on:
+            rt._comm_exit()
+        return on
+
+    def test_a_wait_inside_a_section_moves_to_comm_wait(self):
+        rt, _ = quiet_runtime(self)
+        rt._auto_enter("forward")
+        self.clock.advance(0.010)
+        self.assertTrue(self.collective(rt, 0.030, nested=True))
+        rt._auto_exit("forward")
+        with rt.section("loss"):
+            self.clock.advance(0.002)
+            self.collective(rt, 0.004)
+        self.collective(rt, 0.001)  # outside every section: only comm_wait
+        rt.step()
+        sections = queued(rt, "step")[0]["sections"]
+        self.assertAlmostEqual(sections["forward"], 10.0, places=3)
+        self.assertAlmostEqual(sections["loss"], 2.0, places=3)
+        self.assertAlmostEqual(sections["comm_wait"], 35.0, places=3)
+        rt.step()
+        self.assertNotIn("comm_wait", queued(rt, "step")[1]["sections"], "counted once")
+
+    def test_under_ddp_the_wait_stays_where_it_fell(self):
+        rt, _ = quiet_runtime(self)
+        ddp_module = types.ModuleType("torch.nn.parallel.distributed")
+
+        class DistributedDataParallel:
+            pass
+
+        ddp_module.DistributedDataParallel = DistributedDataParallel
+        enter(self, mock.patch.dict(sys.modules, {"torch.nn.parallel.distributed": ddp_module}))
+        rt._note_model(DistributedDataParallel())
+        rt._auto_enter("backward")
+        self.collective(rt, 0.020)
+        rt._auto_exit("backward")
+        rt.step()
+        sections = queued(rt, "step")[0]["sections"]
+        self.assertAlmostEqual(sections["backward"], 20.0, places=3)
+        self.assertNotIn("comm_wait", sections)
+
+    def test_other_threads_collectives_are_not_counted(self):
+        rt, _ = quiet_runtime(self)
+        rt.step()
+        answers = []
+        other = threading.Thread(target=lambda: answers.append(rt._comm_enter()))
+        other.start()
+        other.join()
+        self.assertEqual(answers, [False])
+
+
+class CollectiveWrappersTest(unittest.TestCase):
+    """``_collectives.install`` on stand-ins of torch.distributed's modules."""
+
+    def setUp(self):
+        self.calls = []
+        package = types.ModuleType("torch.distributed")
+        c10d = types.ModuleType("torch.distributed.distributed_c10d")
+        native = types.ModuleType("torch._C._distributed_c10d")
+
+        class Work:
+            def wait(work_self, timeout=None):
+                self.calls.append("wait")
+                return True
+
+        def all_reduce(tensor, async_op=False):
+            self.calls.append("all_reduce")
+            return Work() if async_op else None
+
+        c10d.all_reduce = package.all_reduce = all_reduce
+        native.Work = Work
+        self.work = Work
+        self.package, self.c10d = package, c10d
+        modules = {
+            "torch.distributed": package,
+            "torch.distributed.distributed_c10d": c10d,
+            "torch._C._distributed_c10d": native,
+        }
+        enter(self, mock.patch.dict(sys.modules, modules))
+        self.events = []
+
+    def install(self):
+        def enter_():
+            self.events.append("enter")
+            return True
+
+        return _collectives.install(enter_, lambda: self.events.append("leave"))
+
+    def test_functions_and_waits_are_timed_once_each_and_only_once_installed(self):
+        self.assertEqual(self.install(), ["all_reduce", "Work.wait"])
+        self.assertIs(self.package.all_reduce, self.c10d.all_reduce, "one wrapper for both names")
+        self.assertEqual(self.install(), [], "installing again wraps nothing")
+        work = self.package.all_reduce("t", async_op=True)
+        self.assertTrue(work.wait())
+        self.assertEqual(self.calls, ["all_reduce", "wait"])
+        self.assertEqual(self.events, ["enter", "leave", "enter", "leave"])
+
+    def test_a_failing_collective_raises_as_before_and_is_still_left(self):
+        def broken(*_args, **_kwargs):
+            raise RuntimeError("connection reset by peer")
+
+        self.package.barrier = broken
+        self.install()
+        with self.assertRaisesRegex(RuntimeError, "connection reset"):
+            self.package.barrier()
+        self.assertEqual(self.events, ["enter", "leave"])
 
 
 if __name__ == "__main__":

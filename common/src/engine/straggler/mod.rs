@@ -210,7 +210,8 @@ impl PartialEq for Score {
 struct RankScores {
     scores: VecDeque<Score>,
     scored: u64,
-    /// Steps since the CUSUM last stood at zero: the evidence of this episode.
+    /// Steps since the CUSUM rose past half its threshold: the evidence of
+    /// this episode.
     run: usize,
     /// CUSUM towards "slower than its peers".
     up: f64,
@@ -402,7 +403,14 @@ impl StragglerTracker {
             // burst that has passed stops counting at once instead of
             // holding the sum up while it drains.
             entry.up = (entry.up + d - k).clamp(0.0, h);
-            entry.run = if entry.up > 0.0 { entry.run + 1 } else { 0 };
+            // The episode's steps: since the sum rose past half the
+            // threshold, which noise alone seldom reaches and a passed
+            // burst leaves within a few steps.
+            entry.run = if entry.up >= h / 2.0 {
+                entry.run + 1
+            } else {
+                0
+            };
             let was_on = entry.latch.is_on();
             entry.down = if was_on {
                 (entry.down + k - d).max(0.0)
