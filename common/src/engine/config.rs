@@ -52,6 +52,9 @@ pub struct EngineConfig {
     pub max_jobs: usize,
     /// Ranks tracked per job.
     pub max_ranks_per_job: usize,
+    /// A job or GPU not heard of for this long is forgotten (its node
+    /// stopped reporting, its process died unseen), seconds; 0 never.
+    pub silent_s: f64,
     /// Fixed levels of a GPU's capacity that raise `memory_level` alerts.
     pub memory_levels: MemoryLevelParams,
     /// Fixed levels of a node's host RAM that raise `memory_level` alerts
@@ -79,6 +82,7 @@ impl Default for EngineConfig {
             max_gpus: crate::cluster::DEFAULT_MAX_GPUS,
             max_jobs: 1024,
             max_ranks_per_job: crate::cluster::DEFAULT_MAX_RANKS,
+            silent_s: 300.0,
             memory_levels: MemoryLevelParams::default(),
             host_memory_levels: MemoryLevelParams::host_default(),
         }

@@ -69,6 +69,7 @@ impl EngineConfigV4 {
             max_gpus: c.max_gpus,
             max_jobs: c.max_jobs,
             max_ranks_per_job: c.max_ranks_per_job,
+            silent_s: current.silent_s,
             memory_levels,
             host_memory_levels,
         }

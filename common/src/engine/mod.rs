@@ -45,6 +45,7 @@ pub mod memory_level;
 mod rank;
 pub mod regime;
 mod robust_stats;
+mod silence;
 pub mod straggler;
 pub mod summary;
 mod tracks;
@@ -197,7 +198,9 @@ impl Engine {
             return false;
         }
         if t > self.now {
+            let before = self.now;
             self.now = t;
+            self.sweep_if_due(before, t);
         } else if t < self.now - self.cfg.window_s {
             self.counters.late += 1;
         }

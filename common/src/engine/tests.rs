@@ -405,3 +405,109 @@ fn a_firing_alert_follows_the_latest_evidence_and_keeps_when_it_first_fired() {
         assert!(oom.updated_t > oom.t, "the forecast was refreshed");
     }
 }
+
+/// 1,030 hook-only jobs (more than `max_jobs`) report for 30 s and go
+/// silent, as when their nodes stop reporting; five minutes later a job
+/// that leaks to its OOM starts. Jobs never seen to end must not keep it
+/// from being tracked.
+fn after_silent_jobs(cfg: EngineConfig) -> Engine {
+    let mut e = Engine::new(cfg);
+    for i in 0..1030u32 {
+        for k in 0..3 {
+            e.observe_alloc(&AllocObs {
+                t: -400.0 + 10.0 * f64::from(k),
+                job: format!("gone-{i}").into(),
+                rank: 0,
+                allocated: 1 << 30,
+                reserved: 1 << 30,
+                peak_allocated: None,
+                inactive_split: None,
+                alloc_retries: None,
+                ooms: None,
+            });
+        }
+    }
+    let rate = 20.0 * 1024.0 * 1024.0;
+    let mut sc = Scenario::steady(8, 900);
+    sc.memory = Box::new(move |rank, t| {
+        let base = 20.0 * GIB + wobble(rank, t);
+        base + if rank == 2 { rate * t } else { 0.0 }
+    });
+    sc.feed(&mut e, 0, sc.seconds);
+    e
+}
+
+#[test]
+fn jobs_that_go_silent_are_forgotten_and_leave_room_for_new_ones() {
+    let e = after_silent_jobs(EngineConfig::default());
+    assert!(e.tracks_job("job"));
+    assert!(!e.tracks_job("gone-0"));
+    assert!(e
+        .alerts()
+        .any(|a| a.kind == AlertKind::Leak && a.rank == Some(2)));
+    let job = e.job("job").unwrap();
+    assert_eq!(job.forecast.as_ref().map(|f| f.rank), Some(2));
+    // The same data with forgetting turned off: the engine is full, and
+    // the leaking job is never tracked.
+    let never = after_silent_jobs(EngineConfig {
+        silent_s: 0.0,
+        ..EngineConfig::default()
+    });
+    assert!(!never.tracks_job("job"));
+    assert!(never.alerts().all(|a| a.kind != AlertKind::Leak));
+}
+
+#[test]
+fn a_quiet_job_is_kept_until_silent_s_and_a_silent_gpu_goes_with_its_alerts() {
+    let mut e = Engine::new(EngineConfig::default());
+    let gpu = |e: &mut Engine, t: f64, node: &str| {
+        e.observe_gpu(&GpuObs {
+            t,
+            node,
+            gpu: 0,
+            uuid: "GPU-x",
+            name: "test",
+            total: TOTAL,
+            used_low: TOTAL - 1,
+            used_high: TOTAL - 1,
+            used: TOTAL - 1,
+            util: None,
+            sm_clock_mhz: None,
+            power_w: None,
+            procs: &[],
+        })
+    };
+    let step = |e: &mut Engine, t: f64, job: &str| {
+        e.observe_step(t, job, 0, t as u64, 1000.0, [("forward", 10.0)]);
+    };
+    for s in 0..60 {
+        gpu(&mut e, f64::from(s), "gone");
+        step(&mut e, f64::from(s), "quiet");
+    }
+    assert_eq!(e.devices().len(), 1);
+    let level = |e: &Engine| {
+        e.alerts()
+            .find(|a| a.kind == AlertKind::MemoryLevel)
+            .map(|a| a.resolved_t)
+    };
+    assert_eq!(level(&e), Some(None), "a full GPU has an open level alert");
+    // Another node keeps data time going; "quiet" speaks once at 250 s.
+    let silent_s = e.config().silent_s;
+    for s in 60..540 {
+        gpu(&mut e, f64::from(s), "live");
+        if s == 250 {
+            step(&mut e, 250.0, "quiet");
+        }
+        assert!(e.tracks_job("quiet"), "at {s} s");
+    }
+    assert!(250.0 + silent_s > 540.0);
+    assert_eq!(e.devices().len(), 1, "the silent node's GPU is forgotten");
+    assert!(level(&e).is_some_and(|resolved| resolved.is_some()));
+    for s in 540..700 {
+        gpu(&mut e, f64::from(s), "live");
+    }
+    assert!(!e.tracks_job("quiet"), "silent since 250 s");
+    // A forgotten job that speaks again starts afresh.
+    step(&mut e, 1000.0, "quiet");
+    assert!(e.tracks_job("quiet"));
+}
