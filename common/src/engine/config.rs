@@ -90,9 +90,11 @@ impl Default for EngineConfig {
 }
 
 /// The configuration inside a snapshot, as the TOML text of an `[engine]`
-/// table in the postcard encoding: tunables come and go far more often than
-/// the state's layout, and TOML names its fields, so a new tunable needs no
-/// new snapshot format (a snapshot without it loads with its default).
+/// table in the postcard encoding, holding only the values that differ
+/// from the defaults: tunables come and go far more often than the state's
+/// layout, and TOML names its fields, so a new tunable needs no new
+/// snapshot format and leaves the bytes of a snapshot that keeps its
+/// default as they were (a snapshot without it loads with its default).
 /// TOML rather than JSON because it writes every `f64`, infinities and NaN
 /// included, and reads it back as it was.
 pub(super) mod as_toml {
@@ -103,12 +105,27 @@ pub(super) mod as_toml {
     use super::EngineConfig;
 
     pub fn serialize<S: Serializer>(cfg: &EngineConfig, s: S) -> Result<S::Ok, S::Error> {
-        let text = toml::to_string(cfg).map_err(S::Error::custom)?;
-        s.serialize_str(&text)
+        let table = |c: &EngineConfig| toml::Table::try_from(c).map_err(S::Error::custom);
+        let mut changed = table(cfg)?;
+        without_defaults(&mut changed, &table(&EngineConfig::default())?);
+        s.serialize_str(&toml::to_string(&changed).map_err(S::Error::custom)?)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EngineConfig, D::Error> {
         let text = String::deserialize(d)?;
         toml::from_str(&text).map_err(D::Error::custom)
+    }
+
+    /// Drops from `table` every value equal to the one in `defaults`, and
+    /// tables left empty. NaN never equals itself, so it is kept.
+    fn without_defaults(table: &mut toml::Table, defaults: &toml::Table) {
+        table.retain(|key, value| match (value, defaults.get(key)) {
+            (toml::Value::Table(inner), Some(toml::Value::Table(default))) => {
+                without_defaults(inner, default);
+                !inner.is_empty()
+            }
+            (value, Some(default)) => value != default,
+            (_, None) => true,
+        });
     }
 }

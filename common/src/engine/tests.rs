@@ -511,3 +511,24 @@ fn a_quiet_job_is_kept_until_silent_s_and_a_silent_gpu_goes_with_its_alerts() {
     step(&mut e, 1000.0, "quiet");
     assert!(e.tracks_job("quiet"));
 }
+
+#[test]
+fn the_configuration_survives_a_snapshot_with_only_what_differs_from_the_defaults() {
+    let default_bytes = postcard::to_allocvec(&Engine::new(EngineConfig::default())).unwrap();
+    let mut cfg = EngineConfig::default();
+    cfg.straggler.min_duration_s = 30.0;
+    cfg.forecast.horizon_s = f64::INFINITY;
+    cfg.silent_s = 0.0;
+    let bytes = postcard::to_allocvec(&Engine::new(cfg.clone())).unwrap();
+    let back: Engine = postcard::from_bytes(&bytes).unwrap();
+    assert_eq!(back.config(), &cfg);
+    // Three changed values take a few dozen bytes; the defaults none.
+    assert!(bytes.len() > default_bytes.len());
+    assert!(
+        bytes.len() < default_bytes.len() + 120,
+        "{} bytes",
+        bytes.len()
+    );
+    let plain: Engine = postcard::from_bytes(&default_bytes).unwrap();
+    assert_eq!(plain.config(), &EngineConfig::default());
+}

@@ -16,7 +16,7 @@
 //! | 3 | + the action book and hook data |
 //! | 4 | + step times and the notify book: all the replicated data |
 //! | 5 | ranks keep their Kubernetes placement, nodes their host memory; the engine's configuration gains memory levels (of GPUs and of host RAM) |
-//! | 6 | the engine's configuration is TOML text, so a new tunable takes its default in an older snapshot without a new format |
+//! | 6 | the engine's configuration is TOML text (what differs from the defaults), so a new tunable takes its default in an older snapshot without a new format |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
