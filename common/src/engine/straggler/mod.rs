@@ -18,7 +18,8 @@
 //! of the job's noise: four-rank jobs with a collective section are noisy
 //! per step, and their slow outlier steps are no straggler), `clip` bounding what one
 //! outlier step can add, and an alarm at `S >= h`. `h` and `clip` scale with
-//! the job's noise `sigma` (scaled MAD of recent deviations of all ranks), so
+//! the job's noise `sigma` (scaled MAD of recent deviations of all ranks, each
+//! about its rank's own recent level: a straggler's steady excess is no noise), so
 //! clean jobs alarm fast and noisy ones do not alarm on noise. A mirrored
 //! CUSUM clears the alert once the rank is back with its peers. The alert
 //! names the busy section with the largest median excess over its peers in
@@ -368,16 +369,21 @@ impl StragglerTracker {
                 section_ms: row.sections,
                 section_median_ms: section_median,
             };
-            if self.noise.len() == NOISE_SAMPLES {
-                self.noise.pop_front();
-            }
-            self.noise.push_back(score.excess);
             let entry = self.ranks.entry(row.rank).or_default();
             if entry.scores.len() == p.window_steps.max(1) {
                 entry.scores.pop_front();
             }
             entry.scores.push_back(score);
             entry.scored += 1;
+            // The noise is each rank's scatter about its own recent level:
+            // a straggler's steady excess is a level, not noise (in a job of
+            // two or three ranks it would otherwise be most of the spread,
+            // and hide itself).
+            let level = median_of(entry.scores.iter().map(|s| s.excess), scratch).unwrap_or(0.0);
+            if self.noise.len() == NOISE_SAMPLES {
+                self.noise.pop_front();
+            }
+            self.noise.push_back(score.excess - level);
         }
         if self.noise.len() < MIN_NOISE_SAMPLES {
             return;

@@ -416,3 +416,52 @@ fn a_large_job_keeps_fewer_steps_open() {
     assert_eq!(tr.pending.len(), 2);
     assert!(tr.pending.values().map(Vec::len).sum::<usize>() <= PENDING_ROWS);
 }
+
+#[test]
+fn a_two_rank_job_names_its_straggler_whose_excess_is_no_noise() {
+    // With two ranks each is the other's reference: after the slowdown
+    // half of all deviations are the straggler's excess and half its
+    // peer's deficit. Taken as noise, they would hide it.
+    let p = StragglerParams {
+        min_ranks: 2,
+        ..StragglerParams::default()
+    };
+    // Steps of 25 ms: the gate's 10 s are 400 steps, enough for the noise
+    // estimate (512 steps of two ranks) to be mostly post-slowdown.
+    let mut tr = StragglerTracker::default();
+    let mut raised = Vec::new();
+    for step in 0..2400u64 {
+        let forward: Vec<f64> = (0..2u32)
+            .map(|rank| {
+                let slow = if rank == 1 && step >= 800 { 1.3 } else { 1.0 };
+                8.0 * slow * (1.0 + 0.02 * jitter_of(rank, step))
+            })
+            .collect();
+        let step_ms = forward.iter().cloned().fold(0.0, f64::max) + 17.0;
+        for rank in 0..2u32 {
+            let f = forward[rank as usize];
+            let sections = [
+                ("data", 1.0),
+                ("forward", f),
+                ("backward", step_ms - 1.0 - f),
+            ];
+            let t = step as f64 * 0.025;
+            for e in tr.add_step(2, rank, step, t, step_ms, sections, &p) {
+                if e.edge == Edge::Raised {
+                    raised.push((e.rank, e.section, e.t));
+                }
+            }
+        }
+    }
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!((raised[0].0, raised[0].1.as_str()), (1, "forward"));
+    assert!(raised[0].2 <= 20.0 + p.min_duration_s + 5.0, "{raised:?}");
+}
+
+/// Deterministic noise in [-1, 1] per (rank, step).
+fn jitter_of(rank: u32, step: u64) -> f64 {
+    let mut x = (u64::from(rank) << 32 | step).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((x ^ (x >> 31)) % 2001) as f64 / 1000.0 - 1.0
+}
