@@ -9,7 +9,9 @@ difference::
 
     python agent/python/bench_anatomy.py --gpumon target/release/gpumon   # a Python with torch
 
-The child mode (``--child``) is the loop itself.
+``--collectives N`` adds N real collectives to each step (``all_reduce`` of
+one element in a one-process gloo group): with the anatomy on, each is
+timed as a collective wait. The child mode (``--child``) is the loop itself.
 """
 
 import argparse
@@ -26,11 +28,15 @@ BLOCKS = 7
 WARM_STEPS = 200
 
 
-def child() -> None:
+def child(collectives: int) -> None:
     import torch
+    import torch.distributed as dist
     from torch.utils.data import DataLoader, Dataset
 
     torch.set_num_threads(1)
+    if collectives:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    flag = torch.ones(1)
 
     class Batches(Dataset):
         def __len__(self):
@@ -45,6 +51,8 @@ def child() -> None:
 
     def step():
         loss = model(next(batches)).sum()
+        for _ in range(collectives):
+            dist.all_reduce(flag)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -60,12 +68,13 @@ def child() -> None:
     print(json.dumps({"us_per_step": min(blocks)}))
 
 
-def run(gpumon: str, anatomy: bool, cpu: str) -> float:
+def run(gpumon: str, anatomy: bool, cpu: str, collectives: int) -> float:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["GPUMON_ANATOMY"] = "1" if anatomy else "0"
     with tempfile.TemporaryDirectory() as tmp:
         argv = [gpumon, "profile", "--quiet", "--json", os.path.join(tmp, "r.json"), "--", sys.executable, __file__, "--child"]
+        argv += ["--collectives", str(collectives)]
         if cpu:
             argv = ["taskset", "-c", cpu] + argv
         out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
@@ -78,14 +87,15 @@ def main() -> None:
     p.add_argument("--gpumon", default="target/release/gpumon")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--cpu", default="1", help="the CPU to pin to (taskset -c); empty for none")
+    p.add_argument("--collectives", type=int, default=0, help="all_reduce calls per step")
     args = p.parse_args()
     if args.child:
-        child()
+        child(args.collectives)
         return
     off, on = [], []
     for _ in range(args.rounds):
-        off.append(run(args.gpumon, False, args.cpu))
-        on.append(run(args.gpumon, True, args.cpu))
+        off.append(run(args.gpumon, False, args.cpu, args.collectives))
+        on.append(run(args.gpumon, True, args.cpu, args.collectives))
     print("anatomy off: %s µs/step" % ", ".join("%.1f" % x for x in off))
     print("anatomy on:  %s µs/step" % ", ".join("%.1f" % x for x in on))
     print(

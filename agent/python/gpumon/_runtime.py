@@ -32,7 +32,7 @@ from time import perf_counter
 from typing import Any, Callable, Dict, List, MutableMapping, Optional, Set
 
 from . import _collectives, _torch_hooks
-from ._anatomy import Anatomy
+from ._anatomy import DISCOVERY_STEPS, Anatomy
 from ._actions import run_action
 from ._address import resolve_address
 from . import _model
@@ -356,6 +356,8 @@ class Runtime:
             self._train_thread = threading.get_ident()
             if self._anatomy is not None:
                 self._anatomy.on_boundary()
+                if not self._collectives and step <= DISCOVERY_STEPS:
+                    self._install_collectives()
             self._end_step(step, time.time(), duration_ms, sections)
             if self._observe is not None:
                 self._observe_device()
@@ -446,10 +448,7 @@ class Runtime:
         if self._anatomy is None:
             self._anatomy = Anatomy(self._auto_enter, self._auto_exit, self._note_model)
             self._anatomy.install(optimizer_module)
-            try:
-                self._collectives = _collectives.install(self._comm_enter, self._comm_exit)
-            except Exception as e:
-                logger.info("gpumon: collective waits are not timed: %s", e)
+            self._install_collectives()
             if "forward" in self._explicit_names:
                 self._anatomy.forward_off()
             logger.debug("gpumon: automatic sections: %s", ", ".join(self._anatomy.installed) or "none")
@@ -477,6 +476,14 @@ class Runtime:
         timeline = self._timeline
         self._auto = (name, perf_counter(), timeline.mark() if timeline is not None else None)
         return True
+
+    def _install_collectives(self) -> None:
+        """Wraps torch.distributed's collectives, once it is imported (tried
+        again at the first step boundaries when it was not yet)."""
+        try:
+            self._collectives = _collectives.install(self._comm_enter, self._comm_exit)
+        except Exception as e:
+            logger.info("gpumon: collective waits are not timed: %s", e)
 
     def _comm_enter(self) -> bool:
         """A collective call begins in the training thread: true when timed."""
