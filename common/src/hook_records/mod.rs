@@ -71,7 +71,13 @@ impl HookState {
                     s.sections.iter().map(|(name, ms)| (name.as_str(), *ms)),
                 ),
                 HookRecord::Event(e) => match &e.snapshot {
-                    Some(stats) => self.snapshots.record(t, &e.job, e.rank, &e.name, stats),
+                    Some(stats) => {
+                        if !self.snapshots.record(t, &e.job, e.rank, &e.name, stats) {
+                            // Refused at the book's bound: skipped, not applied.
+                            self.counters.records_applied -= 1;
+                            self.counters.records_skipped += 1;
+                        }
+                    }
                     None => engine.observe_event(t, &e.job, e.rank, &e.name),
                 },
             }
