@@ -11,7 +11,7 @@ use std::time::Duration;
 use gpumon_agent::discovery::standalone_job;
 use gpumon_agent::hook_endpoint::{
     HookAddr, HookAlert, HookAlertSeverity, HookError, HookHub, HookServer, HookSource,
-    DISCONNECTED_REASON, MAX_LINE_BYTES, MAX_PENDING_ALERTS_PER_SESSION, TAIL_MS,
+    DISCONNECTED_REASON, MAX_LINE_BYTES, MAX_PENDING_ALERTS_PER_SESSION, REGISTER_WITHIN, TAIL_MS,
 };
 use gpumon_agent::source::GpuSource;
 use gpumon_agent::{AgentConfig, AgentError, SourceSpec};
@@ -846,4 +846,39 @@ async fn the_agent_relays_hook_records_actions_acks_host_memory_and_alerts() {
     stop.send(true).unwrap();
     bounded(agent).await.unwrap().unwrap();
     assert!(!sock.exists(), "the socket goes with the agent");
+}
+
+/// Connections that never register are closed after `REGISTER_WITHIN`, so
+/// idle connections cannot hold the agent's connection slots (and lock
+/// every job on the node out); a session that registered stays.
+#[tokio::test]
+async fn idle_connections_are_closed_at_their_deadline_and_sessions_stay() {
+    let server = Server::tcp().await;
+    let mut session = server.connect().await;
+    assert_ok(&session.register("run-7", 1).await);
+    let idle: Vec<tokio::net::TcpStream> = {
+        let mut idle = Vec::new();
+        for _ in 0..64 {
+            idle.push(
+                tokio::net::TcpStream::connect(server.addr.tcp_addr().unwrap())
+                    .await
+                    .unwrap(),
+            );
+        }
+        idle
+    };
+    // Each idle connection is closed by the agent: its read sees the end.
+    for mut stream in idle {
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(REGISTER_WITHIN * 3, async {
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await
+        })
+        .await
+        .expect("closed within the deadline, with room for a busy machine");
+        assert_eq!(read.unwrap(), 0, "closed without an answer");
+    }
+    server.until(|hub| hub.stats().idle_closed == 64).await;
+    assert_eq!(server.hub.stats().sessions_live, 1);
+    assert_ok(&session.register("run-7", 1).await);
+    server.stop().await;
 }

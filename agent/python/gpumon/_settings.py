@@ -46,6 +46,9 @@ MAX_RECORD_AGE_S = 290.0
 DEFAULT_REPORT_INTERVAL_S = 1.0
 #: Shortest report interval accepted, seconds.
 MIN_REPORT_INTERVAL_S = 0.01
+#: Longest report interval accepted, seconds: the agent closes a session
+#: that sends nothing for five times this (``SESSION_IDLE``).
+MAX_REPORT_INTERVAL_S = 60.0
 #: Timeout of every socket operation, seconds: a stuck agent never hangs us.
 IO_TIMEOUT_S = 2.0
 #: First wait before reconnecting to an unreachable agent, seconds.
@@ -115,6 +118,13 @@ def _report_interval(environ) -> float:
             DEFAULT_REPORT_INTERVAL_S,
         )
         return DEFAULT_REPORT_INTERVAL_S
+    if interval > MAX_REPORT_INTERVAL_S:
+        logger.warning(
+            "gpumon: GPUMON_REPORT_INTERVAL=%r is over the agent's limit; using %.0f s",
+            raw,
+            MAX_REPORT_INTERVAL_S,
+        )
+        return MAX_REPORT_INTERVAL_S
     return max(interval, MIN_REPORT_INTERVAL_S)
 
 

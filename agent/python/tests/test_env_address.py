@@ -105,6 +105,9 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(Settings.from_env({}).report_interval_s, 1.0)
         self.assertEqual(Settings.from_env({"GPUMON_REPORT_INTERVAL": "0.25"}).report_interval_s, 0.25)
         self.assertEqual(Settings.from_env({"GPUMON_REPORT_INTERVAL": "0.0001"}).report_interval_s, 0.01)
+        # The agent closes a session silent for 300 s: at most 60 s between reports.
+        with self.assertLogs("gpumon", "WARNING"):
+            self.assertEqual(Settings.from_env({"GPUMON_REPORT_INTERVAL": "600"}).report_interval_s, 60.0)
         with capture_logs() as logs:
             for bad in ("x", "-1", "nan", "inf"):
                 self.assertEqual(Settings.from_env({"GPUMON_REPORT_INTERVAL": bad}).report_interval_s, 1.0)

@@ -8,6 +8,12 @@
 //! [`MAX_LINE_BYTES`] is answered with an error and the connection closed,
 //! since the framing can no longer be trusted.
 //!
+//! A connection must register within [`REGISTER_WITHIN`] and a session
+//! must send a line within [`SESSION_IDLE`] (the hook reports every second
+//! by default, at most every [`SESSION_IDLE`] / 5): otherwise it is closed,
+//! so idle connections cannot hold the agent's connection slots and lock
+//! every job on the node out.
+//!
 //! Refusals are counted in the hub and logged with their fields; the first
 //! one of a connection at `warn` (at most one such line per
 //! [`WARN_INTERVAL_MS`] across all connections, so a hook stuck in a
@@ -17,6 +23,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -26,6 +33,12 @@ use super::identity;
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
 use super::records::check_report;
 use crate::clock::now_ms;
+
+/// Longest time from connecting to a successful `register`.
+pub const REGISTER_WITHIN: Duration = Duration::from_secs(10);
+/// Longest time a session may send nothing (the hook's report interval is
+/// at most a fifth of it).
+pub const SESSION_IDLE: Duration = Duration::from_secs(300);
 
 /// Least time between two `warn` lines about misbehaving hooks, ms.
 pub const WARN_INTERVAL_MS: u64 = 10_000;
@@ -149,7 +162,19 @@ where
     };
     let mut line = Vec::new();
     loop {
-        let (answer, close) = match read_line(&mut reader, &mut line, MAX_LINE_BYTES).await {
+        let deadline = match conn.guard.session {
+            Some(_) => SESSION_IDLE,
+            None => REGISTER_WITHIN,
+        };
+        let read =
+            tokio::time::timeout(deadline, read_line(&mut reader, &mut line, MAX_LINE_BYTES));
+        let Ok(read) = read.await else {
+            let registered = conn.guard.session.is_some();
+            tracing::debug!(peer = %conn.peer.label, registered, ?deadline, "hook connection idle past its deadline; closing it");
+            conn.shared.hub.count_idle_closed();
+            break;
+        };
+        let (answer, close) = match read {
             Ok(Line::Complete) => {
                 let text = line.strip_suffix(b"\r").unwrap_or(&line);
                 if text.iter().all(u8::is_ascii_whitespace) {

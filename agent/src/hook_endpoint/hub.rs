@@ -116,6 +116,9 @@ pub struct HookStats {
     pub acks_queued: u64,
     /// Requests refused (an `ok: false` answer).
     pub refused: u64,
+    /// Connections closed for sending nothing past their deadline (no
+    /// `register` within 10 s, or a session silent for 5 minutes).
+    pub idle_closed: u64,
     /// Alerts queued for a session (one alert posted to a job of four live
     /// ranks counts four).
     pub alerts_queued: u64,
@@ -469,6 +472,11 @@ impl HookHub {
     /// Counts a refused request.
     pub(crate) fn count_refused(&self) {
         self.lock().stats.refused += 1;
+    }
+
+    /// Counts a connection closed for idling past its deadline.
+    pub(crate) fn count_idle_closed(&self) {
+        self.lock().stats.idle_closed += 1;
     }
 
     /// The live sessions, by id.

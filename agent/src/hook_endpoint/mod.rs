@@ -50,7 +50,7 @@ pub use alerts::{
     HookAlert, HookAlertSeverity, PostedAlert, MAX_ALERT_KIND_BYTES, MAX_ALERT_MESSAGE_BYTES,
     MAX_PENDING_ALERTS_PER_SESSION,
 };
-pub use connection::WARN_INTERVAL_MS;
+pub use connection::{REGISTER_WITHIN, SESSION_IDLE, WARN_INTERVAL_MS};
 pub use hub::{
     AckReport, HookDevice, HookHub, HookStats, Registration, SessionInfo, DISCONNECTED_REASON,
     MAX_ACK_TEXT_BYTES, MAX_FINISHED_ACTIONS, MAX_PENDING_ACTIONS_PER_SESSION, MAX_QUEUED_ACKS,

@@ -278,5 +278,11 @@ fn encode_hook(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         "gpumon_agent_hook_requests_refused",
         "Hook requests refused",
         h.refused,
+    )?;
+    counter(
+        enc,
+        "gpumon_agent_hook_connections_idle_closed",
+        "Hook connections closed for sending nothing past their deadline",
+        h.idle_closed,
     )
 }
