@@ -22,6 +22,11 @@
 //! process knows itself by; so such a process can never take a real job's
 //! rank. An unreadable environment (another user's process, TCP from a
 //! process the agent cannot see) leaves the claim as it is.
+//!
+//! A refusal names what the environment says only to the process itself
+//! (its PID checked against the kernel's): a peer the kernel cannot name
+//! learns that its claim does not match, never another process's job and
+//! rank.
 
 use std::path::Path;
 
@@ -37,6 +42,7 @@ pub(crate) fn verify(
     claim: &mut Registration,
 ) -> Result<(), String> {
     let claimed_pid = claim.pid;
+    let itself = peer_pid.is_some_and(|p| p != 0);
     if let Some(peer) = peer_pid.filter(|&p| p != 0) {
         if claim.pid != peer {
             let inner = ns_pids(proc_root, peer).and_then(|pids| pids.last().copied());
@@ -52,10 +58,16 @@ pub(crate) fn verify(
     match read_rank(proc_root, claim.pid) {
         Ok(Some(env)) => {
             let job_differs = env.job != UNKNOWN_JOB && env.job != claim.job;
-            if job_differs || env.rank != claim.rank {
+            if (job_differs || env.rank != claim.rank) && itself {
                 return Err(format!(
                     "the environment of pid {} names rank {} of job {:?}, not rank {} of job {:?}",
                     claim.pid, env.rank, env.job, claim.rank, claim.job
+                ));
+            }
+            if job_differs || env.rank != claim.rank {
+                return Err(format!(
+                    "the environment of pid {} does not name rank {} of job {:?}",
+                    claim.pid, claim.rank, claim.job
                 ));
             }
         }
@@ -171,7 +183,10 @@ mod tests {
             &mut claim(600, "llama-7b-sft-20240611", 2),
         )
         .unwrap_err();
-        assert!(e.contains("not rank 2"), "{e}");
+        assert!(e.contains("does not name rank 2"), "{e}");
+        // A peer the kernel cannot name (TCP) is not told whose pid it is.
+        let e = verify(root.path(), None, &mut claim(600, "other", 3)).unwrap_err();
+        assert!(!e.contains("llama"), "{e}");
         // Without RUN_ID the job is MASTER_ADDR:MASTER_PORT.
         proc_dir(root.path(), 601, NO_RUN_ID, None);
         verify(
