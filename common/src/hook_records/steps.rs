@@ -9,8 +9,9 @@
 //! rank; a re-sent batch would otherwise count twice).
 //!
 //! Bounded: at most [`MAX_SECTIONS_PER_RANK`] section names per rank (a
-//! record with names beyond it counts once as skipped), [`MAX_RANKS_PER_JOB`] ranks per job and
-//! [`MAX_JOBS`] jobs; the caller forgets jobs the engine no longer tracks.
+//! record with names beyond it counts once as skipped), [`MAX_RANKS_PER_JOB`] ranks per job,
+//! [`MAX_JOBS`] jobs and [`MAX_RANKS`] ranks in all (the cluster's own
+//! default bound); the caller forgets jobs the engine no longer tracks.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -27,6 +28,8 @@ pub const MAX_SECTIONS_PER_RANK: usize = 16;
 pub const MAX_RANKS_PER_JOB: usize = 16_384;
 /// Jobs kept.
 pub const MAX_JOBS: usize = 1024;
+/// Ranks kept in all jobs together.
+pub const MAX_RANKS: usize = 131_072;
 
 /// Step times of every rank of every job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -34,6 +37,20 @@ pub struct StepTimes {
     jobs: BTreeMap<String, BTreeMap<u32, RankSteps>>,
     /// Steps or sections left out by a bound, or out of order.
     skipped: u64,
+    /// Ranks in all, derived (not serialized: counted again after a restore).
+    #[serde(skip)]
+    ranks: RankCount,
+}
+
+/// A count derived from the step times; `None` until counted. Always
+/// equal, as it says nothing the step times do not.
+#[derive(Debug, Clone, Default)]
+struct RankCount(Option<usize>);
+
+impl PartialEq for RankCount {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 fn smooth(mean: f64, x: f64) -> f64 {
@@ -62,11 +79,18 @@ impl StepTimes {
             self.skipped += 1;
             return;
         }
+        let total = match self.ranks.0 {
+            Some(n) => n,
+            None => self.jobs.values().map(BTreeMap::len).sum(),
+        };
         let ranks = self.jobs.entry(s.job.clone()).or_default();
-        if !ranks.contains_key(&s.rank) && ranks.len() >= MAX_RANKS_PER_JOB {
+        let new_rank = !ranks.contains_key(&s.rank);
+        if new_rank && (ranks.len() >= MAX_RANKS_PER_JOB || total >= MAX_RANKS) {
+            self.ranks.0 = Some(total);
             self.skipped += 1;
             return;
         }
+        self.ranks.0 = Some(total + usize::from(new_rank));
         let t = s.t_ms as f64 / 1000.0;
         let r = match ranks.entry(s.rank) {
             Entry::Vacant(v) => v.insert(RankSteps {
@@ -113,7 +137,18 @@ impl StepTimes {
 
     /// Forgets the jobs `keep` says no to.
     pub fn retain_jobs(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        let before = self.jobs.len();
         self.jobs.retain(|name, _| keep(name));
+        if self.jobs.len() != before {
+            self.ranks.0 = None;
+        }
+    }
+
+    /// Ranks in all jobs.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+            .0
+            .unwrap_or_else(|| self.jobs.values().map(BTreeMap::len).sum())
     }
 }
 
@@ -183,5 +218,32 @@ mod tests {
         times.retain_jobs(|j| j != "j");
         assert!(times.job("j").is_none());
         assert_eq!(times.jobs().count(), 0);
+    }
+
+    #[test]
+    fn ranks_in_all_jobs_are_bounded_and_room_comes_back_with_a_forgotten_job() {
+        let mut times = StepTimes::default();
+        let jobs = MAX_RANKS / MAX_RANKS_PER_JOB + 1;
+        for j in 0..jobs {
+            for rank in 0..MAX_RANKS_PER_JOB as u32 {
+                let mut s = step(rank, 1, 1.0);
+                s.job = format!("job-{j}");
+                times.observe(&s);
+            }
+        }
+        assert_eq!(times.ranks(), MAX_RANKS);
+        assert_eq!(
+            times.skipped() as usize,
+            jobs * MAX_RANKS_PER_JOB - MAX_RANKS
+        );
+        let back: StepTimes =
+            postcard::from_bytes(&postcard::to_allocvec(&times).unwrap()).unwrap();
+        assert_eq!(back.ranks(), MAX_RANKS, "counted again after a restore");
+        times.retain_jobs(|job| job != "job-0");
+        assert_eq!(times.ranks(), MAX_RANKS - MAX_RANKS_PER_JOB);
+        let mut s = step(0, 1, 1.0);
+        s.job = "new".into();
+        times.observe(&s);
+        assert!(times.job("new").is_some_and(|ranks| ranks.len() == 1));
     }
 }
