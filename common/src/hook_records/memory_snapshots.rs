@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use gpumon_proto::AllocStats;
 use serde::{Deserialize, Serialize};
 
+use super::derived_count::DerivedCount;
+
 /// Snapshot names kept per job.
 pub const MAX_MEMORY_SNAPSHOTS_PER_JOB: usize = 64;
 /// Jobs with snapshots kept.
@@ -37,20 +39,9 @@ pub struct MemorySnapshotSet {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemorySnapshotBook {
     jobs: BTreeMap<String, BTreeMap<String, MemorySnapshotSet>>,
-    /// Rank entries in all, derived (not serialized: counted again after a restore).
+    /// Rank entries in all.
     #[serde(skip)]
-    entries: EntryCount,
-}
-
-/// A count derived from the book; `None` until counted. Always equal, as
-/// it says nothing the book does not.
-#[derive(Debug, Clone, Default)]
-struct EntryCount(Option<usize>);
-
-impl PartialEq for EntryCount {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
+    entries: DerivedCount,
 }
 
 fn entries_of(sets: &BTreeMap<String, MemorySnapshotSet>) -> usize {
@@ -61,10 +52,7 @@ impl MemorySnapshotBook {
     /// Records one rank's snapshot; false when it was not kept (its name
     /// alone holds [`MAX_MEMORY_SNAPSHOT_ENTRIES`] ranks).
     pub fn record(&mut self, t: f64, job: &str, rank: u32, name: &str, stats: &AllocStats) -> bool {
-        let mut entries = match self.entries.0 {
-            Some(n) => n,
-            None => self.jobs.values().map(entries_of).sum(),
-        };
+        let mut entries = self.entries();
         if !self.jobs.contains_key(job) && self.jobs.len() >= MAX_MEMORY_SNAPSHOT_JOBS {
             entries -= self.forget_stalest_job_but(job);
         }
@@ -79,7 +67,7 @@ impl MemorySnapshotBook {
                 n => n,
             };
             if freed == 0 {
-                self.entries.0 = Some(entries);
+                self.entries.set(entries);
                 return false;
             }
             entries -= freed;
@@ -95,7 +83,7 @@ impl MemorySnapshotBook {
         set.first_t = set.first_t.min(t);
         set.last_t = set.last_t.max(t);
         set.ranks.insert(rank, (t, *stats));
-        self.entries.0 = Some(entries + usize::from(new_rank));
+        self.entries.set(entries + usize::from(new_rank));
         true
     }
 
@@ -120,8 +108,7 @@ impl MemorySnapshotBook {
     /// Rank entries in all.
     pub fn entries(&self) -> usize {
         self.entries
-            .0
-            .unwrap_or_else(|| self.jobs.values().map(entries_of).sum())
+            .get_or(|| self.jobs.values().map(entries_of).sum())
     }
 
     /// One job's snapshots by name.

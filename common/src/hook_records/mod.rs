@@ -4,6 +4,7 @@
 //! (allocator statistics, steps, markers) and keeps snapshots; like the rest
 //! of the state machine it is deterministic and bounded.
 
+mod derived_count;
 mod memory_snapshots;
 mod snapshot_diff;
 mod steps;

@@ -20,6 +20,8 @@ pub use gpumon_proto::api::{RankSteps, SectionTime};
 use gpumon_proto::hook::StepRecord;
 use serde::{Deserialize, Serialize};
 
+use super::derived_count::DerivedCount;
+
 /// Weight of the newest step in the means.
 pub const MEAN_WEIGHT: f64 = 0.2;
 /// Section names kept per rank.
@@ -37,20 +39,9 @@ pub struct StepTimes {
     jobs: BTreeMap<String, BTreeMap<u32, RankSteps>>,
     /// Steps or sections left out by a bound, or out of order.
     skipped: u64,
-    /// Ranks in all, derived (not serialized: counted again after a restore).
+    /// Ranks in all.
     #[serde(skip)]
-    ranks: RankCount,
-}
-
-/// A count derived from the step times; `None` until counted. Always
-/// equal, as it says nothing the step times do not.
-#[derive(Debug, Clone, Default)]
-struct RankCount(Option<usize>);
-
-impl PartialEq for RankCount {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
+    ranks: DerivedCount,
 }
 
 fn smooth(mean: f64, x: f64) -> f64 {
@@ -79,18 +70,15 @@ impl StepTimes {
             self.skipped += 1;
             return;
         }
-        let total = match self.ranks.0 {
-            Some(n) => n,
-            None => self.jobs.values().map(BTreeMap::len).sum(),
-        };
+        let total = self.ranks();
         let ranks = self.jobs.entry(s.job.clone()).or_default();
         let new_rank = !ranks.contains_key(&s.rank);
         if new_rank && (ranks.len() >= MAX_RANKS_PER_JOB || total >= MAX_RANKS) {
-            self.ranks.0 = Some(total);
+            self.ranks.set(total);
             self.skipped += 1;
             return;
         }
-        self.ranks.0 = Some(total + usize::from(new_rank));
+        self.ranks.set(total + usize::from(new_rank));
         let t = s.t_ms as f64 / 1000.0;
         let r = match ranks.entry(s.rank) {
             Entry::Vacant(v) => v.insert(RankSteps {
@@ -140,15 +128,14 @@ impl StepTimes {
         let before = self.jobs.len();
         self.jobs.retain(|name, _| keep(name));
         if self.jobs.len() != before {
-            self.ranks.0 = None;
+            self.ranks.forget();
         }
     }
 
     /// Ranks in all jobs.
     pub fn ranks(&self) -> usize {
         self.ranks
-            .0
-            .unwrap_or_else(|| self.jobs.values().map(BTreeMap::len).sum())
+            .get_or(|| self.jobs.values().map(BTreeMap::len).sum())
     }
 }
 
