@@ -162,15 +162,26 @@ async fn ready_says_why_not_and_a_dead_address_is_never_added() {
     assert_eq!((s.voters.len(), s.learners.len()), (1, 0), "{s:?}");
 
     // Storage that no longer takes writes makes the replica unready and
-    // says so (the data directory gone from under it).
+    // says so (the data directory gone from under it), once the last
+    // probe's answer (at most a second old) has aged out.
     std::fs::remove_dir_all(&data).unwrap();
-    let unready = support::http()
-        .get(format!("{url}/readyz"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unready.status(), 503);
-    let why = unready.text().await.unwrap();
-    assert!(why.contains("does not take writes"), "{why}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let why = loop {
+        let answer = support::http()
+            .get(format!("{url}/readyz"))
+            .send()
+            .await
+            .unwrap();
+        let (status, why) = (answer.status(), answer.text().await.unwrap());
+        if status == 503 && why.contains("does not take writes") {
+            break why;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {status} after 30 s: {why}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(why.contains(&data.display().to_string()), "{why}");
     c.shutdown().await;
 }

@@ -8,9 +8,15 @@
 //! - Ready: live, a leader is known, this replica applies what is committed
 //!   (apply lag under [`MAX_READY_APPLY_LAG`] entries), its data directory
 //!   takes a write and keeps its free-space floor. A 503 lists every
-//!   reason it is not.
+//!   reason it is not. The data directory is probed one probe at a time,
+//!   and at most once every [`PROBE_EVERY`] while it takes writes
+//!   ([`DirProbe`]): `/readyz` is open
+//!   to anyone, and concurrent probes of the same file raced into spurious
+//!   503s while a flood of them was a flood of fsyncs on the log's disk.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -21,6 +27,43 @@ use crate::raft::standing::{millis, Standing, STEP_DOWN_AFTER};
 
 /// Committed entries a ready replica may still have to apply.
 pub const MAX_READY_APPLY_LAG: u64 = 1024;
+
+/// Longest time a data directory probe's answer is reused.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether the data directory takes a write, checked by one caller at a
+/// time, and at most once every [`PROBE_EVERY`] while it does: the others
+/// wait and reuse a success. A failure is not reused, so a directory that
+/// takes writes again is ready at the next probe.
+#[derive(Debug, Default)]
+pub(crate) struct DirProbe {
+    /// When the last probe succeeded.
+    last_ok: tokio::sync::Mutex<Option<Instant>>,
+    /// Probes written, for tests.
+    probes: AtomicU64,
+}
+
+impl DirProbe {
+    /// The data directory's answer, at most [`PROBE_EVERY`] old.
+    pub(crate) async fn check(&self, dir: &Path) -> Result<(), String> {
+        let mut last_ok = self.last_ok.lock().await;
+        if last_ok.is_some_and(|at| at.elapsed() < PROBE_EVERY) {
+            return Ok(());
+        }
+        self.probes.fetch_add(1, Relaxed);
+        let owned = dir.to_owned();
+        let answer = match tokio::task::spawn_blocking(move || probe_write(&owned)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "data directory {} does not take writes: {e}",
+                dir.display()
+            )),
+            Err(e) => Err(format!("cannot check the data directory: {e}")),
+        };
+        *last_ok = answer.is_ok().then(Instant::now);
+        answer
+    }
+}
 
 /// Liveness.
 #[utoipa::path(
@@ -88,14 +131,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
             ));
         }
     }
-    let dir = inner.data_dir.clone();
-    match tokio::task::spawn_blocking(move || probe_write(&dir)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => reasons.push(format!(
-            "data directory {} does not take writes: {e}",
-            inner.data_dir.display()
-        )),
-        Err(e) => reasons.push(format!("cannot check the data directory: {e}")),
+    if let Err(reason) = inner.dir_probe.check(&inner.data_dir).await {
+        reasons.push(reason);
     }
     if let Err(full) = inner.service.check_storage() {
         reasons.push(full.to_string());
@@ -113,4 +150,38 @@ fn probe_write(dir: &Path) -> std::io::Result<()> {
     std::fs::write(&path, b"ready?")?;
     std::fs::File::open(&path)?.sync_all()?;
     std::fs::remove_file(&path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_probes_share_one_write_and_all_see_it_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = std::sync::Arc::new(DirProbe::default());
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let (probe, path) = (probe.clone(), dir.path().to_owned());
+            calls.spawn(async move { probe.check(&path).await });
+        }
+        while let Some(answer) = calls.join_next().await {
+            assert_eq!(answer.unwrap(), Ok(()));
+        }
+        // 64 calls, within a second or a few on a busy machine: a probe a second.
+        let probes = probe.probes.load(Relaxed);
+        assert!((1..=4).contains(&probes), "{probes} probes");
+        assert!(!dir.path().join(".readyz-probe").exists());
+    }
+
+    #[tokio::test]
+    async fn a_directory_that_takes_no_write_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        let answer = DirProbe::default().check(&gone).await.unwrap_err();
+        assert!(
+            answer.contains("does not take writes") && answer.contains("gone"),
+            "{answer}"
+        );
+    }
 }

@@ -151,6 +151,8 @@ struct Inner {
     /// Which live ranks get per-rank series on `/metrics`.
     rank_series: RankSeries,
     remote_write_stats: Option<RemoteWriteStats>,
+    /// Whether the data directory takes writes, for `/readyz`.
+    dir_probe: health::DirProbe,
 }
 
 impl std::fmt::Debug for Inner {
@@ -205,6 +207,7 @@ impl AppState {
                 backing: parts.backing,
                 rank_series: parts.rank_series,
                 remote_write_stats: parts.remote_write_stats,
+                dir_probe: health::DirProbe::default(),
             }),
         }
     }
