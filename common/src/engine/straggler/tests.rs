@@ -312,27 +312,20 @@ fn a_rank_slow_for_less_than_the_gate_is_no_straggler() {
     let gate = StragglerParams::default().min_duration_s;
     // Steps of about a second: a burst of half the gate passes unnamed,
     // the same slowdown held for twice the gate is named.
-    let burst = (gate / 2.0) as u64;
-    let mut job = Job::new(8, 80, Sync::Ddp);
-    job.slow = Box::new(move |r, s| {
-        if r == 2 && (20..20 + burst).contains(&s) {
-            1.5
-        } else {
-            1.0
-        }
-    });
-    let events = job.run();
+    let slow_for = |steps: u64| {
+        let mut job = Job::new(8, 80, Sync::Ddp);
+        job.slow = Box::new(move |r, s| {
+            if r == 2 && (20..20 + steps).contains(&s) {
+                1.5
+            } else {
+                1.0
+            }
+        });
+        job.run()
+    };
+    let events = slow_for((gate / 2.0) as u64);
     assert!(events.is_empty(), "{events:?}");
-    let held = (2.0 * gate) as u64;
-    let mut job = Job::new(8, 80, Sync::Ddp);
-    job.slow = Box::new(move |r, s| {
-        if r == 2 && (20..20 + held).contains(&s) {
-            1.5
-        } else {
-            1.0
-        }
-    });
-    assert_eq!(raised(&job.run()), vec![(2, "forward")]);
+    assert_eq!(raised(&slow_for((2.0 * gate) as u64)), vec![(2, "forward")]);
 }
 
 /// A job with no jitter at all, DDP-shaped: every step lasts `step_ms`,
