@@ -12,8 +12,14 @@
 //! them to the hook's automatic step anatomy (`--instrument none`). Under
 //! FSDP2 (`fully_shard` per layer) rank 1's first layer is made slow in its
 //! forward: its peers wait in their own all-gathers and reduce-scatters,
-//! which the hook times apart (`comm_wait`). A DDP job and an FSDP job
-//! with no slow rank and no timing call must each train 120 s without one. Before waiting for an alert, the tests
+//! which the hook times apart (`comm_wait`). In a pipeline of two stages of
+//! two data-parallel replicas each (explicit sends and receives, each
+//! stage's gradients all-reduced in its own process group), replica 0 of
+//! stage 0 made slow must be named a straggler, and stage 1 made
+//! persistently heavier must be a `stage_imbalance`, not two stragglers: the
+//! hook reports each rank's peer group from the process groups it uses. A
+//! DDP, an FSDP and a pipeline job with no slow rank and no timing call
+//! must each train 120 s without a straggler or stage alert. Before waiting for an alert, the tests
 //! check the harness: every rank's sections reach the coordinator, and the
 //! slowdown shows in them (the slow rank's section longer than its peers',
 //! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
@@ -49,8 +55,13 @@ use tokio::time::Instant;
 const RANKS: u32 = 4;
 /// The rank made slow in the DDP jobs (the cases) ...
 const SLOW_RANK: u32 = 2;
-/// ... and in the FSDP job.
+/// ... and in the FSDP job ...
 const SLOW_FSDP_RANK: u32 = 1;
+/// ... and in the pipeline job: replica 0 of stage 0 ...
+const SLOW_PIPELINE_RANK: u32 = 0;
+/// ... whose peers are its stage's other replica; stage 1 (ranks 2 and 3,
+/// named by its lowest) is the one made heavy.
+const HEAVY_STAGE: u32 = 2;
 /// Training time before the slow rank slows down, seconds.
 const SLOW_AFTER_S: u64 = 20;
 /// Longest time from the slowdown to its alert.
@@ -192,7 +203,7 @@ fn all_ranks_report_sections(times: &BTreeMap<u32, RankTimes>) -> Result<(), Str
 /// all-reduce in `backward`; FSDP's all-gathers and reduce-scatters, timed
 /// apart, in `comm_wait`.
 fn wait_section(parallel: &str) -> &'static str {
-    if parallel == "fsdp" {
+    if parallel == "fsdp" || parallel == "pipeline" {
         "comm_wait"
     } else {
         "backward"
@@ -335,13 +346,41 @@ impl Job {
 
     /// The job's straggler alerts, resolved or not.
     async fn straggler_alerts(&self) -> Result<Vec<Value>, String> {
+        self.alerts_of("straggler").await
+    }
+
+    /// The first of the job's alerts of `kind` that `wanted` accepts, by
+    /// `deadline` (Unix s); fails showing the alerts and section times.
+    async fn wait_for_alert(
+        &self,
+        kind: &str,
+        deadline: f64,
+        what: &str,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        wait_for_every(POLL, until(deadline), what, || async {
+            let alerts = self.alerts_of(kind).await?;
+            match alerts.iter().find(|a| wanted(a)) {
+                Some(a) => Ok(a.clone()),
+                None => Err(format!(
+                    "alerts {}; section times {}",
+                    alert_lines(&alerts),
+                    self.times().await.map(|t| show(&t)).unwrap_or_else(|e| e)
+                )),
+            }
+        })
+        .await
+    }
+
+    /// The job's alerts of `kind`, resolved or not.
+    async fn alerts_of(&self, kind: &str) -> Result<Vec<Value>, String> {
         let body: Value = get(&format!("{}/api/v1/alerts?job={}", self.url, self.name))
             .await
             .map_err(|e| e.to_string())?;
         let alerts = body["alerts"].as_array().ok_or("no alerts list")?;
         Ok(alerts
             .iter()
-            .filter(|a| a["kind"] == "straggler")
+            .filter(|a| a["kind"] == kind)
             .cloned()
             .collect())
     }
@@ -460,8 +499,8 @@ async fn slow_rank_is_named(test: &str, section: &str, instrument: &str) {
     slow_rank_of_is_named(test, section, instrument, "ddp", SLOW_RANK).await;
 }
 
-/// [`slow_rank_is_named`] for rank `slow_rank` of a `parallel` job (`ddp`
-/// or `fsdp`).
+/// [`slow_rank_is_named`] for rank `slow_rank` of a `parallel` job (`ddp`,
+/// `fsdp` or `pipeline`; in a pipeline no stage alert may come either).
 async fn slow_rank_of_is_named(
     test: &str,
     section: &str,
@@ -488,6 +527,10 @@ async fn slow_rank_of_is_named(
         &SLOW_AFTER_S.to_string(),
         "--instrument",
         instrument,
+        // Two CPUs for four ranks blunt one extra pass of a pipeline stage's
+        // two layers: three make the slowdown plain.
+        "--slow-repeats",
+        if parallel == "pipeline" { "3" } else { "1" },
     ]
     .iter()
     .map(|s| s.to_string())
@@ -507,21 +550,20 @@ async fn slow_rank_of_is_named(
     )
     .await;
     let what = format!("a straggler alert naming rank {slow_rank} and {section}");
-    let alert = wait_for_every(POLL, until(deadline), &what, || async {
-        let alerts = job.straggler_alerts().await?;
-        match alerts.iter().find(|a| names(a, slow_rank, section, start)) {
-            Some(a) => Ok(a.clone()),
-            None => Err(format!(
-                "alerts {}; section times {}",
-                alert_lines(&alerts),
-                job.times().await.map(|t| show(&t)).unwrap_or_else(|e| e)
-            )),
-        }
-    })
-    .await;
+    let alert = job
+        .wait_for_alert("straggler", deadline, &what, |a| {
+            names(a, slow_rank, section, start)
+        })
+        .await;
     let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
     job.steps_after_slowdown().await;
+    let stage_alerts = job.alerts_of("stage_imbalance").await.unwrap();
     job.stop().await;
+    assert!(
+        stage_alerts.is_empty(),
+        "one slow replica makes no stage heavy: {}",
+        alert_lines(&stage_alerts)
+    );
     report(&format!(
         "{test}: alert {after:.1} s after the slowdown: {}\n{name}: section medians (ms) before -> after the slowdown of rank {slow_rank}:\n{}\n{test}: {:.0} s",
         alert["message"].as_str().unwrap_or("?"),
@@ -597,6 +639,89 @@ async fn with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s()
     .await;
 }
 
+/// A pipeline of two stages of two replicas: rank 0 (replica 0 of stage 0)
+/// does extra work in its forward; its stage's other replica waits for it
+/// in the gradient all-reduce, and stage 1's replica 0 in its receive.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_slow_replica_of_a_pipeline_stage_is_named_within_30_s() {
+    slow_rank_of_is_named(
+        "with_no_gpumon_call_a_slow_replica_of_a_pipeline_stage_is_named_within_30_s",
+        "forward",
+        "none",
+        "pipeline",
+        SLOW_PIPELINE_RANK,
+    )
+    .await;
+}
+
+/// The same pipeline with stage 1 made heavier (both its replicas) 20 s in:
+/// a `stage_imbalance` naming stage 1 within 30 s, and no straggler.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a_straggler() {
+    let test = "with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a_straggler";
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args: Vec<String> = [
+        "--parallel",
+        "pipeline",
+        "--duration-s",
+        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+        "--slow-rank",
+        &HEAVY_STAGE.to_string(),
+        "--slow-in",
+        "stage",
+        "--slow-repeats",
+        "6",
+        "--slow-after-s",
+        &SLOW_AFTER_S.to_string(),
+        "--instrument",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut job = Job::start("torch-pipeline-heavy-stage", &python, &args).await;
+    let start = job.slowdown_start().await;
+    let deadline = start + ALERT_WITHIN.as_secs_f64();
+    let alert = job
+        .wait_for_alert(
+            "stage_imbalance",
+            deadline,
+            "a stage_imbalance alert naming stage 1",
+            |a| a["rank"] == HEAVY_STAGE && a["updated_t"].as_f64().is_some_and(|t| t >= start),
+        )
+        .await;
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    job.steps_after_slowdown().await;
+    let stragglers = job.straggler_alerts().await.unwrap();
+    job.stop().await;
+    report(&format!(
+        "{test}: alert {after:.1} s after stage 1 grew heavier: {}\n{test}: section medians (ms) before -> after:\n{}\n{test}: {:.0} s",
+        alert["message"].as_str().unwrap_or("?"),
+        job.rank_medians(),
+        began.elapsed().as_secs_f64()
+    ));
+    let message = alert["message"].as_str().unwrap_or("");
+    assert!(message.contains("ranks 2, 3"), "{message}");
+    assert!(
+        stragglers.is_empty(),
+        "a heavy stage is no straggler: {}",
+        alert_lines(&stragglers)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_job_with_no_slow_rank_trains_120_s_without_a_straggler_or_stage_alert() {
+    clean_run_has_no_alert(
+        "a_pipeline_job_with_no_slow_rank_trains_120_s_without_a_straggler_or_stage_alert",
+        "pipeline",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
     clean_run_has_no_alert(
@@ -646,7 +771,8 @@ async fn clean_run_has_no_alert(test: &str, parallel: &str) {
     for (rank, t) in &times {
         assert!(t.step >= 100, "rank {rank} reported only {} steps", t.step);
     }
-    let alerts = job.straggler_alerts().await.unwrap();
+    let mut alerts = job.straggler_alerts().await.unwrap();
+    alerts.extend(job.alerts_of("stage_imbalance").await.unwrap());
     report(&format!(
         "{test}: section medians (ms), whole run:\n{}\n{test}: {:.0} s",
         job.rank_medians(),

@@ -28,7 +28,7 @@ fn step_bench(c: &mut Criterion) {
         for step in 1..=10 {
             for &rank in &order {
                 let sections = [("data", 2.0), ("forward", 20.0), ("backward", 30.0)];
-                warm.add_step(world, rank, step, step as f64, 55.0, sections, &p);
+                warm.add_step(world, rank, 0, step, step as f64, 55.0, sections, &p);
             }
         }
         group.bench_function(format!("one_step/{world}_ranks"), |b| {
@@ -37,7 +37,7 @@ fn step_bench(c: &mut Criterion) {
                 |mut tr| {
                     for &rank in &order {
                         let sections = [("data", 2.0), ("forward", 20.0), ("backward", 30.0)];
-                        black_box(tr.add_step(world, rank, 11, 11.0, 55.0, sections, &p));
+                        black_box(tr.add_step(world, rank, 0, 11, 11.0, 55.0, sections, &p));
                     }
                     tr
                 },

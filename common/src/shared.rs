@@ -28,6 +28,14 @@ impl<T> Shared<T> {
         Self(Arc::new(value))
     }
 
+    /// The value, copied out if anything else still shares it.
+    pub fn into_inner(self) -> T
+    where
+        T: Clone,
+    {
+        Arc::unwrap_or_clone(self.0)
+    }
+
     /// Whether `a` and `b` are one value, not yet copied apart.
     pub fn same(a: &Self, b: &Self) -> bool {
         Arc::ptr_eq(&a.0, &b.0)

@@ -170,7 +170,15 @@ fn feed(e: &mut Engine, o: &Obs) {
             section,
         } => {
             let name = sections[section as usize];
-            e.observe_step(t, "j", rank, step, ms, [(name, ms), ("forward", ms / 2.0)]);
+            e.observe_step(
+                t,
+                "j",
+                rank,
+                step,
+                ms,
+                [(name, ms), ("forward", ms / 2.0)],
+                None,
+            );
         }
     }
 }

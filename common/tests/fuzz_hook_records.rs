@@ -123,6 +123,7 @@ fn record() -> impl Strategy<Value = HookRecord> {
         (subject(), any::<u64>(), extreme_f64(), sections).prop_map(
             |((t_ms, job, rank), step, duration_ms, sections)| {
                 HookRecord::Step(StepRecord {
+                    group: None,
                     t_ms,
                     job,
                     rank,

@@ -461,7 +461,11 @@ fn each_job_reads_the_same_in_its_group_as_in_one_group() {
         .filter(|a| a.job.is_some())
         .map(|a| a.kind)
         .collect();
-    for kind in AlertKind::ALL {
+    // The corpus holds no pipeline job: no stage imbalance.
+    for kind in AlertKind::ALL
+        .into_iter()
+        .filter(|k| *k != AlertKind::StageImbalance)
+    {
         assert!(kinds.contains(&kind), "no {kind:?} among {kinds:?}");
     }
 

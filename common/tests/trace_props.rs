@@ -160,6 +160,7 @@ fn step() -> impl Strategy<Value = TraceRecord> {
     )
         .prop_map(|(t, job, rank, step, duration_ms, sections)| {
             TraceRecord::Step(StepRecord {
+                group: None,
                 t,
                 job,
                 rank,

@@ -32,6 +32,7 @@ const KIND_LABEL = {
   imbalance: "imbalance",
   straggler: "straggler",
   memory_level: "memory level",
+  stage_imbalance: "stage imbalance",
 };
 
 /** A table of alerts; `now` is the data time (seconds) "since" is measured from. */

@@ -100,6 +100,7 @@ fn batch(seq: u64, gone: &[u32], extra: Vec<HookRecord>, acks: Vec<ActionAck>) -
                     },
                 }));
                 hook.push(HookRecord::Step(StepRecord {
+                    group: None,
                     t_ms: end_ms,
                     job: "job-x".into(),
                     rank: g,

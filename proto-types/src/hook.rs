@@ -45,6 +45,7 @@ impl AllocStats {
 
 /// One record from a training process, stamped by the hook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "HookRecordRepr", into = "HookRecordRepr")]
 pub enum HookRecord {
     /// Allocator statistics (trace type `alloc`).
     Alloc(AllocRecord),
@@ -54,7 +55,79 @@ pub enum HookRecord {
     Event(EventRecord),
 }
 
+/// How [`HookRecord`] is encoded. Postcard cannot skip a field, so a step
+/// with its peer group is a variant of its own, appended: records encoded
+/// before groups existed (Raft logs, version 1 and 2 pushes) decode as
+/// they were, and a step without a group is encoded as it always was.
+#[derive(Clone, Serialize, Deserialize)]
+enum HookRecordRepr {
+    Alloc(AllocRecord),
+    Step(StepRecordV1),
+    Event(EventRecord),
+    /// A step and its peer group (protocol version 3).
+    GroupedStep(StepRecordV1, u32),
+}
+
+/// [`StepRecord`]'s fields before the peer group, in their order.
+#[derive(Clone, Serialize, Deserialize)]
+struct StepRecordV1 {
+    t_ms: u64,
+    job: String,
+    rank: u32,
+    step: u64,
+    duration_ms: f64,
+    sections: Vec<(String, f64)>,
+}
+
+impl From<HookRecordRepr> for HookRecord {
+    fn from(r: HookRecordRepr) -> Self {
+        let step = |s: StepRecordV1, group| StepRecord {
+            t_ms: s.t_ms,
+            job: s.job,
+            rank: s.rank,
+            step: s.step,
+            duration_ms: s.duration_ms,
+            sections: s.sections,
+            group,
+        };
+        match r {
+            HookRecordRepr::Alloc(a) => Self::Alloc(a),
+            HookRecordRepr::Step(s) => Self::Step(step(s, None)),
+            HookRecordRepr::Event(e) => Self::Event(e),
+            HookRecordRepr::GroupedStep(s, g) => Self::Step(step(s, Some(g))),
+        }
+    }
+}
+
+impl From<HookRecord> for HookRecordRepr {
+    fn from(r: HookRecord) -> Self {
+        match r {
+            HookRecord::Alloc(a) => Self::Alloc(a),
+            HookRecord::Event(e) => Self::Event(e),
+            HookRecord::Step(s) => {
+                let v1 = StepRecordV1 {
+                    t_ms: s.t_ms,
+                    job: s.job,
+                    rank: s.rank,
+                    step: s.step,
+                    duration_ms: s.duration_ms,
+                    sections: s.sections,
+                };
+                match s.group {
+                    Some(g) => Self::GroupedStep(v1, g),
+                    None => Self::Step(v1),
+                }
+            }
+        }
+    }
+}
+
 impl HookRecord {
+    /// Whether encoding it takes protocol version 3 (a step with its group).
+    pub fn needs_v3(&self) -> bool {
+        matches!(self, Self::Step(s) if s.needs_v3())
+    }
+
     /// The job and rank the record is about.
     pub fn subject(&self) -> (&str, u32) {
         match self {
@@ -102,6 +175,19 @@ pub struct StepRecord {
     pub duration_ms: f64,
     /// Time spent in named sections (`data`, `forward`, `backward`, ...), ms.
     pub sections: Vec<(String, f64)>,
+    /// The rank's peer group: the lowest global rank of the ranks it
+    /// shares a collective with and exchanges no point-to-point data with
+    /// (the data-parallel replicas of its pipeline stage). Ranks are
+    /// compared for stragglers only within their group. `None` when the
+    /// hook saw no collective (the whole job is one group).
+    pub group: Option<u32>,
+}
+
+impl StepRecord {
+    /// Whether encoding it takes protocol version 3.
+    pub fn needs_v3(&self) -> bool {
+        self.group.is_some()
+    }
 }
 
 /// A user marker (`gpumon.mark`) or a named snapshot (`gpumon.snapshot`).

@@ -51,4 +51,4 @@ pub use uplink::{
 };
 
 /// The newest protocol version this build speaks on the agent uplink.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;

@@ -14,6 +14,11 @@
 //! ([`CoordinatorReplyV2`]), which adds the alerts about the agent's node
 //! for its training processes' hooks; a version 1 message gets a version 1
 //! reply, so an agent of an older build still understands its answers.
+//!
+//! Version 3 has version 2's messages; its pushes may hold hook step records
+//! that name their rank's peer group ([`crate::StepRecord::group`]), which an
+//! older coordinator could not decode. An agent sends a push as version 3
+//! only when it holds such a record; it is answered in version 2.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,24 +34,31 @@ pub enum AgentMessage {
     V1(AgentMessageV1),
     /// Protocol version 2: pushes carry placements and host memory.
     V2(AgentMessageV2),
+    /// Protocol version 3: as version 2, and hook step records may carry
+    /// their rank's peer group.
+    V3(AgentMessageV2),
 }
 
 impl AgentMessage {
     /// A push in the oldest version that carries it: version 1 without
-    /// placements or host memory, version 2 with either.
+    /// placements or host memory, version 2 with either, version 3 with a
+    /// step record that names its peer group.
     pub fn push(pushed: PushBatchV2) -> Self {
-        if pushed.placements.is_empty() && pushed.host.is_none() {
+        if pushed.batch.hook.iter().any(HookRecord::needs_v3) {
+            Self::V3(AgentMessageV2::Push(pushed))
+        } else if pushed.placements.is_empty() && pushed.host.is_none() {
             Self::V1(AgentMessageV1::Push(pushed.batch))
         } else {
             Self::V2(AgentMessageV2::Push(pushed))
         }
     }
 
-    /// The protocol version of the message (1 or 2).
+    /// The protocol version of the message (1 to 3).
     pub fn version(&self) -> u32 {
         match self {
             Self::V1(_) => 1,
             Self::V2(_) => 2,
+            Self::V3(_) => 3,
         }
     }
 }

@@ -20,7 +20,8 @@ impl Versioned for AgentMessage {
 
 impl Versioned for CoordinatorReply {
     const NAME: &'static str = "coordinator reply";
-    const MAX_VERSION: u32 = crate::PROTOCOL_VERSION;
+    /// A version 3 message is answered in version 2.
+    const MAX_VERSION: u32 = 2;
 }
 
 /// Why bytes could not be decoded.
@@ -172,6 +173,7 @@ mod tests {
                     },
                 }),
                 HookRecord::Step(StepRecord {
+                    group: None,
                     t_ms: 2001,
                     job: "j".into(),
                     rank: 3,
@@ -237,6 +239,40 @@ mod tests {
         let plain = AgentMessage::push(PushBatchV2::from(batch));
         assert_eq!(plain, push());
         assert_eq!(plain.version(), 1);
+    }
+
+    #[test]
+    fn a_push_with_a_grouped_step_is_version_3_and_ungrouped_steps_keep_their_encoding() {
+        let AgentMessage::V1(AgentMessageV1::Push(batch)) = push() else {
+            unreachable!()
+        };
+        let HookRecord::Step(step) = batch.hook[1].clone() else {
+            panic!("{:?}", batch.hook)
+        };
+        // Step records without a group encode as they always did (variant
+        // 1), so Raft logs and pushes of older builds decode unchanged.
+        let plain = postcard::to_allocvec(&HookRecord::Step(step.clone())).unwrap();
+        assert_eq!(plain[0], 1);
+        let grouped = HookRecord::Step(StepRecord {
+            group: Some(2),
+            ..step
+        });
+        let bytes = postcard::to_allocvec(&grouped).unwrap();
+        assert_eq!(bytes[0], 3, "a grouped step is a variant of its own");
+        assert_eq!(
+            &bytes[1..bytes.len() - 1],
+            &plain[1..],
+            "the same fields, then the group"
+        );
+        assert_eq!(postcard::from_bytes::<HookRecord>(&bytes).unwrap(), grouped);
+
+        let mut with_group = batch;
+        with_group.hook.push(grouped);
+        let msg = AgentMessage::push(PushBatchV2::from(with_group));
+        assert!(matches!(msg, AgentMessage::V3(_)));
+        assert_eq!(msg.version(), 3);
+        let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
+        assert_eq!(back, msg);
     }
 
     fn reply() -> CoordinatorReplyV2 {
@@ -306,17 +342,17 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 2; // variant 2 = protocol version 3
+        bytes[0] = 3; // variant 3 = protocol version 4
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 3,
-                max: 2
+                got: 4,
+                max: 3
             }
         );
-        assert!(err.to_string().contains("version 3"));
+        assert!(err.to_string().contains("version 4"));
     }
 
     #[test]

@@ -98,6 +98,7 @@ fn hook_records() -> Vec<HookRecord> {
             stats,
         }),
         HookRecord::Step(StepRecord {
+            group: None,
             t_ms: 1_700_000_002_001,
             job: "run-7".into(),
             rank: 3,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real data-parallel job on CPU (gloo), DDP or FSDP2, for gpumon's torch end-to-end test.
+"""A real data-parallel job on CPU (gloo), DDP, FSDP2 or a pipeline, for gpumon's torch end-to-end test.
 
 Run it under torchrun through ``gpumon run`` (which injects the hook)::
 
@@ -23,7 +23,18 @@ there.
 With ``--parallel fsdp`` the model is sharded with FSDP2 (``fully_shard``
 on each layer, then on the model): every layer's forward all-gathers its
 parameters and its backward reduce-scatters its gradients, so the peers of
-a slow rank wait inside their own forward and backward. Without CUDA the hook has no device to report, and an agent sampling
+a slow rank wait inside their own forward and backward.
+
+With ``--parallel pipeline`` the ranks form two pipeline stages of
+``world / 2`` data-parallel replicas each (ranks below ``world / 2`` are
+stage 0), with explicit point-to-point sends, one microbatch a step: stage
+0 runs its half of the model and sends the activations to its replica in
+stage 1, which runs the rest and the loss and sends the activations'
+gradient back; each stage then all-reduces its gradients within its own
+process group. Both stages do the same work until the slowdown:
+``--slow-in forward`` slows the slow rank's stage forward alone, ``--slow-in
+stage`` every rank of the slow rank's stage (``--slow-repeats`` extra passes
+of its products every step: an uneven split of the model). Without CUDA the hook has no device to report, and an agent sampling
 no GPU would show no rank, so the script hands ``gpumon.init`` a memory
 source for a stand-in CPU device per rank.
 
@@ -86,9 +97,19 @@ def parse_args(argv):
     p.add_argument("--width", type=int, default=384, help="hidden layer width")
     p.add_argument("--depth", type=int, default=2, help="hidden layers")
     p.add_argument("--no-pin", action="store_true", help="leave the rank's CPU to the scheduler")
-    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp", help="DDP, or FSDP2 per layer")
+    p.add_argument(
+        "--parallel",
+        choices=("ddp", "fsdp", "pipeline"),
+        default="ddp",
+        help="DDP, FSDP2 per layer, or two pipeline stages",
+    )
     p.add_argument("--slow-rank", type=int, default=None, help="the rank made slow (none by default)")
-    p.add_argument("--slow-in", choices=("forward", "data", "optimizer"), default="forward")
+    p.add_argument(
+        "--slow-in",
+        choices=("forward", "data", "optimizer", "stage"),
+        default="forward",
+        help="stage: every rank of the slow rank's pipeline stage, in forward",
+    )
     p.add_argument(
         "--instrument",
         choices=("script", "none"),
@@ -212,6 +233,9 @@ class Slowdown:
 
     def __init__(self, args, rank):
         self.active_rank = args.slow_rank == rank
+        if args.slow_in == "stage" and args.slow_rank is not None:
+            half = int(os.environ["WORLD_SIZE"]) // 2
+            self.active_rank = rank // half == args.slow_rank // half
         self.from_step = args.slow_from_step
         self.after_s = args.slow_after_s
         self.start_file = args.slow_start_file
@@ -307,6 +331,74 @@ def agreed_to_stop(out_of_time):
     return flag.item() > 0
 
 
+class Stage:
+    """This rank's pipeline stage: its half of the model, its replica in
+    the other stage and the process group of its own stage's replicas."""
+
+    def __init__(self, args, rank, world):
+        if world % 2 or args.instrument != "none":
+            raise SystemExit("ddp_train: --parallel pipeline takes an even world and --instrument none")
+        half = world // 2
+        self.index = rank // half
+        self.partner = rank + half if self.index == 0 else rank - half
+        groups = [dist.new_group(list(range(s * half, (s + 1) * half))) for s in (0, 1)]
+        self.group = groups[self.index]
+        self.replicas = half
+        # Both halves take and give `width` features, so they do the same work.
+        self.model = Mlp(args.width, args.width, args.depth, args.width)
+
+    def step(self, x, y, extra_passes):
+        """One pipeline step of one microbatch; returns the loss on stage 1."""
+        self.model.extra_passes = extra_passes
+        if self.index == 0:
+            # The input asks for its gradient as stage 1's does, so both
+            # stages' backward passes do the same products.
+            h = self.model(x.requires_grad_())
+            dist.send(h.detach().contiguous(), dst=self.partner)
+            grad = torch.empty_like(h)
+            dist.recv(grad, src=self.partner)
+            h.backward(grad)
+            loss = None
+        else:
+            h = torch.empty(x.shape[0], x.shape[1])
+            dist.recv(h, src=self.partner)
+            h.requires_grad_()
+            loss = F.mse_loss(self.model(h), y)
+            loss.backward()
+            dist.send(h.grad.contiguous(), dst=self.partner)
+        for p in self.model.parameters():
+            dist.all_reduce(p.grad, group=self.group)
+            p.grad /= self.replicas
+        return loss
+
+
+def pipeline_main(args, rank, world, slowdown, stats):
+    """The pipeline job's loop (see the module docs)."""
+    stage = Stage(args, rank, world)
+    optimizer = torch.optim.SGD(stage.model.parameters(), lr=1e-3)
+    target_map = torch.randn(args.width, args.width)
+    # A replica's two stages draw the same batches.
+    data_gen = torch.Generator().manual_seed(1000 + rank % stage.replicas)
+    batches = Batches(args.batch, args.width, target_map, data_gen)
+    loader = iter(torch.utils.data.DataLoader(batches, batch_size=None))
+    start = time.monotonic()
+    step = 0
+    while True:
+        step += 1
+        slow = slowdown.check(step, time.monotonic() - start)
+        extra = args.slow_repeats if slow and args.slow_in in ("forward", "stage") else 0
+        batches.delay_s = args.slow_data_ms / 1000.0 if slow and args.slow_in == "data" else 0.0
+        began = time.time()
+        t0 = time.perf_counter()
+        x, y = next(loader)
+        stage.step(x, y, extra)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        stats.add(began, {"step": (time.perf_counter() - t0) * 1000.0})
+        if step % STOP_CHECK_EVERY == 0 and agreed_to_stop(time.monotonic() - start >= args.duration_s):
+            return step
+
+
 def main(argv):
     args = parse_args(argv)
     exit_when_orphaned()
@@ -314,11 +406,28 @@ def main(argv):
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not args.no_pin:
-        pin_to_one_cpu(local_rank)
+        if args.parallel == "pipeline":
+            # A stage's replicas share a CPU and the stages do not: the two
+            # stages of a replica take turns, and one stage's ranks working
+            # beside the other's would slow whichever runs then.
+            pin_to_one_cpu(rank * 2 // int(os.environ["WORLD_SIZE"]))
+        else:
+            pin_to_one_cpu(local_rank)
     dist.init_process_group("gloo")
     gpumon.init(memory_source=CpuMemory(local_rank))
 
     torch.manual_seed(0)
+    if args.slow_in == "stage" and args.parallel != "pipeline":
+        raise SystemExit("ddp_train: --slow-in stage is for --parallel pipeline")
+    if args.parallel == "pipeline":
+        if args.slow_in == "optimizer" and args.slow_rank is not None:
+            raise SystemExit("ddp_train: --slow-in optimizer is for DDP only")
+        step = pipeline_main(
+            args, rank, dist.get_world_size(), Slowdown(args, rank), Stats(args.stats_dir, rank, args.slow_start_file)
+        )
+        dist.destroy_process_group()
+        print("ddp_train: rank %d done after %d steps" % (rank, step), file=sys.stderr, flush=True)
+        return 0
     inputs, outputs = 256, 16
     model = Mlp(inputs, args.width, args.depth, outputs)
     if args.parallel == "fsdp":

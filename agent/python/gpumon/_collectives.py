@@ -21,7 +21,9 @@ through the module, and are.
 import functools
 import logging
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
+
+from ._peers import PeerGroups, Where
 
 logger = logging.getLogger("gpumon")
 
@@ -62,9 +64,12 @@ MODULES = ("torch.distributed", "torch.distributed.distributed_c10d")
 WORK = ("torch._C._distributed_c10d", "Work")
 
 
-def install(enter: Callable[[], bool], leave: Callable[[], None]) -> List[str]:
+def install(
+    enter: Callable[[], bool], leave: Callable[[], None], peers: Optional[PeerGroups] = None
+) -> List[str]:
     """Wraps every collective and ``Work.wait``; ``enter()`` answers whether
-    to time the call (then ``leave()`` follows it). Returns what was wrapped."""
+    to time the call (then ``leave()`` follows it); ``peers``, while open,
+    sees each call's group and peer. Returns what was wrapped."""
     wrapped: List[str] = []
     done = {}
     for module_name in MODULES:
@@ -79,7 +84,7 @@ def install(enter: Callable[[], bool], leave: Callable[[], None]) -> List[str]:
                 continue
             timed = done.get(id(original))
             if timed is None:
-                timed = done[id(original)] = _timed(original, enter, leave)
+                timed = done[id(original)] = _timed(original, enter, leave, peers, Where(original, name))
                 wrapped.append(name)
             try:
                 setattr(module, name, timed)
@@ -96,11 +101,19 @@ def install(enter: Callable[[], bool], leave: Callable[[], None]) -> List[str]:
     return wrapped
 
 
-def _timed(original: Callable[..., Any], enter: Callable[[], bool], leave: Callable[[], None]) -> Callable[..., Any]:
+def _timed(
+    original: Callable[..., Any],
+    enter: Callable[[], bool],
+    leave: Callable[[], None],
+    peers: Optional[PeerGroups] = None,
+    where: Optional[Where] = None,
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def timed(*args: Any, **kwargs: Any) -> Any:
         try:
             on = enter()
+            if on and peers is not None and peers.open and where is not None:
+                peers.call(where, args, kwargs)
         except Exception:
             on = False
         try:

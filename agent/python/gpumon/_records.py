@@ -80,14 +80,14 @@ def clip_detail(detail: Optional[str]) -> Optional[str]:
 def to_record(item: tuple) -> Optional[Dict[str, Any]]:
     """The record for a tuple queued by the training thread (see ``_runtime``).
 
-    ``("step", t, step, duration_ms, sections, clock)`` (``clock`` is
-    ``"cuda"`` or ``"cpu"``), ``("event", t, name, detail)`` or
-    ``("snapshot", t, name, fields_or_None)``.
+    ``("step", t, step, duration_ms, sections, clock[, group])`` (``clock`` is
+    ``"cuda"`` or ``"cpu"``; ``group`` the rank's peer group, see ``_peers``),
+    ``("event", t, name, detail)`` or ``("snapshot", t, name, fields_or_None)``.
     """
     kind = item[0]
     if kind == "step":
-        _, t, step, duration_ms, sections, clock = item
-        return {
+        _, t, step, duration_ms, sections, clock = item[:6]
+        record = {
             "type": "step",
             "t": t,
             "step": step,
@@ -95,6 +95,9 @@ def to_record(item: tuple) -> Optional[Dict[str, Any]]:
             "sections": _clip_sections(sections),
             "clock": clock,
         }
+        if len(item) > 6:
+            record["group"] = item[6]
+        return record
     if kind == "event":
         _, t, name, detail = item
         return {"type": "event", "t": t, "name": clip_name(name), "detail": clip_detail(detail)}

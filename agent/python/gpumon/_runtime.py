@@ -32,6 +32,7 @@ from time import perf_counter
 from typing import Any, Callable, Dict, List, MutableMapping, Optional, Set
 
 from . import _collectives, _torch_hooks
+from ._peers import PeerGroups
 from ._anatomy import DISCOVERY_STEPS, Anatomy
 from ._actions import run_action
 from ._address import resolve_address
@@ -128,6 +129,8 @@ class Runtime:
         self._anatomy: Optional[Anatomy] = None
         #: What ``_collectives`` wrapped (nothing before the anatomy installs).
         self._collectives: List[str] = []
+        #: Which ranks do the same work as this one (the wrappers' calls say).
+        self._peers = PeerGroups()
         self._identity: Optional[Identity] = None
         self._reporter: Optional[Reporter] = None
         self._source: Any = None
@@ -353,6 +356,8 @@ class Runtime:
             self._open_names.clear()
             if self._comm_ms:
                 self._take_out_comm(sections)
+            if self._peers.open:
+                self._peers.boundary()
             self._train_thread = threading.get_ident()
             if self._anatomy is not None:
                 self._anatomy.on_boundary()
@@ -481,7 +486,7 @@ class Runtime:
         """Wraps torch.distributed's collectives, once it is imported (tried
         again at the first step boundaries when it was not yet)."""
         try:
-            self._collectives = _collectives.install(self._comm_enter, self._comm_exit)
+            self._collectives = _collectives.install(self._comm_enter, self._comm_exit, self._peers)
         except Exception as e:
             logger.info("gpumon: collective waits are not timed: %s", e)
 
@@ -532,6 +537,9 @@ class Runtime:
         ddp = getattr(sys.modules.get("torch.nn.parallel.distributed"), "DistributedDataParallel", None)
         if ddp is not None and isinstance(module, ddp):
             self._ddp = True
+            # Its gradient all-reduce runs in C++, unseen by the wrappers:
+            # its process group is this rank's replicas.
+            self._peers.add_group(getattr(module, "process_group", None))
 
     def _auto_exit(self, name: str) -> None:
         auto = self._auto
@@ -599,6 +607,9 @@ class Runtime:
     def _queue(self, item: tuple) -> None:
         if item[0] == "step":
             self._steps_by_clock[item[5]] = self._steps_by_clock.get(item[5], 0) + 1
+            group = self._peers.key
+            if group is not None:
+                item = item + (group,)
         records = self._records
         if len(records) == QUEUE_MAXLEN:
             self._dropped += 1
@@ -704,6 +715,7 @@ class Runtime:
             "alerts_dropped": self._alerts.dropped,
             "collectives_timed": len(self._collectives),
             "ddp": self._ddp,
+            "peer_group": self._peers.key,
         }
         if reporter is not None:
             out.update(reporter.counters)

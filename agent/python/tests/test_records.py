@@ -68,6 +68,11 @@ class RecordsTest(unittest.TestCase):
             },
         )
 
+    def test_step_with_its_peer_group(self):
+        record = to_record(("step", 1.5, 7, 12.0, {}, "cpu", 2))
+        self.assertEqual(record["group"], 2)
+        self.assertNotIn("group", to_record(("step", 1.5, 7, 12.0, {}, "cpu")))
+
     def test_clipping(self):
         sections = {("s%d" % i): 1.0 for i in range(40)}
         record = to_record(("step", 1.0, 1, 1.0, sections, "cpu"))

@@ -6,7 +6,7 @@ import types
 import unittest
 from unittest import mock
 
-from gpumon import _collectives, _runtime
+from gpumon import _collectives, _peers, _runtime
 from gpumon._runtime import Runtime
 from gpumon._settings import QUEUE_MAXLEN
 from gpumon.testing import FakeAllocator, GiB, MiB
@@ -360,6 +360,79 @@ class CollectiveWrappersTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "connection reset"):
             self.package.barrier()
         self.assertEqual(self.events, ["enter", "leave"])
+
+
+class PeerGroupsTest(unittest.TestCase):
+    """``_peers``: a rank's group from the calls of a pipeline stage's replica
+    (rank 1 of two stages of two: stage 0 is ranks 0-1, stage 1 ranks 2-3)."""
+
+    def setUp(self):
+        package = types.ModuleType("torch.distributed")
+        c10d = types.ModuleType("torch.distributed.distributed_c10d")
+        groups = {}
+
+        class Group:
+            def __init__(self, ranks):
+                self.ranks = ranks
+
+        def new_group(ranks):
+            groups[tuple(ranks)] = Group(ranks)
+            return groups[tuple(ranks)]
+
+        package.group = types.SimpleNamespace(WORLD=object())
+        package.is_initialized = lambda: True
+        package.get_rank = lambda: 1
+        package.get_world_size = lambda: 4
+        package.get_process_group_ranks = lambda g: g.ranks
+        package.get_global_rank = lambda g, r: g.ranks[r]
+
+        def all_reduce(tensor, op=None, group=None, async_op=False):
+            return None
+
+        def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+            return None
+
+        def recv(tensor, src=None, group=None, tag=0, group_src=None):
+            return None
+
+        for f in (all_reduce, send, recv):
+            setattr(package, f.__name__, f)
+            setattr(c10d, f.__name__, f)
+        self.dist, self.new_group = package, new_group
+        modules = {"torch.distributed": package, "torch.distributed.distributed_c10d": c10d}
+        enter(self, mock.patch.dict(sys.modules, modules))
+        self.peers = _peers.PeerGroups()
+        _collectives.install(lambda: True, lambda: None, self.peers)
+
+    def test_a_stage_replica_is_grouped_with_its_stage_not_with_the_world(self):
+        stage0 = self.new_group([0, 1])
+        self.dist.send("h", 3)
+        self.dist.recv("g", src=3)
+        self.dist.all_reduce("grad", group=stage0)
+        self.dist.all_reduce("loss")  # the world, which holds its peer 3
+        self.peers.boundary()
+        self.assertEqual(self.peers.key, 0)
+
+    def test_no_collective_means_no_group_and_ddp_like_jobs_are_the_world(self):
+        self.peers.boundary()
+        self.assertIsNone(self.peers.key, "nothing seen: the engine takes the whole job")
+        self.dist.all_reduce("grad")
+        self.peers.boundary()
+        self.assertEqual(self.peers.key, 0)
+
+    def test_a_rank_whose_every_group_holds_a_peer_is_alone(self):
+        self.dist.send("h", dst=None, group=self.new_group([1, 3]), group_dst=1)
+        self.dist.all_reduce("loss")
+        self.peers.boundary()
+        self.assertEqual(self.peers.key, 1)
+
+    def test_observation_stops_after_the_first_steps(self):
+        for _ in range(_peers.OBSERVE_STEPS):
+            self.peers.boundary()
+        self.assertFalse(self.peers.open)
+        self.dist.all_reduce("grad")
+        self.peers.boundary()
+        self.assertIsNone(self.peers.key)
 
 
 if __name__ == "__main__":

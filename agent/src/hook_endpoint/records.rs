@@ -164,7 +164,9 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             let duration_ms = millis(obj.get("duration_ms"), "duration_ms")?;
             let sections = sections(obj.get("sections"))?;
             check_clock(obj.get("clock"))?;
+            let group = peer_group(obj, rank)?;
             let record = StepRecord {
+                group,
                 t_ms,
                 job,
                 rank,
@@ -260,6 +262,17 @@ fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
 /// A required non-negative integer (bytes, counts, step numbers).
 fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
     opt_bytes(obj, key)?.ok_or_else(|| format!("missing field {key}"))
+}
+
+/// A step's peer group: the lowest rank of the ranks it is compared with,
+/// so never above its own.
+fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, String> {
+    match opt_bytes(obj, "group")? {
+        Some(g) if g > u64::from(rank) => Err(format!(
+            "group {g} is above the rank {rank}: a group is the lowest rank of its ranks"
+        )),
+        g => Ok(g.map(|g| g as u32)),
+    }
 }
 
 /// An optional non-negative integer: absent and `null` are `None`.
@@ -561,6 +574,32 @@ mod tests {
                 r#"record 2: clock must be "cuda" or "cpu", not """#,
                 r#"record 3: clock must be "cuda" or "cpu", not 1"#,
                 r#"record 4: clock must be "cuda" or "cpu", not an object"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_names_a_peer_group_no_higher_than_its_rank() {
+        // The session is rank 3.
+        let step = |group: Value| json!({"type": "step", "t": T, "step": 1, "duration_ms": 2.5, "group": group});
+        let accepted = check(json!([step(json!(0)), step(json!(3)), step(Value::Null)])).unwrap();
+        let groups: Vec<Option<u32>> = accepted
+            .records
+            .iter()
+            .map(|r| match r {
+                HookRecord::Step(s) => s.group,
+                _ => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(groups, [Some(0), Some(3), None]);
+        let refused = check(json!([step(json!(4)), step(json!(-1)), step(json!("0"))])).unwrap();
+        assert_eq!(refused.records.len(), 0);
+        assert_eq!(
+            refused.reasons,
+            [
+                "record 0: group 4 is above the rank 3: a group is the lowest rank of its ranks",
+                "record 1: group must be a non-negative integer, not -1",
+                r#"record 2: group must be a non-negative integer, not "0""#,
             ]
         );
     }

@@ -5,13 +5,16 @@ use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::robust_stats::median_of;
+use super::straggler::stages::StageEvent;
 use super::straggler::StragglerEvent;
 use super::tracks::{GpuTracks, JobTrack};
 use super::Engine;
 use crate::units::fmt_bytes;
 
 impl Engine {
-    /// One rank's finished training step with its section timings (ms).
+    /// One rank's finished training step with its section timings (ms) and
+    /// its peer group (see `straggler::classes`; `None`: the whole job).
+    #[allow(clippy::too_many_arguments)]
     pub fn observe_step<'s>(
         &mut self,
         t: f64,
@@ -20,6 +23,7 @@ impl Engine {
         step: u64,
         duration_ms: f64,
         sections: impl IntoIterator<Item = (&'s str, f64)>,
+        group: Option<u32>,
     ) {
         self.counters.step += 1;
         if !self.tick(t) {
@@ -44,12 +48,44 @@ impl Engine {
         let sections = sections
             .into_iter()
             .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);
-        let events = j
-            .straggler
-            .add_step(world, rank, step, t, duration_ms, sections, &params);
+        let group = group.unwrap_or(0);
+        let events =
+            j.straggler
+                .add_step(world, rank, group, step, t, duration_ms, sections, &params);
+        let stages = j.straggler.take_stage_events();
         for e in events {
             self.straggler_event(job, e);
         }
+        for e in stages {
+            self.stage_event(job, e);
+        }
+    }
+
+    fn stage_event(&mut self, job: &str, e: StageEvent) {
+        let subject = Subject::Rank(job.to_owned(), e.stage);
+        if e.edge == Edge::Cleared {
+            self.alerts
+                .resolve(AlertKind::StageImbalance, &subject, e.t);
+            return;
+        }
+        let mut a = subject.alert(AlertKind::StageImbalance, e.t, Severity::Warning);
+        let ranks: Vec<String> = e.ranks.iter().map(u32::to_string).collect();
+        let extra_ms = e.work_ms - e.others_ms;
+        a.slowdown = (e.others_ms > 0.0).then(|| e.work_ms / e.others_ms);
+        a.message = format!(
+            "the pipeline stage of ranks {} of {job} does {:.0} ms of work per step against {:.0} ms on the other stages (+{:.0} ms, {:.0} % of a {:.0} ms step), and the other stages wait about {:.0} ms per step longer than it does",
+            ranks.join(", "),
+            e.work_ms,
+            e.others_ms,
+            extra_ms,
+            extra_ms / e.step_ms.max(f64::MIN_POSITIVE) * 100.0,
+            e.step_ms,
+            e.wait_ms.max(0.0),
+        );
+        a.recommendation = Some(
+            "move layers from this stage to the others (or give it fewer microbatch-heavy parts such as the loss or the embedding) so every stage does about the same work per step".into(),
+        );
+        self.alerts.raise(subject, a);
     }
 
     fn straggler_event(&mut self, job: &str, e: StragglerEvent) {

@@ -2,8 +2,9 @@
 //! load its data dir after an upgrade (see the coordinator's
 //! `snapshot_file`): formats up to 4 before memory levels (of GPUs and of
 //! host RAM) joined its configuration, format 5 with its configuration
-//! encoded field by field. Postcard is field-order sensitive: these mirrors
-//! must keep the old order exactly.
+//! encoded field by field, format 6 before the straggler tracker's peer
+//! groups. Postcard is field-order sensitive: these mirrors must keep the
+//! old order exactly.
 
 use std::collections::BTreeMap;
 
@@ -18,8 +19,9 @@ use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
 use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
+use super::straggler::legacy::StragglerTrackerV6;
 use super::straggler::StragglerParams;
-use super::tracks::{GpuTracks, JobTrack};
+use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
 use crate::shared::Shared;
 
@@ -122,15 +124,15 @@ impl StragglerParamsV5 {
     }
 }
 
-/// [`Engine`] with its configuration `C` encoded field by field, as
-/// snapshot formats 2 to 5 hold it.
+/// [`Engine`] with its configuration `C` and the straggler tracker of
+/// formats 2 to 6, as those formats hold it.
 #[derive(Debug, Deserialize)]
 pub struct EngineWith<C> {
     cfg: C,
     now: f64,
     nodes: GpuTracks,
     gpu_count: usize,
-    jobs: BTreeMap<String, Shared<JobTrack>>,
+    jobs: BTreeMap<String, Shared<JobTrackWith<StragglerTrackerV6>>>,
     alerts: AlertBook,
     counters: EngineCounters,
     pending_links: Vec<(String, u32, String, u32, u32)>,
@@ -140,6 +142,19 @@ pub struct EngineWith<C> {
 pub type EngineV4 = EngineWith<EngineConfigV4>;
 /// [`Engine`] as snapshot format 5 holds it.
 pub type EngineV5 = EngineWith<EngineConfigV5>;
+/// [`Engine`] as snapshot format 6 holds it.
+pub type EngineV6 = EngineWith<ConfigToml>;
+
+/// The configuration as TOML text of what differs from the defaults (formats 6 on).
+#[derive(Debug, Deserialize)]
+pub struct ConfigToml(#[serde(with = "super::config::as_toml")] EngineConfig);
+
+impl EngineV6 {
+    /// The engine with its straggler trackers upgraded.
+    pub fn upgrade(self) -> Engine {
+        self.upgrade_cfg(|cfg| cfg.0)
+    }
+}
 
 impl<C> EngineWith<C> {
     /// The engine, its configuration upgraded by `upgrade`.
@@ -149,7 +164,14 @@ impl<C> EngineWith<C> {
             now: self.now,
             nodes: self.nodes,
             gpu_count: self.gpu_count,
-            jobs: self.jobs,
+            jobs: self
+                .jobs
+                .into_iter()
+                .map(|(name, job)| {
+                    let job = job.into_inner().map_straggler(StragglerTrackerV6::upgrade);
+                    (name, Shared::new(job))
+                })
+                .collect(),
             alerts: self.alerts,
             counters: self.counters,
             pending_links: self.pending_links,

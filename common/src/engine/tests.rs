@@ -96,7 +96,7 @@ impl Scenario {
                         ("forward", fwd),
                         ("backward", 2.0 * 300.0 * jitter(rank + 7, step)),
                     ];
-                    e.observe_step(t + 0.9, "job", rank, step, 1000.0, sections);
+                    e.observe_step(t + 0.9, "job", rank, step, 1000.0, sections, None);
                 }
             }
         }
@@ -478,7 +478,7 @@ fn a_quiet_job_is_kept_until_silent_s_and_a_silent_gpu_goes_with_its_alerts() {
         })
     };
     let step = |e: &mut Engine, t: f64, job: &str| {
-        e.observe_step(t, job, 0, t as u64, 1000.0, [("forward", 10.0)]);
+        e.observe_step(t, job, 0, t as u64, 1000.0, [("forward", 10.0)], None);
     };
     for s in 0..60 {
         gpu(&mut e, f64::from(s), "gone");

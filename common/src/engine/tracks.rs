@@ -56,16 +56,37 @@ pub struct GpuTrack {
 }
 
 /// One job.
+pub type JobTrack = JobTrackWith<StragglerTracker>;
+
+/// One job, with its straggler state `S`: generic so that older snapshot
+/// formats, which laid the straggler state out differently, decode into it
+/// (see `legacy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobTrack {
+pub struct JobTrackWith<S> {
     pub(crate) world_size: u32,
     pub(crate) first_t: f64,
     pub(crate) last_t: f64,
     pub(crate) ended_t: Option<f64>,
     pub(crate) ranks: BTreeMap<u32, Shared<RankTrack>>,
-    pub(crate) straggler: StragglerTracker,
+    pub(crate) straggler: S,
     pub(crate) imbalance_window: i64,
     pub(crate) markers: VecDeque<Marker>,
+}
+
+impl<S> JobTrackWith<S> {
+    /// The same job with its straggler state mapped by `f`.
+    pub(crate) fn map_straggler<T>(self, f: impl FnOnce(S) -> T) -> JobTrackWith<T> {
+        JobTrackWith {
+            world_size: self.world_size,
+            first_t: self.first_t,
+            last_t: self.last_t,
+            ended_t: self.ended_t,
+            ranks: self.ranks,
+            straggler: f(self.straggler),
+            imbalance_window: self.imbalance_window,
+            markers: self.markers,
+        }
+    }
 }
 
 /// One rank of a job.

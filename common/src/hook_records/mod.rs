@@ -70,6 +70,7 @@ impl HookState {
                     s.step,
                     s.duration_ms,
                     s.sections.iter().map(|(name, ms)| (name.as_str(), *ms)),
+                    s.group,
                 ),
                 HookRecord::Event(e) => match &e.snapshot {
                     Some(stats) => {
@@ -113,6 +114,7 @@ mod tests {
             alloc(1_000, 10, 20),
             alloc(2_000, 30, 20),
             HookRecord::Step(StepRecord {
+                group: None,
                 t_ms: 2_500,
                 job: "j".into(),
                 rank: 1,

@@ -158,6 +158,7 @@ mod tests {
 
     fn step(duration_ms: f64, sections: Vec<(String, f64)>) -> HookRecord {
         HookRecord::Step(StepRecord {
+            group: None,
             t_ms: 1,
             job: "j".into(),
             rank: 0,

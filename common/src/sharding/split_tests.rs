@@ -109,6 +109,7 @@ fn ack(id: u64) -> ActionAck {
 
 fn step(job: &str) -> HookRecord {
     HookRecord::Step(StepRecord {
+        group: None,
         t_ms: 1_000,
         job: job.into(),
         rank: 0,

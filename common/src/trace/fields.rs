@@ -101,6 +101,7 @@ pub(super) struct Fields {
     pub(super) step: Option<u64>,
     pub(super) duration_ms: Option<f64>,
     pub(super) sections: bool,
+    pub(super) group: Option<Option<u32>>,
     pub(super) detail: Option<Option<Str>>,
 }
 
@@ -233,6 +234,7 @@ impl Fields {
                 f.step = Some(r.step);
                 f.duration_ms = Some(r.duration_ms);
                 f.sections = true;
+                f.group = Some(r.group);
                 for (name, ms) in r.sections {
                     let name = Str::copy(&name, arena);
                     scratch.sections.push((name, ms));
@@ -361,6 +363,7 @@ impl Fields {
                 rank,
                 step: f.step.unwrap_or_default(),
                 duration_ms: f.duration_ms.unwrap_or_default(),
+                group: f.group.flatten(),
                 sections: scratch
                     .sections
                     .iter()

@@ -97,6 +97,7 @@ pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
     Some(match r {
         HookRecord::Alloc(a) => RecordRef::Alloc(alloc_ref(a)).to_owned(),
         HookRecord::Step(s) => TraceRecord::Step(StepRecord {
+            group: s.group,
             t,
             job: s.job.clone(),
             rank: s.rank,

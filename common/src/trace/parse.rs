@@ -63,6 +63,7 @@ enum Key {
     Step,
     DurationMs,
     Sections,
+    Group,
     Detail,
     Other,
 }
@@ -112,6 +113,7 @@ impl Visitor<'_> for KeyVisitor {
             "step" => Key::Step,
             "duration_ms" => Key::DurationMs,
             "sections" => Key::Sections,
+            "group" => Key::Group,
             "detail" => Key::Detail,
             _ => Key::Other,
         })
@@ -208,6 +210,7 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_> {
                     }
                     map.next_value_seed(SectionsSeed { line, scratch })?;
                 }
+                Key::Group => set(&mut f.group, map.next_value()?)?,
                 Key::Detail => set(
                     &mut f.detail,
                     map.next_value_seed(OptStrSeed(StrSeed::new(line, scratch)))?,

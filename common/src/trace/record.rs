@@ -146,6 +146,12 @@ pub struct StepRecord {
     /// Per-section compute time, ms (`data`, `forward`, `backward`, ...).
     #[serde(default)]
     pub sections: BTreeMap<String, f64>,
+    /// The rank's peer group: the lowest rank of the ranks it is compared
+    /// with (its pipeline stage's data-parallel replicas); absent when the
+    /// whole job is one group. Optional within trace version 1: a trace
+    /// without it reads as before, and readers that predate it skip it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
 }
 
 /// `event`: a user marker.

@@ -142,6 +142,8 @@ pub struct StepRef<'a> {
     /// the order is the line's (or by name when the reader had to take its
     /// careful path), so look sections up by name, e.g. with [`StepRef::section`].
     pub sections: Vec<(Cow<'a, str>, f64)>,
+    /// The rank's peer group (see [`StepRecord::group`]).
+    pub group: Option<u32>,
 }
 
 /// `event`: a user marker, borrowed.
@@ -214,6 +216,7 @@ impl RecordRef<'_> {
                 own: job
             })),
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
+                group: r.group,
                 t: r.t,
                 job: r.job.into_owned(),
                 rank: r.rank,
@@ -254,6 +257,7 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
                 borrow: job
             })),
             TraceRecord::Step(r) => RecordRef::Step(StepRef {
+                group: r.group,
                 t: r.t,
                 job: Cow::Borrowed(&r.job),
                 rank: r.rank,

@@ -295,6 +295,11 @@ impl Cursor<'_> {
                 }
                 self.sections(s)
             }
+            // Out of range goes to the careful path, which names it.
+            b"group" => set(
+                &mut f.group,
+                self.opt_uint()?.map(u32::try_from).transpose().ok()?,
+            ),
             b"detail" => {
                 self.skip_ws();
                 let detail = if self.word(b"null") {

@@ -88,6 +88,7 @@ impl TraceCommands {
                 self.node_of(&s.job, s.rank),
                 None,
                 Some(HookRecord::Step(StepRecord {
+                    group: s.group,
                     t_ms: ms(s.t),
                     job: s.job.to_string(),
                     rank: s.rank,

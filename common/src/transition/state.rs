@@ -70,6 +70,33 @@ impl Replicated {
     }
 }
 
+/// [`Replicated`] as snapshot format 6 laid it out: the straggler trackers
+/// before peer groups ([`crate::engine::legacy::EngineV6`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV6 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV6,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+}
+
+impl ReplicatedV6 {
+    /// The current layout.
+    pub fn upgrade(self) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine.upgrade(),
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+        }
+    }
+}
+
 /// [`Replicated`] as snapshot format 5 laid it out: the engine's
 /// configuration field by field ([`crate::engine::legacy::EngineV5`]).
 #[derive(Debug, Deserialize)]

@@ -416,6 +416,7 @@ mod tests {
                     },
                 }),
                 HookRecord::Step(S {
+                    group: None,
                     t_ms: 2_000,
                     job: "j".into(),
                     rank: 1,

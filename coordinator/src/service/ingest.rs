@@ -63,7 +63,8 @@ impl Service {
         };
         let (acked_seq, node, command) = match message {
             AgentMessage::V1(AgentMessageV1::Hello(hello))
-            | AgentMessage::V2(AgentMessageV2::Hello(hello)) => {
+            | AgentMessage::V2(AgentMessageV2::Hello(hello))
+            | AgentMessage::V3(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .state
@@ -75,7 +76,8 @@ impl Service {
                 self.check_push(&batch)?;
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
-            AgentMessage::V2(AgentMessageV2::Push(pushed)) => {
+            AgentMessage::V2(AgentMessageV2::Push(pushed))
+            | AgentMessage::V3(AgentMessageV2::Push(pushed)) => {
                 let PushBatchV2 {
                     batch,
                     placements,

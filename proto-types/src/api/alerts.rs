@@ -25,17 +25,21 @@ pub enum AlertKind {
     /// A GPU's used memory is at or above a fixed level of its capacity
     /// (warning or critical), whatever the trend.
     MemoryLevel,
+    /// One pipeline stage does persistently more work per step than the
+    /// others, which wait for it (the alert's rank is the stage's lowest).
+    StageImbalance,
 }
 
 impl AlertKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 6] = [
+    pub const ALL: [AlertKind; 7] = [
         AlertKind::OomPredicted,
         AlertKind::Leak,
         AlertKind::Fragmentation,
         AlertKind::Imbalance,
         AlertKind::Straggler,
         AlertKind::MemoryLevel,
+        AlertKind::StageImbalance,
     ];
 
     /// The name used in reports and the API.
@@ -47,6 +51,7 @@ impl AlertKind {
             AlertKind::Imbalance => "imbalance",
             AlertKind::Straggler => "straggler",
             AlertKind::MemoryLevel => "memory_level",
+            AlertKind::StageImbalance => "stage_imbalance",
         }
     }
 }

@@ -98,6 +98,7 @@ impl Tape {
         sections: Vec<(String, f64)>,
     ) {
         self.records.push(HookRecord::Step(StepRecord {
+            group: None,
             t_ms,
             job: info.job.clone(),
             rank: info.rank,

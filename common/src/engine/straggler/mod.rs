@@ -31,8 +31,11 @@
 //! `window_steps` scores per rank,
 //! [`NOISE_SAMPLES`] deviations per job, at most [`MAX_SECTIONS`] section names.
 
+mod classes;
+pub mod legacy;
 pub mod roles;
 mod row_index;
+pub mod stages;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -40,8 +43,10 @@ use serde::{Deserialize, Serialize};
 
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
+use classes::peer_groups;
 use roles::WaitIn;
 use row_index::RowIndex;
+use stages::{StageEvent, StageStep, StageTracker};
 
 /// Section names tracked per job; more are ignored.
 pub const MAX_SECTIONS: usize = 8;
@@ -89,6 +94,10 @@ pub struct StragglerParams {
     /// a rank that loses the CPU or its input for a few seconds (a busy
     /// host, a page-cache flush, a collector pause) is not a straggler.
     pub min_duration_s: f64,
+    /// Smallest stage imbalance worth a finding, as a fraction of the step:
+    /// how much more work per step the heaviest pipeline stage does than
+    /// the others (see [`stages`]).
+    pub stage_min_frac: f64,
 }
 
 impl Default for StragglerParams {
@@ -108,6 +117,7 @@ impl Default for StragglerParams {
             min_loss_frac: 0.01,
             min_loss_ms: 1.0,
             min_duration_s: 10.0,
+            stage_min_frac: 0.1,
         }
     }
 }
@@ -135,7 +145,7 @@ pub struct StragglerEvent {
     pub section: String,
     /// That section's median time on this rank, ms.
     pub section_ms: f64,
-    /// That section's median time on its peers (the per-step median), ms.
+    /// That section's median time on its peers (per step, the median of the others), ms.
     pub peer_section_ms: f64,
     /// The rank's median busy time over its peers'.
     pub slowdown: f64,
@@ -162,8 +172,10 @@ impl StragglerEvent {
 
 /// Missing sections are NaN, so equality compares bit patterns.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct Row {
+pub(crate) struct Row {
     rank: u32,
+    /// The rank's peer group (see [`classes`]).
+    group: u32,
     t: f64,
     duration_ms: f64,
     sections: [f64; MAX_SECTIONS],
@@ -171,7 +183,7 @@ struct Row {
 
 /// One rank's comparison with its peers in one step.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct Score {
+pub(crate) struct Score {
     /// Busy time over the median busy time, as a fraction of the step.
     excess: f64,
     /// Busy time over the median busy time.
@@ -181,7 +193,7 @@ struct Score {
     step_ms: f64,
     /// Per section: this rank's time, ms (NaN when absent).
     section_ms: [f64; MAX_SECTIONS],
-    /// Per section: the ranks' median time, ms (NaN when absent).
+    /// Per section: its peers' median time, ms (NaN when absent).
     section_median_ms: [f64; MAX_SECTIONS],
 }
 
@@ -192,6 +204,7 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
 impl PartialEq for Row {
     fn eq(&self, o: &Self) -> bool {
         self.rank == o.rank
+            && self.group == o.group
             && same_bits(&[self.t, self.duration_ms], &[o.t, o.duration_ms])
             && same_bits(&self.sections, &o.sections)
     }
@@ -208,7 +221,7 @@ impl PartialEq for Score {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct RankScores {
+pub(crate) struct RankScores {
     scores: VecDeque<Score>,
     scored: u64,
     /// Steps since the CUSUM rose past half its threshold: the evidence of
@@ -231,19 +244,26 @@ pub struct StragglerTracker {
     dropped_steps: u64,
     noise: VecDeque<f64>,
     sigma: Option<f64>,
+    stages: StageTracker,
     #[serde(skip)]
     scratch: Scratch,
     #[serde(skip)]
     index: RowIndex,
+    /// Stage events of the latest step record, until taken.
+    #[serde(skip)]
+    stage_events: Vec<StageEvent>,
 }
 
 impl StragglerTracker {
-    /// Adds one rank's finished step; returns the alerts it raised or cleared.
+    /// Adds one rank's finished step; returns the straggler alerts it
+    /// raised or cleared (its stage events wait in [`Self::take_stage_events`]).
+    /// `group` is the rank's peer group (0 when it reports none).
     #[allow(clippy::too_many_arguments)]
     pub fn add_step<'s>(
         &mut self,
         world_size: u32,
         rank: u32,
+        group: u32,
         step: u64,
         t: f64,
         duration_ms: f64,
@@ -252,6 +272,7 @@ impl StragglerTracker {
     ) -> Vec<StragglerEvent> {
         let mut row = Row {
             rank,
+            group,
             t,
             duration_ms,
             sections: [f64::NAN; MAX_SECTIONS],
@@ -295,6 +316,16 @@ impl StragglerTracker {
             }
         }
         events
+    }
+
+    /// The stage imbalance findings raised or cleared since last taken.
+    pub fn take_stage_events(&mut self) -> Vec<StageEvent> {
+        std::mem::take(&mut self.stage_events)
+    }
+
+    /// The peer group key of the pipeline stage flagged as the heaviest, if one is.
+    pub fn heavy_stage(&self) -> Option<u32> {
+        self.stages.flagged()
     }
 
     /// Whether `rank` is currently flagged.
@@ -345,45 +376,20 @@ impl StragglerTracker {
             return;
         }
         let wait_in = self.wait_in();
-        let scratch = &mut self.scratch.0;
-        let step_ms = median_of(rows.iter().map(|r| r.duration_ms), scratch).unwrap_or(0.0);
-        let split: Vec<(f64, f64)> = rows.iter().map(|r| busy_and_wait(r, wait_in)).collect();
-        let peer_busy = peer_medians(split.iter().map(|s| s.0), scratch);
-        let peer_wait = peer_medians(split.iter().map(|s| s.1), scratch);
-        if step_ms <= 0.0 || peer_busy.iter().any(|&m| m <= 0.0) {
+        let step_ms =
+            median_of(rows.iter().map(|r| r.duration_ms), &mut self.scratch.0).unwrap_or(0.0);
+        if step_ms <= 0.0 {
             return;
         }
-        let mut section_median = [f64::NAN; MAX_SECTIONS];
-        for (i, m) in section_median.iter_mut().enumerate() {
-            let present = rows.iter().map(|r| r.sections[i]).filter(|v| !v.is_nan());
-            if let Some(med) = median_of(present, scratch) {
-                *m = med;
-            }
+        let split: Vec<(f64, f64)> = rows.iter().map(|r| busy_and_wait(r, wait_in)).collect();
+        let groups = peer_groups(&rows);
+        if groups.len() > 1 {
+            self.observe_stages(&rows, &split, &groups, step_ms, p);
         }
-        for (i, (row, &(busy, wait))) in rows.iter().zip(&split).enumerate() {
-            let score = Score {
-                excess: (busy - peer_busy[i]) / step_ms,
-                ratio: busy / peer_busy[i],
-                wait_deficit_ms: peer_wait[i] - wait,
-                step_ms,
-                section_ms: row.sections,
-                section_median_ms: section_median,
-            };
-            let entry = self.ranks.entry(row.rank).or_default();
-            if entry.scores.len() == p.window_steps.max(1) {
-                entry.scores.pop_front();
-            }
-            entry.scores.push_back(score);
-            entry.scored += 1;
-            // The noise is each rank's scatter about its own recent level:
-            // a straggler's steady excess is a level, not noise (in a job of
-            // two or three ranks it would otherwise be most of the spread,
-            // and hide itself).
-            let level = median_of(entry.scores.iter().map(|s| s.excess), scratch).unwrap_or(0.0);
-            if self.noise.len() == NOISE_SAMPLES {
-                self.noise.pop_front();
-            }
-            self.noise.push_back(score.excess - level);
+        // The rows scored in this step: those of groups of two or more.
+        let mut scored = Vec::with_capacity(rows.len());
+        for group in groups.iter().filter(|g| g.len() >= 2) {
+            self.score_group(&rows, &split, group, step_ms, p.window_steps, &mut scored);
         }
         if self.noise.len() < MIN_NOISE_SAMPLES {
             return;
@@ -397,7 +403,8 @@ impl StragglerTracker {
         let k = (p.min_slowdown / 2.0).max(p.k_sigma * sigma);
         let clip = (p.clip_sigma * sigma).max(2.0 * k);
         let h = (p.h_sigma * sigma).max(4.0 * k);
-        for row in &rows {
+        for &i in &scored {
+            let row = &rows[i];
             let Some(entry) = self.ranks.get_mut(&row.rank) else {
                 continue;
             };
@@ -477,6 +484,105 @@ impl StragglerTracker {
                 wait_in,
                 &mut self.scratch.0,
             ));
+        }
+    }
+    /// Scores the rows `group` (indices into `rows`) against each other;
+    /// appends the indices it scored to `scored`.
+    fn score_group(
+        &mut self,
+        rows: &[Row],
+        split: &[(f64, f64)],
+        group: &[usize],
+        step_ms: f64,
+        window: usize,
+        scored: &mut Vec<usize>,
+    ) {
+        let scratch = &mut self.scratch.0;
+        let peer_busy = peer_medians(group.iter().map(|&i| split[i].0), scratch);
+        let peer_wait = peer_medians(group.iter().map(|&i| split[i].1), scratch);
+        if peer_busy.iter().any(|&m| m <= 0.0) {
+            return;
+        }
+        // Per row and section, the median of its peers' times (NaN where
+        // the row or all its peers lack the section).
+        let mut section_peers = vec![[f64::NAN; MAX_SECTIONS]; group.len()];
+        for (s, _) in self.sections.iter().enumerate().take(MAX_SECTIONS) {
+            let present: Vec<usize> = (0..group.len())
+                .filter(|&j| !rows[group[j]].sections[s].is_nan())
+                .collect();
+            if present.len() < 2 {
+                continue;
+            }
+            let medians =
+                peer_medians(present.iter().map(|&j| rows[group[j]].sections[s]), scratch);
+            for (&j, m) in present.iter().zip(medians) {
+                section_peers[j][s] = m;
+            }
+        }
+        for (j, &i) in group.iter().enumerate() {
+            let (row, (busy, wait)) = (&rows[i], split[i]);
+            let score = Score {
+                excess: (busy - peer_busy[j]) / step_ms,
+                ratio: busy / peer_busy[j],
+                wait_deficit_ms: peer_wait[j] - wait,
+                step_ms,
+                section_ms: row.sections,
+                section_median_ms: section_peers[j],
+            };
+            let entry = self.ranks.entry(row.rank).or_default();
+            if entry.scores.len() == window.max(1) {
+                entry.scores.pop_front();
+            }
+            entry.scores.push_back(score);
+            entry.scored += 1;
+            // The noise is each rank's scatter about its own recent level:
+            // a straggler's steady excess is a level, not noise (in a job of
+            // two or three ranks it would otherwise be most of the spread,
+            // and hide itself).
+            let level = median_of(entry.scores.iter().map(|s| s.excess), scratch).unwrap_or(0.0);
+            if self.noise.len() == NOISE_SAMPLES {
+                self.noise.pop_front();
+            }
+            self.noise.push_back(score.excess - level);
+            scored.push(i);
+        }
+    }
+
+    /// Feeds the step's pipeline stages (its peer groups) to the stage
+    /// tracker: each stage's least busy time and median wait.
+    fn observe_stages(
+        &mut self,
+        rows: &[Row],
+        split: &[(f64, f64)],
+        groups: &[Vec<usize>],
+        step_ms: f64,
+        p: &StragglerParams,
+    ) {
+        let scratch = &mut self.scratch.0;
+        let stages: Vec<StageStep> = groups
+            .iter()
+            .map(|g| StageStep {
+                key: g.iter().map(|&i| rows[i].rank).min().unwrap_or(0),
+                work_ms: g.iter().map(|&i| split[i].0).fold(f64::INFINITY, f64::min),
+                wait_ms: median_of(g.iter().map(|&i| split[i].1), scratch).unwrap_or(0.0),
+            })
+            .collect();
+        let ranks_of = |key: u32| {
+            let group = groups
+                .iter()
+                .find(|g| g.iter().map(|&i| rows[i].rank).min() == Some(key));
+            let mut ranks: Vec<u32> = group
+                .map(|g| g.iter().map(|&i| rows[i].rank).collect())
+                .unwrap_or_default();
+            ranks.sort_unstable();
+            ranks
+        };
+        let t = rows.iter().map(|r| r.t).fold(f64::NEG_INFINITY, f64::max);
+        if let Some(e) = self
+            .stages
+            .observe(t, step_ms, &stages, ranks_of, p, scratch)
+        {
+            self.stage_events.push(e);
         }
     }
 }

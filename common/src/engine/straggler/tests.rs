@@ -92,7 +92,7 @@ impl Job {
                     ),
                 };
                 if !(self.lost)(rank, step) {
-                    out.extend(tr.add_step(self.world, rank, step, t, duration, secs, &p));
+                    out.extend(tr.add_step(self.world, rank, 0, step, t, duration, secs, &p));
                 }
             }
         }
@@ -251,6 +251,7 @@ fn record(
     tr.add_step(
         world,
         rank,
+        0,
         step,
         step as f64,
         1000.0 + forward_ms,
@@ -341,7 +342,7 @@ fn regular_job(step_ms: f64, extra_ms: f64, steps: u64) -> Vec<(u32, String)> {
             let forward = step_ms / 2.0 + if rank == slow_rank { extra_ms } else { 0.0 };
             let sections = [("forward", forward), ("backward", step_ms - forward)];
             let t = step as f64 * step_ms / 1000.0;
-            for e in tr.add_step(world, rank, step, t, step_ms, sections, &p) {
+            for e in tr.add_step(world, rank, 0, step, t, step_ms, sections, &p) {
                 if e.edge == Edge::Raised {
                     raised.push((e.rank, e.section));
                 }
@@ -381,7 +382,7 @@ fn ranks_that_report_in_batches_of_many_short_steps_lose_no_step() {
                 let forward = if rank == 1 && step >= 200 { 14.0 } else { 10.0 };
                 let sections = [("forward", forward), ("backward", 20.0 - forward)];
                 let t = step as f64 * 0.02;
-                let events = tr.add_step(world, rank, step, t, 20.0, sections, &p);
+                let events = tr.add_step(world, rank, 0, step, t, 20.0, sections, &p);
                 raised.extend(
                     events
                         .into_iter()
@@ -404,7 +405,16 @@ fn a_large_job_keeps_fewer_steps_open() {
     let p = StragglerParams::default();
     let mut tr = StragglerTracker::default();
     for step in 0..10u64 {
-        tr.add_step(world, 0, step, step as f64, 1000.0, [("forward", 10.0)], &p);
+        tr.add_step(
+            world,
+            0,
+            0,
+            step,
+            step as f64,
+            1000.0,
+            [("forward", 10.0)],
+            &p,
+        );
     }
     assert_eq!(tr.pending.len(), 2);
     assert!(tr.pending.values().map(Vec::len).sum::<usize>() <= PENDING_ROWS);
@@ -439,7 +449,7 @@ fn a_two_rank_job_names_its_straggler_whose_excess_is_no_noise() {
                 ("backward", step_ms - 1.0 - f),
             ];
             let t = step as f64 * 0.025;
-            for e in tr.add_step(2, rank, step, t, step_ms, sections, &p) {
+            for e in tr.add_step(2, rank, 0, step, t, step_ms, sections, &p) {
                 if e.edge == Edge::Raised {
                     raised.push((e.rank, e.section, e.t));
                 }
@@ -457,4 +467,112 @@ fn jitter_of(rank: u32, step: u64) -> f64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     ((x ^ (x >> 31)) % 2001) as f64 / 1000.0 - 1.0
+}
+
+/// A pipeline of two stages of two data-parallel replicas each, one
+/// microbatch per step (ranks 0 and 1 are stage 0, ranks 2 and 3 stage 1;
+/// replica r is ranks r and r + 2). `work(rank, step)` scales a rank's
+/// forward and backward. Each rank reports its stage's group when `groups`.
+/// Returns the straggler events and the stage events.
+fn pipeline(
+    work: impl Fn(u32, u64) -> f64,
+    groups: bool,
+) -> (Vec<StragglerEvent>, Vec<stages::StageEvent>) {
+    let mut tr = StragglerTracker::default();
+    let p = StragglerParams::default();
+    let (mut stragglers, mut stage_events) = (Vec::new(), Vec::new());
+    for step in 0..90u64 {
+        let own: Vec<(f64, f64)> = (0..4u32)
+            .map(|rank| {
+                let jitter = |salt: u64| {
+                    1.0 + 0.01 * (((u64::from(rank) * 7 + step * 13 + salt) % 5) as f64 - 2.0)
+                };
+                let scale = work(rank, step);
+                (100.0 * scale * jitter(1), 200.0 * scale * jitter(2))
+            })
+            .collect();
+        // Each replica's chain runs stage 0's forward, stage 1's forward
+        // and backward, then stage 0's backward; the gradient all-reduce
+        // of each stage ends the step together.
+        let chain = |r: usize| own[r].0 + own[r + 2].0 + own[r + 2].1 + own[r].1;
+        let duration = chain(0).max(chain(1)) + 10.0;
+        for rank in 0..4u32 {
+            let (fwd, bwd) = own[rank as usize];
+            let sections = [
+                ("forward", fwd),
+                ("backward", bwd),
+                ("comm_wait", duration - fwd - bwd),
+            ];
+            let group = if groups { rank / 2 * 2 } else { 0 };
+            let t = step as f64 + 0.001 * f64::from(rank);
+            stragglers.extend(tr.add_step(4, rank, group, step, t, duration, sections, &p));
+            stage_events.extend(tr.take_stage_events());
+        }
+    }
+    (stragglers, stage_events)
+}
+
+#[test]
+fn a_heavier_pipeline_stage_is_a_stage_imbalance_not_two_stragglers() {
+    let heavy_stage_1 = |rank: u32, step: u64| if rank >= 2 && step >= 20 { 1.4 } else { 1.0 };
+    let (stragglers, stages) = pipeline(heavy_stage_1, true);
+    assert!(stragglers.is_empty(), "{stragglers:?}");
+    let raised: Vec<_> = stages.iter().filter(|e| e.edge == Edge::Raised).collect();
+    assert_eq!(raised.len(), 1, "{stages:?}");
+    let e = raised[0];
+    assert_eq!((e.stage, e.ranks.as_slice()), (2, &[2, 3][..]));
+    // 300 ms of work against 420 ms: the others wait about 120 ms more.
+    assert!((e.work_ms - 420.0).abs() < 15.0, "{e:?}");
+    assert!((e.others_ms - 300.0).abs() < 15.0, "{e:?}");
+    assert!((e.wait_ms - 120.0).abs() < 20.0, "{e:?}");
+    assert!(
+        e.t >= 30.0 && e.t <= 45.0,
+        "raised after the 10 s gate: {e:?}"
+    );
+
+    // Compared as one group, the heavy stage's two ranks would be named.
+    let (as_one_group, _) = pipeline(heavy_stage_1, false);
+    assert!(!raised_ranks(&as_one_group).is_empty());
+}
+
+#[test]
+fn a_slow_replica_of_a_pipeline_stage_is_a_straggler_not_a_stage() {
+    let slow_rank_0 = |rank: u32, step: u64| if rank == 0 && step >= 20 { 1.4 } else { 1.0 };
+    let (stragglers, stages) = pipeline(slow_rank_0, true);
+    assert_eq!(raised_ranks(&stragglers), vec![0]);
+    assert!(stages.is_empty(), "{stages:?}");
+}
+
+#[test]
+fn a_balanced_pipeline_raises_nothing() {
+    let (stragglers, stages) = pipeline(|_, _| 1.0, true);
+    assert!(
+        stragglers.is_empty() && stages.is_empty(),
+        "{stragglers:?} {stages:?}"
+    );
+}
+
+#[test]
+fn a_stage_imbalance_clears_when_the_stages_even_out() {
+    let for_a_while = |rank: u32, step: u64| {
+        if rank >= 2 && (10..50).contains(&step) {
+            1.4
+        } else {
+            1.0
+        }
+    };
+    let (_, stages) = pipeline(for_a_while, true);
+    let edges: Vec<Edge> = stages.iter().map(|e| e.edge).collect();
+    assert_eq!(edges, vec![Edge::Raised, Edge::Cleared], "{stages:?}");
+}
+
+fn raised_ranks(events: &[StragglerEvent]) -> Vec<u32> {
+    let mut ranks: Vec<u32> = events
+        .iter()
+        .filter(|e| e.edge == Edge::Raised)
+        .map(|e| e.rank)
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks
 }

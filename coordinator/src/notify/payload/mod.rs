@@ -86,6 +86,7 @@ pub fn what(kind: AlertKind) -> &'static str {
         AlertKind::Imbalance => "Memory imbalance",
         AlertKind::Straggler => "Straggler",
         AlertKind::MemoryLevel => "Memory level",
+        AlertKind::StageImbalance => "Pipeline stage imbalance",
     }
 }
 

@@ -81,6 +81,7 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
             stats,
         }),
         HookRecord::Step(StepRecord {
+            group: Some(0),
             t_ms,
             job: "job-1".into(),
             rank: 0,
@@ -212,7 +213,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V6 {
+    let file = SnapshotFile::V7 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -328,7 +329,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V6 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V7 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -387,7 +388,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v6."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v7."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -400,9 +401,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v6.", ".v7.");
+    let other_format = id.replace(".v7.", ".v8.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 7"), "{err}");
+    assert!(err.contains("format 8"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
