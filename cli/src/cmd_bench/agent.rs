@@ -132,13 +132,14 @@ impl AgentRun {
             };
             let windows = (periods.end - periods.start) * u64::from(self.gpus);
             let batch = self.sim.batch(self.incarnation, seq, periods);
+            let steps = batch.hook.len() as u64;
             seq += 1;
-            let body = wire::encode(&AgentMessage::V1(AgentMessageV1::Push(batch)));
+            let body = wire::encode(&AgentMessage::push(batch.into()));
             if let Some((duplicate, latency)) =
                 deliver(&pusher, &stats, &mut route, &body, end).await
             {
                 let samples = windows * u64::from(self.samples_per_window);
-                stats.push_committed(windows, samples, duplicate, latency);
+                stats.push_committed(windows, samples, steps, duplicate, latency);
             }
         }
     }
@@ -209,6 +210,8 @@ mod tests {
             samples_per_window: 5,
             window_ms: 250,
             t0_ms: 1_700_000_000_000,
+            agents_per_job: 16,
+            step_ms: 0,
         };
         let sim = SimAgent::new(shape, 0);
         let mut backlog = Backlog::new(4);

@@ -46,6 +46,8 @@ pub struct Stats {
     pub samples: AtomicU64,
     /// Measured period: committed windows.
     pub windows: AtomicU64,
+    /// Measured period: committed hook step records.
+    pub steps: AtomicU64,
     /// Measured period: committed pushes (batches, not hellos).
     pub pushes: AtomicU64,
     /// Measured period: committed pushes the coordinator had applied before.
@@ -86,6 +88,7 @@ impl Stats {
             latency_interval: Histogram::default(),
             samples: AtomicU64::new(0),
             windows: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -119,9 +122,16 @@ impl Stats {
         self.committed_total.fetch_add(1, Relaxed);
     }
 
-    /// A committed push of `windows` windows holding `samples` GPU-samples,
-    /// `latency` after its request was sent.
-    pub fn push_committed(&self, windows: u64, samples: u64, duplicate: bool, latency: Duration) {
+    /// A committed push of `windows` windows holding `samples` GPU-samples
+    /// and `steps` step records, `latency` after its request was sent.
+    pub fn push_committed(
+        &self,
+        windows: u64,
+        samples: u64,
+        steps: u64,
+        duplicate: bool,
+        latency: Duration,
+    ) {
         self.committed_total.fetch_add(1, Relaxed);
         self.pushes_total.fetch_add(1, Relaxed);
         self.samples_total.fetch_add(samples, Relaxed);
@@ -129,6 +139,7 @@ impl Stats {
         if self.phase(Instant::now()) == Phase::Measured {
             self.pushes.fetch_add(1, Relaxed);
             self.windows.fetch_add(windows, Relaxed);
+            self.steps.fetch_add(steps, Relaxed);
             self.samples.fetch_add(samples, Relaxed);
             self.duplicates.fetch_add(u64::from(duplicate), Relaxed);
             self.latency.record(latency);
@@ -175,7 +186,7 @@ mod tests {
             now + Duration::from_secs(3600),
             now + Duration::from_secs(7200),
         );
-        stats.push_committed(4, 20, false, Duration::from_millis(2));
+        stats.push_committed(4, 20, 0, false, Duration::from_millis(2));
         stats.error(|| "first".into());
         stats.error(|| "second".into());
         assert_eq!(stats.phase(now), Phase::Warmup);
@@ -185,7 +196,7 @@ mod tests {
         assert_eq!(stats.first_error.get().map(String::as_str), Some("first"));
 
         let stats = Stats::new(now, now + Duration::from_secs(3600));
-        stats.push_committed(4, 20, true, Duration::from_millis(2));
+        stats.push_committed(4, 20, 0, true, Duration::from_millis(2));
         stats.hop();
         assert_eq!(stats.samples.load(Relaxed), 20);
         assert_eq!(stats.windows.load(Relaxed), 4);

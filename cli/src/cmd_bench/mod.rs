@@ -104,7 +104,11 @@ than offered (agents x gpus-per-agent x rate GPU-samples/s). Latency runs from s
 Committed reply, leader hops included. The first --warmup seconds are not counted; --duration seconds \
 are measured; in-flight pushes then get 5 s to finish.
 
-Prints samples_per_s, windows_per_s, pushes_per_s, offered_samples_per_s, p50/p90/p99/max_ms, errors, \
+With --step-ms, every rank of every simulated job (--agents-per-job agents of GPUs each) also \
+reports a training step that often, as its hook would: sections and peer group, in the same pushes, \
+so the straggler detector scores every step on every replica.
+
+Prints samples_per_s, windows_per_s, pushes_per_s, steps_per_s, offered_samples_per_s, p50/p90/p99/max_ms, errors, \
 rejected and not_leader_hops (JSON with --json). Exits 1 when the cluster never committed anything.";
 
 /// `gpumon bench ingest`.
@@ -137,6 +141,13 @@ pub struct IngestArgs {
     /// Seconds at the start whose pushes are not counted.
     #[arg(long, default_value_t = 2.0, value_name = "SECS")]
     pub warmup: f64,
+    /// Agents per simulated job (the job's world size is this many agents' GPUs).
+    #[arg(long, default_value_t = synthetic::AGENTS_PER_JOB as u64, value_name = "N")]
+    pub agents_per_job: u64,
+    /// Every rank also reports a training step this often, ms, as its hook
+    /// would (sections and peer group): 0 for none, else at least 10.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub step_ms: u64,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -164,6 +175,10 @@ pub struct IngestConfig {
     pub duration: Duration,
     /// Uncounted start.
     pub warmup: Duration,
+    /// Agents per job.
+    pub agents_per_job: usize,
+    /// Each rank's step, ms; 0: none.
+    pub step_ms: u64,
 }
 
 impl IngestConfig {
@@ -214,6 +229,18 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
             args.window_ms
         )));
     }
+    if !(1..=MAX_AGENTS).contains(&args.agents_per_job) {
+        return Err(usage(format!(
+            "--agents-per-job {}: give between 1 and {MAX_AGENTS} agents",
+            args.agents_per_job
+        )));
+    }
+    if args.step_ms != 0 && !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&args.step_ms) {
+        return Err(usage(format!(
+            "--step-ms {}: give 0 (no steps) or between {MIN_WINDOW_MS} and {MAX_WINDOW_MS} ms",
+            args.step_ms
+        )));
+    }
     let duration = secs("--duration", args.duration, false)?;
     let warmup = secs("--warmup", args.warmup, true)?;
     let mut urls = Vec::with_capacity(args.coordinators.len());
@@ -248,6 +275,8 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
         samples_per_window: samples as u32,
         duration,
         warmup,
+        agents_per_job: args.agents_per_job as usize,
+        step_ms: args.step_ms,
     })
 }
 
@@ -339,6 +368,8 @@ async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failur
         samples_per_window: config.samples_per_window,
         window_ms: config.window_ms,
         t0_ms,
+        agents_per_job: config.agents_per_job,
+        step_ms: config.step_ms,
     };
     // Incarnations differ between runs (a rerun against the same cluster
     // must not look like duplicates) and between agents.
@@ -434,6 +465,8 @@ mod tests {
             window_ms: 250,
             duration: 2.0,
             warmup: 1.0,
+            agents_per_job: 16,
+            step_ms: 0,
             json: true,
             quiet: true,
         }
@@ -486,6 +519,20 @@ mod tests {
                     ..args()
                 },
                 "--gpus-per-agent",
+            ),
+            (
+                IngestArgs {
+                    agents_per_job: 0,
+                    ..args()
+                },
+                "--agents-per-job 0",
+            ),
+            (
+                IngestArgs {
+                    step_ms: 5,
+                    ..args()
+                },
+                "--step-ms 5",
             ),
             (
                 IngestArgs {

@@ -22,6 +22,8 @@ pub struct Report {
     pub windows_per_s: f64,
     /// Committed pushes per second.
     pub pushes_per_s: f64,
+    /// Committed hook step records per second (with `--step-ms`).
+    pub steps_per_s: f64,
     /// What the agents offer: agents x gpus_per_agent x rate_hz.
     pub offered_samples_per_s: f64,
     /// Median push-to-commit latency.
@@ -46,6 +48,10 @@ pub struct Report {
     pub rate_hz: f64,
     /// Window period.
     pub window_ms: u64,
+    /// Agents per job.
+    pub agents_per_job: usize,
+    /// Each rank's step, ms (0: no step records).
+    pub step_ms: u64,
     /// Measured period, seconds.
     pub duration_s: f64,
     /// Warmup before it, seconds.
@@ -95,6 +101,7 @@ impl Report {
             samples_per_s: per_s(samples, secs),
             windows_per_s: per_s(stats.windows.load(Relaxed), secs),
             pushes_per_s: per_s(pushes, secs),
+            steps_per_s: per_s(stats.steps.load(Relaxed), secs),
             offered_samples_per_s: config.offered_samples_per_s(),
             p50_ms: ms(latency.quantile(0.5)),
             p90_ms: ms(latency.quantile(0.9)),
@@ -107,6 +114,8 @@ impl Report {
             gpus_per_agent: config.gpus,
             rate_hz: config.rate_hz,
             window_ms: config.window_ms,
+            agents_per_job: config.agents_per_job,
+            step_ms: config.step_ms,
             duration_s: secs,
             warmup_s: config.warmup.as_secs_f64(),
             samples_per_window: config.samples_per_window,
@@ -147,6 +156,13 @@ impl Report {
             "             {:.1} windows/s, {:.1} pushes/s",
             self.windows_per_s, self.pushes_per_s
         );
+        if self.step_ms > 0 {
+            let _ = writeln!(
+                out,
+                "             {:.1} step records/s (a step every {} ms per rank, {} agents per job)",
+                self.steps_per_s, self.step_ms, self.agents_per_job
+            );
+        }
         if let (Some(applied), Some(skipped)) =
             (self.cluster_windows_applied, self.cluster_windows_skipped)
         {

@@ -10,7 +10,10 @@
 //! coordinator's analysis engine does its real work: memory oscillating
 //! slowly between about 42 and 58 GiB of 80 GiB with a spread inside each
 //! window, utilization, SM clock and power gauges, and one process per GPU
-//! that holds a rank of a torchrun-like job of up to [`AGENTS_PER_JOB`] agents.
+//! that holds a rank of a torchrun-like job of up to [`AGENTS_PER_JOB`] agents
+//! (or `agents_per_job`). With `step_ms`, every rank also reports a training
+//! step that often, as its hook would, with the automatic anatomy's sections
+//! and its peer group: the straggler detector scores every step of every job.
 
 use std::f64::consts::TAU;
 use std::ops::Range;
@@ -18,10 +21,11 @@ use std::ops::Range;
 use gpumon_agent::source::sim::rng::unit;
 use gpumon_agent::source::sim::GPU_TOTAL_BYTES;
 use gpumon_proto::{
-    BytesStat, GaugeStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch, RankInfo,
+    BytesStat, GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, ProcWindow, PushBatch, RankInfo,
+    StepRecord,
 };
 
-/// Agents (nodes) per simulated job: a job's world size is this many agents' GPUs.
+/// Agents (nodes) per simulated job by default: a job's world size is this many agents' GPUs.
 pub const AGENTS_PER_JOB: usize = 16;
 const GIB: f64 = (1u64 << 30) as f64;
 /// Memory a GPU holds beyond its one process (CUDA context, other users).
@@ -42,6 +46,10 @@ pub struct Shape {
     pub window_ms: u64,
     /// Wall-clock time of period 0's start for agent 0, ms since the Unix epoch.
     pub t0_ms: u64,
+    /// Agents per job.
+    pub agents_per_job: usize,
+    /// Each rank's step, ms; 0: no step records.
+    pub step_ms: u64,
 }
 
 impl Shape {
@@ -66,9 +74,10 @@ pub struct SimAgent {
 impl SimAgent {
     /// Agent number `index` (from 0) of a run shaped `shape`.
     pub fn new(shape: Shape, index: usize) -> Self {
-        let job = index / AGENTS_PER_JOB;
-        let first = job * AGENTS_PER_JOB;
-        let agents_in_job = (shape.agents - first).min(AGENTS_PER_JOB) as u32;
+        let per_job = shape.agents_per_job.max(1);
+        let job = index / per_job;
+        let first = job * per_job;
+        let agents_in_job = (shape.agents - first).min(per_job) as u32;
         let world_size = agents_in_job * shape.gpus;
         let gpus = (0..shape.gpus)
             .map(|g| GpuInfo {
@@ -110,8 +119,10 @@ impl SimAgent {
         }
     }
 
-    /// A batch carrying every GPU's window of each period in `periods`, in order.
+    /// A batch carrying every GPU's window of each period in `periods`, in
+    /// order, and the steps its ranks ended in those periods.
     pub fn batch(&self, incarnation: u64, seq: u64, periods: Range<u64>) -> PushBatch {
+        let hook = self.steps(periods.clone());
         let windows = periods
             .flat_map(|k| (0..self.shape.gpus).map(move |g| (k, g)))
             .map(|(k, g)| self.window(g, k))
@@ -123,8 +134,58 @@ impl SimAgent {
             node: self.node.clone(),
             dropped_batches: 0,
             windows,
-            hook: Vec::new(),
+            hook,
             acks: Vec::new(),
+        }
+    }
+
+    /// The step records of every rank whose step ended in `periods`: step
+    /// `n` of every job ends `n` steps after the run's start, so a step is
+    /// in exactly one batch of each agent.
+    fn steps(&self, periods: Range<u64>) -> Vec<HookRecord> {
+        let s = self.shape;
+        if s.step_ms == 0 || periods.is_empty() {
+            return Vec::new();
+        }
+        let at = |k: u64| s.offset_ms(self.index) + k * s.window_ms;
+        let (from, to) = (at(periods.start), at(periods.end));
+        let first = from.div_ceil(s.step_ms).max(1);
+        let mut out = Vec::new();
+        for n in (first..).take_while(|n| n * s.step_ms < to) {
+            for rank in &self.ranks {
+                out.push(HookRecord::Step(self.step(rank, n)));
+            }
+        }
+        out
+    }
+
+    /// Rank `rank`'s step `n`: a step of `step_ms` split as the hook's
+    /// automatic anatomy splits it, a little noise in each part.
+    fn step(&self, rank: &RankInfo, n: u64) -> StepRecord {
+        let s = self.shape;
+        let step_ms = s.step_ms as f64;
+        let noise = |draw: u64| 1.0 + 0.04 * (unit(&[u64::from(rank.rank), n, draw]) - 0.5);
+        let own = [
+            ("data", 0.05),
+            ("forward", 0.25),
+            ("backward", 0.45),
+            ("optimizer", 0.05),
+        ];
+        let mut sections: Vec<(String, f64)> = own
+            .iter()
+            .zip(0..)
+            .map(|(&(name, share), draw)| (name.to_owned(), step_ms * share * noise(draw)))
+            .collect();
+        let busy: f64 = sections.iter().map(|(_, ms)| ms).sum();
+        sections.push(("comm_wait".to_owned(), (step_ms - busy).max(0.0)));
+        StepRecord {
+            t_ms: s.t0_ms + n * s.step_ms,
+            job: rank.job.clone(),
+            rank: rank.rank,
+            step: n,
+            duration_ms: step_ms,
+            sections,
+            group: Some(0),
         }
     }
 
@@ -215,6 +276,45 @@ mod tests {
             samples_per_window: samples,
             window_ms: 250,
             t0_ms: 1_700_000_000_000,
+            agents_per_job: AGENTS_PER_JOB,
+            step_ms: 0,
+        }
+    }
+
+    #[test]
+    fn every_rank_reports_each_step_once_across_its_batches() {
+        let s = Shape {
+            step_ms: 400,
+            agents_per_job: 4,
+            ..shape(4, 2, 5)
+        };
+        for i in 0..4 {
+            let a = SimAgent::new(s, i);
+            // Periods of 250 ms: 0..8 is 2 s, steps 1 to 5 for every agent
+            // whatever its offset (steps end at 400 ms, 800 ms, ...).
+            let mut steps: Vec<(u32, u64)> = [0..3, 3..4, 4..8]
+                .into_iter()
+                .flat_map(|p| a.batch(1, 1, p).hook)
+                .map(|r| match r {
+                    HookRecord::Step(st) => {
+                        assert_eq!(st.job, "bench-job-0");
+                        assert!(
+                            st.sections.iter().map(|(_, ms)| ms).sum::<f64>() <= 400.0 * 1.0001
+                        );
+                        (st.rank, st.step)
+                    }
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            steps.sort_unstable();
+            // The agent's 2 s run from its offset: steps 1 to 4, and 5 once
+            // the offset carries it past 2 s.
+            let last = (s.offset_ms(i) + 2000 - 1) / 400;
+            let want: Vec<(u32, u64)> = [2 * i as u32, 2 * i as u32 + 1]
+                .iter()
+                .flat_map(|&r| (1..=last).map(move |n| (r, n)))
+                .collect();
+            assert_eq!(steps, want, "agent {i}");
         }
     }
 

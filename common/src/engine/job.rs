@@ -44,7 +44,14 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(job) else {
             return;
         };
-        let world = j.world_size.max(j.live_ranks() as u32);
+        // Live ranks can outnumber the world size only when the job has more
+        // ranks than that: counting them (a walk over the job's ranks) for
+        // every step record of a 16k-rank job was most of the leader's time.
+        let world = if j.ranks.len() <= j.world_size as usize {
+            j.world_size
+        } else {
+            j.world_size.max(j.live_ranks() as u32)
+        };
         let sections = sections
             .into_iter()
             .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::Deserialize;
 
 use super::{RankScores, Row, StragglerTracker, MAX_SECTIONS};
+use crate::shared::Shared;
 
 /// A row before its peer group.
 #[derive(Debug, Clone, Deserialize)]
@@ -47,7 +48,11 @@ impl StragglerTrackerV6 {
                 .into_iter()
                 .map(|(step, rows)| (step, rows.into_iter().map(row).collect()))
                 .collect(),
-            ranks: self.ranks,
+            ranks: self
+                .ranks
+                .into_iter()
+                .map(|(rank, scores)| (rank, Shared::new(scores)))
+                .collect(),
             scored_steps: self.scored_steps,
             dropped_steps: self.dropped_steps,
             noise: self.noise,

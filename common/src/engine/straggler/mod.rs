@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
+use crate::shared::Shared;
 use classes::peer_groups;
 use roles::WaitIn;
 use row_index::RowIndex;
@@ -239,7 +240,10 @@ pub(crate) struct RankScores {
 pub struct StragglerTracker {
     sections: Vec<String>,
     pending: BTreeMap<u64, Vec<Row>>,
-    ranks: BTreeMap<u32, RankScores>,
+    /// Per rank, copied on write: after a snapshot shares the tracker, a
+    /// step record copies its own rank's scores, not every rank's (40 MB
+    /// in a job of 16k ranks).
+    ranks: BTreeMap<u32, Shared<RankScores>>,
     scored_steps: u64,
     dropped_steps: u64,
     noise: VecDeque<f64>,
