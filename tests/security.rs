@@ -310,3 +310,48 @@ async fn closed_reads_need_the_admin_token() {
     let admin_read = client.get(&url).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(admin_read.status().as_u16(), 200);
 }
+
+/// A token bound to an agent pushes as that agent only: a hello or a push
+/// for another agent id (or another node) is refused with 403 and changes
+/// nothing; an unbound token still pushes as anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_token_pushes_as_its_own_agent_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = secret_file(
+        dir.path(),
+        "agents",
+        &format!("{TOKEN_A} agent-0 node-0\n{TOKEN_B}\n"),
+        0o600,
+    );
+    let tokens = tokens.to_str().unwrap();
+    let cluster = Cluster::start(1, &["--agent-token-file", tokens]).await;
+    let leader = cluster.wait_leader(WITHIN).await;
+    let ingest = format!("{}/api/v1/ingest", cluster.url(leader));
+    let plan = Plan::new(2, 2, 2, Duration::from_millis(100));
+
+    for msg in [plan.hello(0), plan.batch(0, 1)] {
+        let (status, body) = post(&ingest, Some(TOKEN_A), wire::encode(&msg)).await;
+        assert_eq!(status, 200, "agent-0 with its own token: {body}");
+    }
+    let before: ClusterView = cluster
+        .get(leader, "/api/v1/cluster?consistency=linearizable")
+        .await;
+    for msg in [plan.hello(1), plan.batch(1, 1)] {
+        let (status, body) = post(&ingest, Some(TOKEN_A), wire::encode(&msg)).await;
+        assert_eq!(status, 403, "agent-1 with agent-0's token: {body}");
+        assert!(
+            body.contains("agent-0, node-0 only, not as agent id \\\"agent-1\\\""),
+            "{body}"
+        );
+    }
+    let after: ClusterView = cluster
+        .get(leader, "/api/v1/cluster?consistency=linearizable")
+        .await;
+    assert_eq!(after.ingest, before.ingest, "nothing of them was applied");
+    assert_eq!(after.agents.len(), 1);
+    let refused = after.coordinator.expect("the replica's own figures");
+    assert_eq!(refused.rejected_pushes.forbidden, 2);
+
+    let (status, body) = post(&ingest, Some(TOKEN_B), wire::encode(&plan.hello(1))).await;
+    assert_eq!(status, 200, "a token bound to no agent: {body}");
+}

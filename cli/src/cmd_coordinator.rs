@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use gpumon_common::config::{resolve_limits, CoordinatorFile, FileConfig, LimitsFile};
 use gpumon_common::notify::{NotifyFile, ReceiverKind};
-use gpumon_common::secrets::{read_secret, read_tokens, Secret};
+use gpumon_common::secrets::{read_agent_tokens, read_secret, Secret};
 use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Credentials, Formation, StartError};
@@ -112,11 +112,26 @@ fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credent
         path.as_deref().map(read_secret).transpose().map_err(usage)
     };
     let cluster_secret = one(either(&args.cluster_secret_file, &file.cluster_secret_file))?;
-    let agent_tokens = either(&args.agent_token_file, &file.agent_token_file)
+    let token_file = either(&args.agent_token_file, &file.agent_token_file);
+    let agent_tokens = token_file
         .as_deref()
-        .map(read_tokens)
+        .map(read_agent_tokens)
         .transpose()
         .map_err(usage)?;
+    if let (Some(tokens), Some(path)) = (&agent_tokens, &token_file) {
+        let unbound: Vec<String> = tokens
+            .iter()
+            .filter(|t| t.agents.is_none())
+            .map(|t| t.line.to_string())
+            .collect();
+        if !unbound.is_empty() {
+            tracing::warn!(
+                file = %path.display(),
+                lines = %unbound.join(", "),
+                "agent tokens bound to no agent: whoever holds one can push as any agent; put the agent ids (or node names) each token may push as after it, on its line"
+            );
+        }
+    }
     let admin_token = match (
         one(either(&args.admin_token_file, &file.admin_token_file))?,
         args.admin_token.as_ref().or(file.admin_token.as_ref()),

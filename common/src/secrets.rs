@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -18,6 +19,22 @@ pub const MIN_SECRET_BYTES: usize = 16;
 
 /// Most tokens one token file may list.
 pub const MAX_TOKENS: usize = 4096;
+/// Most agent ids or node names one agent token may be bound to.
+pub const MAX_BOUND_NAMES: usize = 1024;
+/// Longest agent id or node name a token may be bound to, in bytes.
+pub const MAX_BOUND_NAME_BYTES: usize = 256;
+
+/// An agent token and the agents it may push as.
+#[derive(Debug, Clone)]
+pub struct AgentToken {
+    /// The token.
+    pub secret: Secret,
+    /// The agent ids and node names it may push as; `None`: any (a file
+    /// line with the token alone, as before bindings existed).
+    pub agents: Option<Arc<[String]>>,
+    /// Its line in the file, for messages.
+    pub line: usize,
+}
 
 /// A secret value.
 #[derive(Clone, PartialEq, Eq)]
@@ -103,9 +120,12 @@ pub fn read_secret(path: &Path) -> Result<Secret, SecretError> {
     })
 }
 
-/// Reads a file of tokens, one per line; blank lines and lines starting
-/// with `#` are passed over. At least one token, at most [`MAX_TOKENS`].
-pub fn read_tokens(path: &Path) -> Result<Vec<Secret>, SecretError> {
+/// Reads a file of agent tokens, one per line: the token, then the agent
+/// ids or node names it may push as, separated by whitespace (none: any
+/// agent). Blank lines and lines starting with `#` are passed over. At
+/// least one token, at most [`MAX_TOKENS`], each bound to at most
+/// [`MAX_BOUND_NAMES`] names.
+pub fn read_agent_tokens(path: &Path) -> Result<Vec<AgentToken>, SecretError> {
     let text = read_private(path)?;
     let bad = |reason: String| SecretError::Bad {
         path: path.to_owned(),
@@ -120,7 +140,28 @@ pub fn read_tokens(path: &Path) -> Result<Vec<Secret>, SecretError> {
         if tokens.len() == MAX_TOKENS {
             return Err(bad(format!("more than {MAX_TOKENS} tokens")));
         }
-        tokens.push(Secret::new(line).map_err(|r| bad(format!("line {}: the token {r}", i + 1)))?);
+        let n = i + 1;
+        let mut fields = line.split_whitespace();
+        let token = fields.next().unwrap_or_default();
+        let secret = Secret::new(token).map_err(|r| bad(format!("line {n}: the token {r}")))?;
+        let names: Vec<String> = fields.map(str::to_owned).collect();
+        if names.len() > MAX_BOUND_NAMES {
+            return Err(bad(format!(
+                "line {n}: the token is bound to {} names; at most {MAX_BOUND_NAMES}",
+                names.len()
+            )));
+        }
+        if let Some(long) = names.iter().find(|s| s.len() > MAX_BOUND_NAME_BYTES) {
+            return Err(bad(format!(
+                "line {n}: a name of {} bytes; at most {MAX_BOUND_NAME_BYTES}",
+                long.len()
+            )));
+        }
+        tokens.push(AgentToken {
+            secret,
+            agents: (!names.is_empty()).then(|| names.into()),
+            line: n,
+        });
     }
     if tokens.is_empty() {
         return Err(bad("holds no token".into()));
@@ -192,7 +233,7 @@ mod tests {
             assert!(read_secret(&path).is_err(), "{text:?}");
         }
         let empty = file(dir.path(), "t", "# no tokens\n\n", 0o600);
-        assert!(read_tokens(&empty).is_err());
+        assert!(read_agent_tokens(&empty).is_err());
     }
 
     #[test]
@@ -204,11 +245,43 @@ mod tests {
             "# node-a\ntoken-of-node-a-000001\n\ntoken-of-node-b-000002\n",
             0o400,
         );
-        let tokens = read_tokens(&path).unwrap();
+        let tokens = read_agent_tokens(&path).unwrap();
         assert_eq!(tokens.len(), 2);
-        assert!(tokens[1].matches(b"token-of-node-b-000002"));
+        assert!(tokens[1].secret.matches(b"token-of-node-b-000002"));
+        assert!(
+            tokens.iter().all(|t| t.agents.is_none()),
+            "unbound: any agent"
+        );
         let bad = file(dir.path(), "b", "token-of-node-a-000001\nshort\n", 0o600);
-        let err = read_tokens(&bad).unwrap_err().to_string();
+        let err = read_agent_tokens(&bad).unwrap_err().to_string();
         assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn an_agent_token_is_bound_to_the_names_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file(
+            dir.path(),
+            "t",
+            "token-of-node-a-000001 node-a\n# two nodes share one\ntoken-of-racks-b-00002\tnode-b1  node-b2\n",
+            0o600,
+        );
+        let tokens = read_agent_tokens(&path).unwrap();
+        let names = |i: usize| tokens[i].agents.as_deref().map(<[String]>::to_vec);
+        assert_eq!(names(0), Some(vec!["node-a".to_owned()]));
+        assert_eq!(
+            names(1),
+            Some(vec!["node-b1".to_owned(), "node-b2".to_owned()])
+        );
+        assert_eq!((tokens[0].line, tokens[1].line), (1, 3));
+        let long = format!(
+            "token-of-node-a-000001 {}\n",
+            "n".repeat(MAX_BOUND_NAME_BYTES + 1)
+        );
+        let err = read_agent_tokens(&file(dir.path(), "l", &long, 0o600)).unwrap_err();
+        assert!(
+            err.to_string().contains("line 1: a name of 257 bytes"),
+            "{err}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use gpumon_common::actions::PlannerConfig;
 use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::net::is_loopback_authority;
-use gpumon_common::secrets::Secret;
+use gpumon_common::secrets::{AgentToken, Secret};
 use gpumon_net::ServerTls;
 
 pub use crate::api::RankSeries;
@@ -33,6 +33,11 @@ pub const MAX_HOOK_RECORDS_PER_PUSH: usize = 65_536;
 pub const MAX_ACKS_PER_PUSH: usize = 4096;
 /// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).
 pub const MAX_RAFT_RPC_BYTES: usize = 64 << 20;
+/// Most push bytes the leader gathers into one log entry: a quarter of an
+/// RPC body, so an entry always fits one AppendEntries with room to spare
+/// (an AppendEntries of several entries over the RPC limit is split by the
+/// sender). `max_push_bytes` may not exceed it.
+pub const MAX_ENTRY_BYTES: usize = MAX_RAFT_RPC_BYTES / 4;
 /// Default size of one snapshot chunk sent to a lagging peer, bytes.
 pub const DEFAULT_SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
 
@@ -57,9 +62,10 @@ pub enum Formation {
 pub struct Credentials {
     /// What replicas send each other on `/raft/*`.
     pub cluster_secret: Option<Secret>,
-    /// The agent tokens accepted on `/api/v1/ingest`; one per agent, so one
-    /// leaked token is revoked alone.
-    pub agent_tokens: Option<Vec<Secret>>,
+    /// The agent tokens accepted on `/api/v1/ingest`, each with the agents
+    /// it may push as; one per agent, so one leaked token is revoked alone
+    /// and speaks for its own agent only.
+    pub agent_tokens: Option<Vec<AgentToken>>,
     /// What admin requests carry; it also reads. Without one, only loopback
     /// clients may make admin requests.
     pub admin_token: Option<Secret>,
@@ -209,6 +215,12 @@ impl CoordinatorConfig {
                 self.max_push_bytes
             ));
         }
+        if self.max_push_bytes > MAX_ENTRY_BYTES {
+            return Err(format!(
+                "max_push_bytes {} is above {MAX_ENTRY_BYTES} bytes, the largest log entry: a push is one entry, and an entry must fit a Raft RPC body ({MAX_RAFT_RPC_BYTES} bytes) to reach the followers",
+                self.max_push_bytes
+            ));
+        }
         self.planner.validate()?;
         self.notify.validate()?;
         if let Some(rw) = &self.remote_write {
@@ -236,6 +248,13 @@ impl CoordinatorConfig {
         }
         if self.snapshot_chunk_bytes < 1024 {
             return Err("snapshot_chunk_bytes must be at least 1024".into());
+        }
+        if self.snapshot_chunk_bytes > (MAX_RAFT_RPC_BYTES / 2) as u64 {
+            return Err(format!(
+                "snapshot_chunk_bytes {} is above {} bytes: a chunk travels in one Raft RPC, whose body may be {MAX_RAFT_RPC_BYTES} bytes at most",
+                self.snapshot_chunk_bytes,
+                MAX_RAFT_RPC_BYTES / 2
+            ));
         }
         if self.peer_ca_file.is_some() && self.tls.is_none() {
             return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
@@ -266,5 +285,31 @@ impl CoordinatorConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_that_cannot_reach_the_followers_are_refused_naming_both() {
+        let mut c = CoordinatorConfig::new(1, std::env::temp_dir());
+        assert_eq!(c.validate(), Ok(()));
+        c.max_push_bytes = MAX_ENTRY_BYTES + 1;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("max_push_bytes 16777217")
+                && err.contains("Raft RPC body (67108864 bytes)"),
+            "{err}"
+        );
+        c.max_push_bytes = MAX_ENTRY_BYTES;
+        assert_eq!(c.validate(), Ok(()));
+        c.snapshot_chunk_bytes = MAX_RAFT_RPC_BYTES as u64;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("snapshot_chunk_bytes 67108864") && err.contains("67108864 bytes at most"),
+            "{err}"
+        );
     }
 }

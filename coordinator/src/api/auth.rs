@@ -7,7 +7,11 @@
 //! - [`Access::Peer`] (Raft RPC, `/raft/*`): the cluster secret. A vote,
 //!   an append or a snapshot without it never reaches openraft, so no term,
 //!   index or membership from an unauthenticated peer touches the log.
-//! - [`Access::Agent`] (pushes): one of the accepted agent tokens.
+//! - [`Access::Agent`] (pushes): one of the accepted agent tokens. A token
+//!   bound to agents (names after it in the token file) lets its holder
+//!   push as those agents only: the layer hands the binding to the ingest
+//!   route as an [`AgentBinding`], which refuses a message for another
+//!   agent with 403 before anything of it is proposed.
 //! - [`Access::Admin`] (membership, issuing actions): the admin token;
 //!   with none configured, loopback clients only.
 //! - [`Access::Read`]: anyone while reads are open; else the admin token.
@@ -21,15 +25,18 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gpumon_common::secrets::Secret;
+use gpumon_common::secrets::{AgentToken, Secret};
 
+use super::log_gate::LogGate;
 use super::{ApiError, AppState};
 use crate::config::Credentials;
+use crate::service::wall_ms;
 
 /// Who a route is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,15 +68,17 @@ impl Access {
     const REFUSABLE: [Access; 4] = [Access::Read, Access::Agent, Access::Admin, Access::Peer];
 }
 
-/// Requests refused, per kind of access.
+/// Requests refused, per kind of access, and the gates of their log lines.
 #[derive(Debug, Default)]
-pub struct Refused([AtomicU64; 4]);
+pub struct Refused([AtomicU64; 4], [LogGate; 4]);
 
 impl Refused {
-    fn add(&self, access: Access) {
-        if let Some(i) = Access::REFUSABLE.iter().position(|a| *a == access) {
-            self.0[i].fetch_add(1, Relaxed);
-        }
+    /// Counts a refusal; `Some(n)` when it may be logged (`n` left out since
+    /// the last line of its kind).
+    fn add(&self, access: Access) -> Option<u64> {
+        let i = Access::REFUSABLE.iter().position(|a| *a == access)?;
+        self.0[i].fetch_add(1, Relaxed);
+        self.1[i].pass(wall_ms())
     }
 
     /// `(access, refused)` for each kind that can be refused.
@@ -78,10 +87,39 @@ impl Refused {
     }
 }
 
+/// Which agents the caller of an agent route may speak for: any (`None`:
+/// no agent tokens configured, or a token bound to no agent), or the agent
+/// ids and node names its token is bound to.
+#[derive(Debug, Clone, Default)]
+pub struct AgentBinding(pub Option<Arc<[String]>>);
+
+impl AgentBinding {
+    /// Whether a message from agent `agent_id` on `node` may come with
+    /// this binding; the error says what the token may push as.
+    pub fn allows(&self, agent_id: &str, node: &str) -> Result<(), String> {
+        let Some(names) = &self.0 else {
+            return Ok(());
+        };
+        let known = |n: &str| names.iter().any(|s| s == n);
+        if known(agent_id) && known(node) {
+            return Ok(());
+        }
+        let (what, name) = if known(agent_id) {
+            ("node", node)
+        } else {
+            ("agent id", agent_id)
+        };
+        Err(format!(
+            "this agent token may push as {} only, not as {what} {name:?}",
+            names.join(", ")
+        ))
+    }
+}
+
 /// The layer: lets the request through when the caller may have `access`.
 pub async fn require(
     State((state, access)): State<(AppState, Access)>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     // Served without the peer's address (an in-process router), the caller
@@ -96,18 +134,50 @@ pub async fn require(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match check(&state.inner.credentials, access, peer, given) {
-        Ok(()) => next.run(request).await,
+        Ok(binding) => {
+            request.extensions_mut().insert(binding);
+            next.run(request).await
+        }
         Err(reason) => {
-            state.inner.refused.add(access);
-            tracing::warn!(peer = %peer.ip(), path = request.uri().path(), access = access.name(), %reason, "refused a request");
+            if let Some(left_out) = state.inner.refused.add(access) {
+                tracing::warn!(peer = %peer.ip(), path = request.uri().path(), access = access.name(), %reason, left_out, "refused a request (one line per 10 s per kind of access; left_out: those not logged since the last)");
+            }
             ApiError::Unauthorized(reason).into_response()
         }
     }
 }
 
-/// Whether a caller at `peer` holding `given` may have `access`; the error
-/// says what is missing.
+/// Whether a caller at `peer` holding `given` may have `access`, with the
+/// agents it may speak for; the error says what is missing.
 fn check(
+    credentials: &Credentials,
+    access: Access,
+    peer: SocketAddr,
+    given: Option<&str>,
+) -> Result<AgentBinding, String> {
+    if access == Access::Agent {
+        return match &credentials.agent_tokens {
+            Some(tokens) => agent_token(tokens, given),
+            None => Ok(AgentBinding::default()),
+        };
+    }
+    check_secret(credentials, access, peer, given).map(|()| AgentBinding::default())
+}
+
+/// The binding of the agent token `given`, if it is one of `tokens`.
+fn agent_token(tokens: &[AgentToken], given: Option<&str>) -> Result<AgentBinding, String> {
+    let Some(given) = given else {
+        return Err("this request needs `Authorization: Bearer <agent token>`".into());
+    };
+    tokens
+        .iter()
+        .find(|t| t.secret.matches(given.as_bytes()))
+        .map(|t| AgentBinding(t.agents.clone()))
+        .ok_or_else(|| "wrong agent token".into())
+}
+
+/// [`check`] for the routes whose credential is a secret alone.
+fn check_secret(
     credentials: &Credentials,
     access: Access,
     peer: SocketAddr,
@@ -125,10 +195,7 @@ fn check(
         Access::Open => Ok(()),
         Access::Read if credentials.open_reads => Ok(()),
         Access::Read => one_of(admin, "admin token"),
-        Access::Agent => match &credentials.agent_tokens {
-            Some(tokens) => one_of(tokens, "agent token"),
-            None => Ok(()),
-        },
+        Access::Agent => Ok(()),
         Access::Peer => match &credentials.cluster_secret {
             Some(secret) => one_of(std::slice::from_ref(secret), "cluster secret"),
             None => Ok(()),
@@ -159,8 +226,16 @@ mod tests {
         Credentials {
             cluster_secret: Some(secret("cluster-secret-0123456789")),
             agent_tokens: Some(vec![
-                secret("agent-token-of-node-a-01"),
-                secret("agent-token-of-node-b-02"),
+                AgentToken {
+                    secret: secret("agent-token-of-node-a-01"),
+                    agents: Some(vec!["node-a".to_owned()].into()),
+                    line: 1,
+                },
+                AgentToken {
+                    secret: secret("agent-token-of-node-b-02"),
+                    agents: None,
+                    line: 2,
+                },
             ]),
             admin_token: Some(secret("admin-token-0123456789")),
             open_reads: false,
@@ -176,6 +251,26 @@ mod tests {
         std::net::Ipv4Addr::LOCALHOST,
         40000,
     ));
+
+    #[test]
+    fn an_agent_token_speaks_for_its_own_agents_only() {
+        let c = closed();
+        let bound = check(&c, Access::Agent, REMOTE, Some("agent-token-of-node-a-01")).unwrap();
+        assert_eq!(bound.allows("node-a", "node-a"), Ok(()));
+        let err = bound.allows("node-b", "node-b").unwrap_err();
+        assert!(
+            err.contains("node-a only, not as agent id \"node-b\""),
+            "{err}"
+        );
+        let err = bound.allows("node-a", "node-b").unwrap_err();
+        assert!(err.contains("not as node \"node-b\""), "{err}");
+        let any = check(&c, Access::Agent, REMOTE, Some("agent-token-of-node-b-02")).unwrap();
+        assert_eq!(
+            any.allows("node-z", "node-z"),
+            Ok(()),
+            "a token bound to none"
+        );
+    }
 
     #[test]
     fn each_kind_of_access_takes_its_own_secret_and_no_other() {

@@ -16,6 +16,9 @@ pub enum ApiError {
     BadRequest(String),
     /// 401: an admin request without the right token.
     Unauthorized(String),
+    /// 403: the credential is right but not for this (an agent token bound
+    /// to other agents).
+    Forbidden(String),
     /// 409: the request contradicts the current state.
     Conflict(String),
     /// 413: the body is over the limit.
@@ -50,6 +53,7 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "bad_request", m),
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m),
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m),
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m),
             ApiError::NotLeader(url) => {

@@ -3,7 +3,8 @@
 //! Refusals never reach the log: an oversized body is 413, an unknown
 //! protocol version, an undecodable body or a push out of the service's
 //! bounds 400, each with the reason in the body and counted per replica
-//! (`/api/v1/cluster` → `coordinator.rejected_pushes`).
+//! (`/api/v1/cluster` → `coordinator.rejected_pushes`); the log gets one
+//! line per 10 s for all of them, with how many it left out.
 //! What happens to a decoded message (bounds, the commit, `NotLeader` with
 //! the leader's URL, the actions and alerts handed to the agent) is the
 //! service's (`crate::service`, `Service::push`); the reply is in the
@@ -15,13 +16,15 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
-use gpumon_proto::{AgentMessage, CoordinatorReply};
+use gpumon_proto::{AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply};
 
+use super::auth::AgentBinding;
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
+use crate::service::{wall_ms, PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(
@@ -31,13 +34,18 @@ use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
     responses(
         (status = 200, description = "postcard `CoordinatorReply` in the message's protocol version: acknowledged sequence numbers and actions for the agent, and (version 2) the active alerts about its node for its hooks.", body = Postcard, content_type = "application/octet-stream"),
         (status = 400, description = "Refused, never retried: an unknown protocol version, an undecodable body, more windows, hook records or acks than one batch may carry, more placements than its windows have processes, seq 0 or one more than 4096 past the last applied for the agent's incarnation, or a time (window start or end, hook record) more than 5 minutes ahead of the leader's clock or before 2020. The reason names the field, its value and the bound.", body = ApiErrorBody),
+        (status = 403, description = "The agent token is bound to other agents: the message's agent id or node is not among them. Nothing of it is applied.", body = ApiErrorBody),
         (status = 413, description = "Push over the size limit.", body = ApiErrorBody),
         (status = 421, description = "Not the leader; `leader_url` says where.", body = ApiErrorBody),
         (status = 429, description = "Too many pushes in flight on this replica, or the push would add agents, GPUs or live ranks past the cluster's limits (the message says which); retry after `Retry-After` seconds, keeping the batch.", body = ApiErrorBody),
         (status = 503, description = "No leader, or the push could not be committed; retry.", body = ApiErrorBody),
     ),
 )]
-pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+pub async fn ingest(
+    State(state): State<AppState>,
+    binding: Option<Extension<AgentBinding>>,
+    body: Body,
+) -> Result<Response, ApiError> {
     let inner = &state.inner;
     let max = inner.max_push_bytes;
     let bytes = match axum::body::to_bytes(body, max).await {
@@ -65,9 +73,21 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
             }
         };
         counter.fetch_add(1, Relaxed);
-        tracing::warn!(error = %e, "refused a push");
+        if let Some(left_out) = inner.rejected.log.pass(wall_ms()) {
+            tracing::warn!(error = %e, left_out, "refused a push");
+        }
         ApiError::BadRequest(e.to_string())
     })?;
+    if let Some(Extension(binding)) = binding {
+        let (agent_id, node) = speaker(&msg);
+        if let Err(why) = binding.allows(agent_id, node) {
+            inner.rejected.forbidden.fetch_add(1, Relaxed);
+            if let Some(left_out) = inner.rejected.log.pass(wall_ms()) {
+                tracing::warn!(agent_id, node, reason = %why, left_out, "refused a push for another agent");
+            }
+            return Err(ApiError::Forbidden(why));
+        }
+    }
     let version = msg.version();
     let reply = match inner.service.push(msg, bytes.len()).await {
         Ok(reply) => reply,
@@ -77,7 +97,9 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
                 Refusal::OutOfBounds => &inner.rejected.out_of_bounds,
             };
             counter.fetch_add(1, Relaxed);
-            tracing::warn!(error = %refused, "refused a push");
+            if let Some(left_out) = inner.rejected.log.pass(wall_ms()) {
+                tracing::warn!(error = %refused, left_out, "refused a push");
+            }
             return Err(ApiError::BadRequest(refused.message));
         }
         Err(PushError::Busy) => {
@@ -87,7 +109,9 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         }
         Err(PushError::Full(why)) => {
             inner.rejected.full.fetch_add(1, Relaxed);
-            tracing::warn!(reason = %why, "refused a push at a limit");
+            if let Some(left_out) = inner.rejected.log.pass(wall_ms()) {
+                tracing::warn!(reason = %why, left_out, "refused a push at a limit");
+            }
             return Err(ApiError::Busy(FULL_RETRY_AFTER, why));
         }
         Err(PushError::Service(e)) => return Err(e.into()),
@@ -98,4 +122,17 @@ pub async fn ingest(State(state): State<AppState>, body: Body) -> Result<Respons
         wire::encode(&reply),
     )
         .into_response())
+}
+
+/// The agent id and node a message speaks for.
+fn speaker(msg: &AgentMessage) -> (&str, &str) {
+    match msg {
+        AgentMessage::V1(AgentMessageV1::Hello(h))
+        | AgentMessage::V2(AgentMessageV2::Hello(h))
+        | AgentMessage::V3(AgentMessageV2::Hello(h)) => (&h.agent_id, &h.node),
+        AgentMessage::V1(AgentMessageV1::Push(b)) => (&b.agent_id, &b.node),
+        AgentMessage::V2(AgentMessageV2::Push(p)) | AgentMessage::V3(AgentMessageV2::Push(p)) => {
+            (&p.batch.agent_id, &p.batch.node)
+        }
+    }
 }

@@ -42,6 +42,7 @@ mod health;
 mod ingest;
 mod job_params;
 mod job_scale;
+mod log_gate;
 mod members;
 mod memory_snapshots;
 mod metrics;
@@ -172,6 +173,9 @@ struct Rejected {
     busy: AtomicU64,
     full: AtomicU64,
     out_of_bounds: AtomicU64,
+    forbidden: AtomicU64,
+    /// One warning line per interval for all of them.
+    log: log_gate::LogGate,
 }
 
 impl AppState {

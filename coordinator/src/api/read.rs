@@ -38,6 +38,7 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
             busy: inner.rejected.busy.load(Relaxed),
             full: inner.rejected.full.load(Relaxed),
             out_of_bounds: inner.rejected.out_of_bounds.load(Relaxed),
+            forbidden: inner.rejected.forbidden.load(Relaxed),
         },
         view_age_ms: millis(Standing::of(&metrics, inner.id).view_age(&inner.contact)),
     });

@@ -20,7 +20,8 @@
 //! cut link answers nothing, so it is unreachable after the grace.
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use std::error::Error;
 use std::time::Duration;
@@ -36,6 +37,7 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::reachability::{Note, Reachability};
 use super::TypeConfig;
+use crate::config::MAX_RAFT_RPC_BYTES;
 use crate::peer_link::PeerLink;
 
 /// Header naming the Raft RPC protocol version.
@@ -150,6 +152,20 @@ impl PeerClient {
     {
         let body =
             postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send(route, body, option).await
+    }
+
+    /// Sends an encoded request and decodes the answer.
+    async fn send<Resp, E>(
+        &mut self,
+        route: &str,
+        body: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
         let url = format!("{}://{}/raft/{route}", self.scheme, self.addr);
         let mut request = self
             .client
@@ -200,6 +216,13 @@ impl PeerClient {
     }
 }
 
+/// How many entries to send instead of `entries` when their encoding of
+/// `bytes` is over the peer's body limit; `None` when it fits (or is one
+/// entry, which the limits make fit).
+fn fewer_entries(bytes: usize, entries: usize) -> Option<u64> {
+    (bytes > MAX_RAFT_RPC_BYTES && entries > 1).then(|| (entries / 2).max(1) as u64)
+}
+
 /// First and largest wait before retrying an unreachable peer.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
@@ -211,12 +234,27 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         }))
     }
 
+    /// An append over the peer's body limit is never sent: openraft is told
+    /// to send fewer entries (half), down to one, which always fits (an
+    /// entry holds at most `MAX_ENTRY_BYTES` of pushes).
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call("append", &rpc, &option).await
+        let body =
+            postcard::to_allocvec(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if let Some(fewer) = fewer_entries(body.len(), rpc.entries.len()) {
+            tracing::debug!(
+                peer = self.target,
+                bytes = body.len(),
+                entries = rpc.entries.len(),
+                fewer,
+                "an append over the RPC body limit is split"
+            );
+            return Err(PayloadTooLarge::new_entries_hint(fewer).into());
+        }
+        self.send("append", body, &option).await
     }
 
     async fn install_snapshot(
@@ -242,6 +280,55 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_append_over_the_body_limit_asks_for_half_the_entries_down_to_one() {
+        let over = MAX_RAFT_RPC_BYTES + 1;
+        assert_eq!(
+            fewer_entries(MAX_RAFT_RPC_BYTES, 16),
+            None,
+            "at the limit it goes"
+        );
+        assert_eq!(fewer_entries(over, 16), Some(8));
+        assert_eq!(fewer_entries(over, 3), Some(1));
+        assert_eq!(fewer_entries(over, 1), None, "one entry always fits");
+    }
+
+    #[tokio::test]
+    async fn an_append_over_the_body_limit_is_not_sent_and_says_so() {
+        // Nothing listens: a request that went out would fail to connect.
+        let mut network = HttpNetwork::new(None, &PeerLink::plain());
+        let mut peer = network.new_client(2, &BasicNode::new("127.0.0.1:9")).await;
+        // Three entries of a third of the limit each: a little over it.
+        let big = |index| openraft::Entry::<TypeConfig> {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::V1(
+                crate::raft::CommandV1::Push(gpumon_proto::PushBatch {
+                    agent_id: "a".repeat(MAX_RAFT_RPC_BYTES / 3),
+                    incarnation: 1,
+                    seq: index,
+                    node: "n".into(),
+                    dropped_batches: 0,
+                    windows: Vec::new(),
+                    hook: Vec::new(),
+                    acks: Vec::new(),
+                }),
+            )),
+        };
+        let rpc = AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(1, 1),
+            prev_log_id: None,
+            entries: (1..=3).map(big).collect(),
+            leader_commit: None,
+        };
+        let got = peer
+            .append_entries(rpc, RPCOption::new(Duration::from_secs(1)))
+            .await;
+        match got {
+            Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 1),
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// A peer behind a cut link: the connection is taken but nothing ever
     /// answers, so the per-call limit fires. Within the grace that is a slow

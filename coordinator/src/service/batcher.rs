@@ -21,6 +21,7 @@ use gpumon_common::transition::MAX_PUSHES_PER_BATCH;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{Proposer, ServiceError};
+use crate::config::MAX_ENTRY_BYTES;
 use crate::raft::{Command, CommandResult, CommandV1};
 
 /// Proposals waiting for their commit at once; pushes arriving meanwhile
@@ -31,9 +32,11 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
 /// within a heartbeat period.
 pub const MAX_ITEMS_PER_BATCH: usize = 2_048;
 
-/// A push waiting to be proposed, and where its answer goes.
+/// A push waiting to be proposed, its size on the wire, and where its
+/// answer goes.
 struct Queued {
     command: CommandV1,
+    bytes: usize,
     done: oneshot::Sender<Result<CommandResult, ServiceError>>,
 }
 
@@ -59,10 +62,21 @@ impl Batcher {
     /// Proposes a push, with the others that come with it, and waits for
     /// its result. The queue is bounded by the pushes admitted in flight
     /// (`service::admission`).
-    pub async fn propose(&self, command: CommandV1) -> Result<CommandResult, ServiceError> {
+    /// `bytes` is the push's size on the wire: an entry gathers at most
+    /// [`MAX_ENTRY_BYTES`] of them.
+    pub async fn propose(
+        &self,
+        command: CommandV1,
+        bytes: usize,
+    ) -> Result<CommandResult, ServiceError> {
         let (done, answer) = oneshot::channel();
         let gone = || ServiceError::Unavailable("this replica is shutting down; retry".into());
-        self.0.send(Queued { command, done }).map_err(|_| gone())?;
+        let queued = Queued {
+            command,
+            bytes,
+            done,
+        };
+        self.0.send(queued).map_err(|_| gone())?;
         answer.await.unwrap_or_else(|_| Err(gone()))
     }
 }
@@ -92,18 +106,8 @@ async fn run(mut pushes: mpsc::UnboundedReceiver<Queued>, proposer: Proposer) {
             return;
         };
         // While the slot was taken, others queued: they go in this batch.
-        let mut weight_left = MAX_ITEMS_PER_BATCH.saturating_sub(weight(&first.command));
-        let mut batch = vec![first];
-        while batch.len() < MAX_PUSHES_PER_BATCH {
-            let Ok(next) = pushes.try_recv() else { break };
-            let w = weight(&next.command);
-            if w > weight_left {
-                held = Some(next);
-                break;
-            }
-            weight_left -= w;
-            batch.push(next);
-        }
+        let batch;
+        (batch, held) = gather(first, || pushes.try_recv().ok());
         let proposer = proposer.clone();
         tokio::spawn(async move {
             commit(&proposer, batch).await;
@@ -112,10 +116,33 @@ async fn run(mut pushes: mpsc::UnboundedReceiver<Queued>, proposer: Proposer) {
     }
 }
 
+/// `first` and the pushes `next` yields after it, while they fit one entry
+/// ([`MAX_PUSHES_PER_BATCH`] pushes, [`MAX_ITEMS_PER_BATCH`] items,
+/// [`MAX_ENTRY_BYTES`] bytes); the first that does not fit is handed back.
+fn gather(
+    first: Queued,
+    mut next: impl FnMut() -> Option<Queued>,
+) -> (Vec<Queued>, Option<Queued>) {
+    let mut weight_left = MAX_ITEMS_PER_BATCH.saturating_sub(weight(&first.command));
+    let mut bytes_left = MAX_ENTRY_BYTES.saturating_sub(first.bytes);
+    let mut batch = vec![first];
+    while batch.len() < MAX_PUSHES_PER_BATCH {
+        let Some(queued) = next() else { break };
+        let w = weight(&queued.command);
+        if w > weight_left || queued.bytes > bytes_left {
+            return (batch, Some(queued));
+        }
+        weight_left -= w;
+        bytes_left -= queued.bytes;
+        batch.push(queued);
+    }
+    (batch, None)
+}
+
 /// Proposes `batch` (a lone push as it is) and answers each push.
 async fn commit(proposer: &Proposer, mut batch: Vec<Queued>) {
     if batch.len() == 1 {
-        let Queued { command, done } = batch.remove(0);
+        let Queued { command, done, .. } = batch.remove(0);
         let result = proposer.write(Command::V1(command), "the push").await;
         // A pusher that went away (its connection closed) needs no answer.
         let _ = done.send(result);
@@ -148,5 +175,45 @@ async fn commit(proposer: &Proposer, mut batch: Vec<Queued>) {
                 let _ = done.send(Err(e.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumon_proto::PushBatch;
+
+    fn queued(bytes: usize) -> Queued {
+        let command = CommandV1::Push(PushBatch {
+            agent_id: "a".into(),
+            incarnation: 1,
+            seq: 1,
+            node: "n".into(),
+            dropped_batches: 0,
+            windows: Vec::new(),
+            hook: Vec::new(),
+            acks: Vec::new(),
+        });
+        let (done, _) = oneshot::channel();
+        Queued {
+            command,
+            bytes,
+            done,
+        }
+    }
+
+    #[test]
+    fn an_entry_gathers_pushes_up_to_its_bytes_and_hands_back_the_next() {
+        // Pushes of 4 MiB (the default max_push_bytes): four fill an entry.
+        let mut queue = (0..10).map(|_| queued(4 << 20));
+        let (batch, held) = gather(queued(4 << 20), || queue.next());
+        assert_eq!(batch.len(), MAX_ENTRY_BYTES / (4 << 20));
+        assert!(held.is_some(), "the fifth waits for the next entry");
+        let total: usize = batch.iter().map(|q| q.bytes).sum();
+        assert!(total <= MAX_ENTRY_BYTES);
+
+        let mut small = (0..10).map(|_| queued(100));
+        let (batch, held) = gather(queued(100), || small.next());
+        assert_eq!((batch.len(), held.is_none()), (11, true));
     }
 }

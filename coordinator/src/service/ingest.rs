@@ -96,7 +96,7 @@ impl Service {
         // together as one entry; a hello on its own.
         let committed = match command {
             CommandV1::Hello(_) => self.write(Command::V1(command), "the push").await,
-            command => self.batcher.propose(command).await,
+            command => self.batcher.propose(command, wire_bytes).await,
         };
         let outcome = match committed {
             Ok(result) if result.refused => {
@@ -165,7 +165,7 @@ impl Service {
 }
 
 /// The leader's clock, ms since the Unix epoch.
-fn wall_ms() -> u64 {
+pub(crate) fn wall_ms() -> u64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH);
     since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -26,6 +26,7 @@ use openraft::BasicNode;
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};
 pub use agent_ids::AgentIdConflicts;
 pub use error::ServiceError;
+pub(crate) use ingest::wall_ms;
 pub use ingest::{PushError, Refusal};
 pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
 

@@ -72,6 +72,10 @@ pub struct RejectedPushes {
     /// 2020 (absent from older coordinators).
     #[serde(default)]
     pub out_of_bounds: u64,
+    /// Refused with 403: an agent token bound to other agents (absent from
+    /// older coordinators).
+    #[serde(default)]
+    pub forbidden: u64,
 }
 
 /// One agent as the cluster knows it.

@@ -243,7 +243,7 @@ pub struct LocalRows {
     /// Pushes seen from two agents under one agent id.
     pub agent_id_conflicts: u64,
     /// Pushes this replica refused, by reason.
-    pub pushes_rejected: [(&'static str, u64); 6],
+    pub pushes_rejected: [(&'static str, u64); 7],
     /// Requests the authorization layer refused, by kind of access.
     pub requests_unauthorized: [(&'static str, u64); 4],
     /// This replica's notifications, by receiver kind (counted on the leader).
@@ -282,6 +282,7 @@ impl LocalRows {
             ("busy", inner.rejected.busy.load(Relaxed)),
             ("full", inner.rejected.full.load(Relaxed)),
             ("out_of_bounds", inner.rejected.out_of_bounds.load(Relaxed)),
+            ("forbidden", inner.rejected.forbidden.load(Relaxed)),
         ];
         let raft = raft_row(state);
         let notifications = inner
