@@ -27,6 +27,7 @@ pub mod hook_endpoint;
 pub mod host;
 pub mod metrics;
 pub mod placement;
+pub mod private_dir;
 pub mod push;
 mod run;
 pub mod source;

@@ -7,8 +7,10 @@ connection and reconnects later.
 """
 
 import json
+import os
 import socket
-from typing import Any, Dict
+import stat
+from typing import Any, Dict, Optional
 
 from ._address import AgentAddress
 from ._settings import MAX_LINE_BYTES
@@ -25,6 +27,9 @@ class AgentConnection:
         self._address = address
         self._buffer = bytearray()
         if address.is_unix:
+            unsafe = unsafe_socket_dir(address.path)
+            if unsafe is not None:
+                raise PermissionError(unsafe)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.settimeout(timeout_s)
@@ -82,3 +87,29 @@ class AgentConnection:
             if not chunk:
                 raise ConnectionError("the agent closed the connection")
             buffer += chunk
+
+
+def unsafe_socket_dir(path: str) -> Optional[str]:
+    """Why the directory of the agent's socket at ``path`` is not to be
+    trusted, or ``None``: a symbolic link, a directory of another user (root
+    excepted: the node's agent), or one others may write in without the
+    sticky bit. In ``/tmp`` another user could make ``/tmp/gpumon-UID``
+    first and listen there, receiving this process's records and sending it
+    actions; the agent refuses such a directory too."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return None  # nothing there: the connection fails on its own
+    if stat.S_ISLNK(info.st_mode):
+        return "%s is a symbolic link: gpumon does not connect to a socket there" % directory
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        return "%s belongs to uid %d, not to you (uid %d) or root: gpumon does not connect to a socket there" % (
+            directory,
+            info.st_uid,
+            me,
+        )
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        return "%s may be written by every user: gpumon does not connect to a socket there" % directory
+    return None

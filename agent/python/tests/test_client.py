@@ -209,3 +209,37 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SocketDirTest(unittest.TestCase):
+    """The hook connects to no socket in a directory another user controls."""
+
+    def test_a_private_directory_is_trusted_and_others_are_not(self):
+        import os
+        import tempfile
+
+        from gpumon._client import AgentConnection, unsafe_socket_dir
+        from gpumon._address import AgentAddress
+
+        with tempfile.TemporaryDirectory() as tmp:
+            mine = os.path.join(tmp, "gpumon-1000")
+            os.mkdir(mine, 0o700)
+            self.assertIsNone(unsafe_socket_dir(os.path.join(mine, "hook.sock")))
+
+            link = os.path.join(tmp, "link")
+            os.symlink(mine, link)
+            self.assertIn("symbolic link", unsafe_socket_dir(os.path.join(link, "hook.sock")))
+
+            open_dir = os.path.join(tmp, "open")
+            os.mkdir(open_dir)
+            os.chmod(open_dir, 0o777)
+            self.assertIn("every user", unsafe_socket_dir(os.path.join(open_dir, "hook.sock")))
+            os.chmod(open_dir, 0o1777)
+            self.assertIsNone(unsafe_socket_dir(os.path.join(open_dir, "hook.sock")), "sticky, as /tmp")
+
+            if os.geteuid() == 0:
+                os.chown(mine, 4242, 4242)
+                why = unsafe_socket_dir(os.path.join(mine, "hook.sock"))
+                self.assertIn("belongs to uid 4242", why)
+                with self.assertRaises(PermissionError):
+                    AgentConnection(AgentAddress(path=os.path.join(mine, "hook.sock")), 1.0)

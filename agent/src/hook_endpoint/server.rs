@@ -260,6 +260,8 @@ fn bind_unix(addr: &HookAddr, path: &Path) -> Result<Listener, HookError> {
                 .create(parent)
                 .map_err(bind_error)?;
         }
+        crate::private_dir::check_dir(parent, true)
+            .map_err(|why| bind_error(io::Error::new(io::ErrorKind::PermissionDenied, why)))?;
     }
     let listener = UnixListener::bind(path).map_err(bind_error)?;
     let file = SocketFile {

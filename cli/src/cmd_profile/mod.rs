@@ -193,9 +193,12 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot write the hook package: {e}")))?;
 
     // The hook endpoint: a socket of this run's own, removed at the end.
-    let run_dir = local_agent::runtime_dir().join(format!("profile-{}", std::process::id()));
-    std::fs::create_dir_all(&run_dir)
-        .with_context(|| format!("cannot create {}", run_dir.display()))?;
+    let runtime_dir = local_agent::runtime_dir();
+    let run_dir = runtime_dir.join(format!("profile-{}", std::process::id()));
+    for dir in [&runtime_dir, &run_dir] {
+        gpumon_agent::private_dir::ensure_private_dir(dir)
+            .map_err(|why| Failure::Runtime(anyhow::anyhow!(why)))?;
+    }
     let addr: HookAddr = format!("unix:{}", run_dir.join("hook.sock").display())
         .parse()
         .map_err(|e| usage(format!("hook socket under {}: {e}", run_dir.display())))?;

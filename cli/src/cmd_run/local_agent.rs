@@ -75,7 +75,7 @@ pub async fn start(
 ) -> anyhow::Result<StartedAgent> {
     let exe = std::env::current_exe()?;
     let dir = runtime_dir();
-    std::fs::create_dir_all(&dir)?;
+    gpumon_agent::private_dir::ensure_private_dir(&dir).map_err(anyhow::Error::msg)?;
     let log = dir.join("agent.log");
     let log_file = std::fs::File::create(&log)?;
     let mut cmd = tokio::process::Command::new(exe);

@@ -45,10 +45,21 @@ fn cache_root() -> PathBuf {
     super::local_agent::runtime_dir()
 }
 
+/// [`cache_root`], checked private when it is the shared runtime directory
+/// (under `/tmp`, where another user could have made it).
+fn checked_cache_root() -> std::io::Result<PathBuf> {
+    let root = cache_root();
+    if root == super::local_agent::runtime_dir() {
+        gpumon_agent::private_dir::ensure_private_dir(&root)
+            .map_err(|why| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why))?;
+    }
+    Ok(root)
+}
+
 /// Writes the package under the cache (once) and returns the directory to
 /// put on PYTHONPATH (it holds `gpumon/`).
 pub fn materialize() -> std::io::Result<PathBuf> {
-    let dir = cache_root().join(format!(
+    let dir = checked_cache_root()?.join(format!(
         "python-{}-{:016x}",
         env!("CARGO_PKG_VERSION"),
         content_hash()

@@ -1,0 +1,127 @@
+//! Directories that hold a hook socket or a user's runtime files, checked
+//! before use.
+//!
+//! `/tmp` is shared by every local user, so `/tmp/gpumon-UID` can exist
+//! before its user first runs gpumon: made by another user, it would let
+//! them replace the hook's socket (and receive every rank's records and
+//! hand out actions) or point the files written there somewhere else. So a
+//! directory gpumon keeps files in is created `0700`, and an existing one is
+//! used only when it is a real directory (not a symbolic link) owned by the
+//! user (or by root, for a socket directory of the root agent), that no
+//! other user may write in (a sticky world-writable directory such as
+//! `/tmp` itself is fine for a socket: others cannot remove what is ours).
+//! Otherwise the error names the path, its owner and what to do.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::Path;
+
+/// Sticky bit: in a world-writable directory, only an entry's owner may
+/// remove or rename it.
+const STICKY: u32 = 0o1000;
+
+/// Creates `dir` (and missing parents) `0700` unless it exists, then checks
+/// it as [`check_dir`] does with `may_be_root_owned` false: it must be the
+/// current user's and no one else's to write in.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    check_dir(dir, false)
+}
+
+/// Checks a directory gpumon is about to keep a socket or files in: a real
+/// directory, owned by the current user (or by root when
+/// `may_be_root_owned`), not writable by others unless sticky, nor by its
+/// group when it is the user's own.
+pub fn check_dir(dir: &Path, may_be_root_owned: bool) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!(
+            "{} is a symbolic link; gpumon keeps its socket and files only in a real directory of yours: remove it",
+            dir.display()
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    let owner = meta.uid();
+    if owner != me && !(may_be_root_owned && owner == 0) {
+        return Err(format!(
+            "{} belongs to uid {owner}, not to you (uid {me}): another user may have made it to take gpumon's socket; remove it, or set XDG_RUNTIME_DIR to a directory of yours",
+            dir.display()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    let others_write = mode & 0o002 != 0 && mode & STICKY == 0;
+    let group_write = owner == me && owner != 0 && mode & 0o020 != 0 && mode & STICKY == 0;
+    if others_write || group_write {
+        return Err(format!(
+            "{} may be written by other users (mode {mode:o}); run: chmod 700 {}",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_is_made_0700_and_then_accepted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("gpumon-1000");
+        ensure_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        ensure_private_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_or_a_directory_others_may_write_is_refused_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = tmp.path().join("gpumon-1000");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let err = ensure_private_dir(&link).unwrap_err();
+        assert!(
+            err.contains("symbolic link") && err.contains("gpumon-1000"),
+            "{err}"
+        );
+
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure_private_dir(&open).unwrap_err();
+        assert!(
+            err.contains("mode 777") && err.contains("chmod 700"),
+            "{err}"
+        );
+
+        // World-writable but sticky, as /tmp: fine for a socket.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(check_dir(&open, true), Ok(()));
+    }
+
+    #[test]
+    fn a_directory_of_another_user_is_refused_naming_its_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let theirs = tmp.path().join("gpumon-1000");
+        std::fs::create_dir(&theirs).unwrap();
+        // Only root can give a directory away; the suite runs as root.
+        if rustix::process::geteuid().as_raw() != 0 {
+            return;
+        }
+        std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+        let err = ensure_private_dir(&theirs).unwrap_err();
+        assert!(err.contains("belongs to uid 4242"), "{err}");
+    }
+}
