@@ -106,6 +106,14 @@ class Reporter:
         """Asks for a cycle now (an ack is waiting)."""
         self._wake.set()
 
+    def close_inherited(self) -> None:
+        """In a forked child: closes its copy of the parent's connection,
+        sending nothing on it (the parent keeps using it; the child never
+        reports as its parent)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
     def stop(self, timeout_s: float) -> bool:
         """Sends what is queued, closes, and waits up to ``timeout_s``; true if it ended."""
         self._stop.set()

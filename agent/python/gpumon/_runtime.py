@@ -277,9 +277,17 @@ class Runtime:
 
     def _after_fork_in_child(self) -> None:
         # The reporter thread did not survive the fork; the parent reports.
+        # The inherited copy of its connection is closed here, not left to
+        # the garbage collector: a DataLoader worker would otherwise hold
+        # the parent's session open after the parent died.
         self._lock = threading.Lock()
         self._active = False
-        self._reporter = None
+        reporter, self._reporter = self._reporter, None
+        if reporter is not None:
+            try:
+                reporter.close_inherited()
+            except Exception:
+                pass
         self._timeline = None
         self._records.clear()
         self._acks.clear()

@@ -243,3 +243,36 @@ class SocketDirTest(unittest.TestCase):
                 self.assertIn("belongs to uid 4242", why)
                 with self.assertRaises(PermissionError):
                     AgentConnection(AgentAddress(path=os.path.join(mine, "hook.sock")), 1.0)
+
+
+class ForkTest(unittest.TestCase):
+    """A forked child (a DataLoader worker) closes its copy of the parent's
+    connection and never reports; the parent carries on."""
+
+    def setUp(self):
+        self.agent = FakeAgent()
+        self.addCleanup(self.agent.close)
+        self.runtime = Runtime()
+        self.addCleanup(self.runtime.shutdown)
+
+    def test_a_forked_child_closes_the_inherited_connection(self):
+        fake = FakeAllocator(total_bytes=16 * GiB)
+        self.assertTrue(
+            self.runtime.init(memory_source=fake, agent=self.agent.address, environ=dict(TORCHRUN_ENV), settings=FAST)
+        )
+        wait_until(lambda: self.runtime._reporter._conn is not None, message="connected")
+        fd = self.runtime._reporter._conn._sock.fileno()
+        pid = os.fork()
+        if pid == 0:
+            closed = False
+            try:
+                os.fstat(fd)
+            except OSError:
+                closed = True
+            os._exit(0 if closed and not self.runtime.active else 1)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, "the child closed its copy and is inactive")
+        before = len(self.agent.ops("report"))
+        self.runtime.step()
+        wait_until(lambda: len(self.agent.ops("report")) > before, message="the parent still reports")
+        self.assertEqual(len(self.agent.ops("register")), 1, "the child never registered")

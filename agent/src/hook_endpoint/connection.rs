@@ -264,7 +264,8 @@ impl Connection {
             // device once CUDA is initialised); job and rank must stay.
             Some(s) => hub.update(s.id, claim).map(|()| s.id)?,
             None => {
-                let id = hub.register(claim, now_ms())?;
+                let verified = self.peer.pid.is_some_and(|p| p != 0);
+                let id = hub.register(claim, verified, now_ms())?;
                 self.guard.session = Some(Registered {
                     id,
                     job: job.clone(),

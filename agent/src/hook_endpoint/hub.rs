@@ -102,6 +102,9 @@ pub struct HookStats {
     pub sessions_live: u64,
     /// Sessions ever registered.
     pub sessions_opened: u64,
+    /// Sessions ended because their process registered again on a new
+    /// connection.
+    pub sessions_taken_back: u64,
     /// Records accepted from reports.
     pub records_accepted: u64,
     /// Records skipped as invalid.
@@ -201,15 +204,39 @@ impl HookHub {
 
     /// Opens a session. `Err` is the sentence to answer: another live
     /// session holds the same job and rank, or [`MAX_SESSIONS`] are open.
-    pub fn register(&self, claim: Registration, now_ms: u64) -> Result<u64, String> {
-        let mut st = self.lock();
+    ///
+    /// `pid_verified`: the kernel says the claim's pid is the connecting
+    /// process (a Unix socket). Such a process takes back a session of its
+    /// own pid that is still open (its old connection died without the
+    /// agent seeing it close, or it forked and reconnected): the old one
+    /// ends, as if its connection had closed.
+    pub fn register(
+        &self,
+        claim: Registration,
+        pid_verified: bool,
+        now_ms: u64,
+    ) -> Result<u64, String> {
         let key = (claim.job.clone(), claim.rank);
-        if let Some(other) = st.by_rank.get(&key).and_then(|id| st.sessions.get(id)) {
-            return Err(format!(
-                "rank {} of job {:?} is already registered by session {}; one session per rank",
-                claim.rank, claim.job, other.info.id
-            ));
+        let held = {
+            let st = self.lock();
+            st.by_rank
+                .get(&key)
+                .and_then(|id| st.sessions.get(id))
+                .map(|other| (other.info.id, other.info.registration.pid))
+        };
+        match held {
+            Some((old, pid)) if pid_verified && pid == claim.pid => {
+                tracing::info!(session = old, pid, job = %claim.job, rank = claim.rank, "the hook reconnected: its old session ends");
+                self.end_session(old, now_ms);
+                self.lock().stats.sessions_taken_back += 1;
+            }
+            Some((old, _)) => return Err(format!(
+                "rank {} of job {:?} is already registered by session {old}; one session per rank",
+                claim.rank, claim.job
+            )),
+            None => {}
         }
+        let mut st = self.lock();
         if st.sessions.len() >= MAX_SESSIONS {
             return Err(format!(
                 "this agent already holds its maximum of {MAX_SESSIONS} sessions"
@@ -577,27 +604,45 @@ mod tests {
     #[test]
     fn one_session_per_rank_and_a_session_cap() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
-        let e = hub.register(claim("j", 0), 2).unwrap_err();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
+        let e = hub.register(claim("j", 0), false, 2).unwrap_err();
         assert!(
             e.contains("already registered by session 1;") && !e.contains("100"),
             "{e}"
         );
-        hub.register(claim("j", 1), 2).unwrap();
+        hub.register(claim("j", 1), false, 2).unwrap();
         hub.end_session(s, 3);
-        hub.register(claim("j", 0), 4).unwrap();
+        hub.register(claim("j", 0), false, 4).unwrap();
         for r in 2..MAX_SESSIONS as u32 {
-            hub.register(claim("k", r), 5).unwrap();
+            hub.register(claim("k", r), false, 5).unwrap();
         }
         assert_eq!(hub.stats().sessions_live, MAX_SESSIONS as u64);
-        let e = hub.register(claim("k", 0), 6).unwrap_err();
+        let e = hub.register(claim("k", 0), false, 6).unwrap_err();
         assert!(e.contains("maximum of 1024 sessions"), "{e}");
+    }
+
+    #[test]
+    fn a_process_the_kernel_vouches_for_takes_its_own_session_back() {
+        let hub = HookHub::new("a", "n");
+        let old = hub.register(claim("j", 0), true, 1).unwrap();
+        hub.offer_actions(vec![action(7, "j", 0)], 1);
+        // The same pid on a new connection, verified: the old session ends.
+        let new = hub.register(claim("j", 0), true, 2).unwrap();
+        assert_ne!(old, new);
+        let live: Vec<u64> = hub.sessions().iter().map(|s| s.id).collect();
+        assert_eq!(live, vec![new]);
+        assert_eq!(hub.stats().sessions_taken_back, 1);
+        // Another pid, or the same one unverified (TCP), is still refused.
+        let mut other = claim("j", 0);
+        other.pid = 999;
+        assert!(hub.register(other, true, 3).is_err());
+        assert!(hub.register(claim("j", 0), false, 3).is_err());
     }
 
     #[test]
     fn updating_a_session_keeps_its_rank() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         let mut with_device = claim("j", 0);
         with_device.device = Some(HookDevice {
             index: 0,
@@ -614,7 +659,7 @@ mod tests {
     #[test]
     fn queues_drop_the_oldest_and_count() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         let report = CheckedReport {
             records: (0..MAX_QUEUED_RECORDS as u64 + 3).map(record).collect(),
             skipped: 2,
@@ -647,7 +692,7 @@ mod tests {
     #[test]
     fn actions_wait_for_their_session_and_end_once() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         hub.offer_actions(vec![action(1, "j", 0), action(2, "j", 9)], 10);
         assert_eq!(hub.poll(s).iter().map(|a| a.id).collect::<Vec<_>>(), [1]);
         let (_, acks) = hub.take_outgoing();
@@ -687,7 +732,7 @@ mod tests {
     #[test]
     fn a_flood_of_actions_for_one_rank_is_bounded() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         let n = MAX_PENDING_ACTIONS_PER_SESSION as u64 + 2;
         hub.offer_actions((0..n).map(|i| action(i, "j", 0)).collect(), 1);
         assert_eq!(hub.poll(s).len(), MAX_PENDING_ACTIONS_PER_SESSION);
@@ -700,7 +745,7 @@ mod tests {
         let n = MAX_FINISHED_ACTIONS as u64 + 1;
         hub.offer_actions((0..n).map(|i| action(i, "x", 0)).collect(), 1);
         hub.take_outgoing();
-        let s = hub.register(claim("x", 0), 1).unwrap();
+        let s = hub.register(claim("x", 0), false, 1).unwrap();
         hub.offer_actions(vec![action(0, "x", 0), action(1, "x", 0)], 2);
         assert_eq!(hub.poll(s).iter().map(|a| a.id).collect::<Vec<_>>(), [0]);
     }
@@ -708,7 +753,7 @@ mod tests {
     #[test]
     fn ending_a_session_fails_its_actions() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         hub.offer_actions(vec![action(4, "j", 0)], 2);
         let mut changes = hub.subscribe();
         changes.mark_unchanged();
@@ -742,7 +787,7 @@ mod tests {
     #[test]
     fn relayed_alerts_reach_their_rank_their_job_or_every_job_once_per_severity() {
         let hub = HookHub::new("a", "n");
-        let session = |job: &str, rank: u32| hub.register(claim(job, rank), 1).unwrap();
+        let session = |job: &str, rank: u32| hub.register(claim(job, rank), false, 1).unwrap();
         let (j0, k0) = (session("j", 0), session("k", 0));
         let on_rank = NodeAlert {
             job: Some("j".into()),
@@ -806,9 +851,9 @@ mod tests {
     #[test]
     fn alerts_reach_the_sessions_they_are_posted_to_once() {
         let hub = HookHub::new("a", "n");
-        let r0 = hub.register(claim("j", 0), 1).unwrap();
-        let r1 = hub.register(claim("j", 1), 1).unwrap();
-        let other = hub.register(claim("k", 0), 1).unwrap();
+        let r0 = hub.register(claim("j", 0), false, 1).unwrap();
+        let r1 = hub.register(claim("j", 1), false, 1).unwrap();
+        let other = hub.register(claim("k", 0), false, 1).unwrap();
         assert_eq!(hub.post_alert("j", None, alert("leak")), 2);
         assert_eq!(hub.post_alert("j", Some(1), alert("straggler")), 1);
         assert_eq!(hub.post_alert("j", Some(7), alert("oom_risk")), 0);
@@ -840,7 +885,7 @@ mod tests {
     #[test]
     fn a_session_that_does_not_poll_keeps_only_the_newest_alerts() {
         let hub = HookHub::new("a", "n");
-        let s = hub.register(claim("j", 0), 1).unwrap();
+        let s = hub.register(claim("j", 0), false, 1).unwrap();
         let n = MAX_PENDING_ALERTS_PER_SESSION + 3;
         for i in 0..n {
             hub.post_alert("j", Some(0), alert(&format!("k{i}")));
@@ -852,7 +897,7 @@ mod tests {
         // A session's alerts end with it; a later session starts empty.
         hub.post_alert("j", None, alert("leak"));
         hub.end_session(s, 2);
-        let again = hub.register(claim("j", 0), 3).unwrap();
+        let again = hub.register(claim("j", 0), false, 3).unwrap();
         assert!(hub.take_alerts(again).is_empty());
     }
 

@@ -233,7 +233,7 @@ mod tests {
                 total_bytes: 80 * GIB,
             }),
         };
-        hub.register(claim, T0).unwrap()
+        hub.register(claim, false, T0).unwrap()
     }
 
     fn alloc(hub: &HookHub, session: u64, t_ms: u64, reserved: u64, device_used: Option<u64>) {

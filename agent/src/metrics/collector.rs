@@ -250,6 +250,12 @@ fn encode_hook(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     counter(
         enc,
+        "gpumon_agent_hook_sessions_taken_back",
+        "Hook sessions ended because their process registered again on a new connection",
+        h.sessions_taken_back,
+    )?;
+    counter(
+        enc,
         "gpumon_agent_hook_records_accepted",
         "Hook records accepted",
         h.records_accepted,
