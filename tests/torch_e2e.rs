@@ -564,6 +564,13 @@ async fn slow_rank_of_is_named(
         "one slow replica makes no stage heavy: {}",
         alert_lines(&stage_alerts)
     );
+    if parallel == "pipeline" {
+        let message = alert["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("(rank 1, in its pipeline stage)"),
+            "the peers named are its stage's other replica: {message}"
+        );
+    }
     report(&format!(
         "{test}: alert {after:.1} s after the slowdown: {}\n{name}: section medians (ms) before -> after the slowdown of rank {slow_rank}:\n{}\n{test}: {:.0} s",
         alert["message"].as_str().unwrap_or("?"),

@@ -118,8 +118,16 @@ impl Engine {
         a.slowdown = Some(e.section_slowdown());
         a.section = Some(e.section.clone());
         let extra_ms = e.section_ms - e.peer_section_ms;
+        let stage = match e.peers.as_slice() {
+            [] => String::new(),
+            [one] => format!(" (rank {one}, in its pipeline stage)"),
+            many => {
+                let ranks: Vec<String> = many.iter().map(u32::to_string).collect();
+                format!(" (ranks {}, in its pipeline stage)", ranks.join(", "))
+            }
+        };
         let mut message = format!(
-            "rank {} of {job} is a straggler: its {} takes {:.0} ms against its peers' {:.0} ms (+{:.0} ms, +{:.0} %), and its peers wait about {:.0} ms per step for it in {} ({:.1} % of a {:.0} ms step)",
+            "rank {} of {job} is a straggler: its {} takes {:.0} ms against its peers' {:.0} ms (+{:.0} ms, +{:.0} %), and its peers{stage} wait about {:.0} ms per step for it in {} ({:.1} % of a {:.0} ms step)",
             e.rank,
             e.section,
             e.section_ms,

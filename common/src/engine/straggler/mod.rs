@@ -158,6 +158,9 @@ pub struct StragglerEvent {
     pub wait_deficit_ms: f64,
     /// Median step duration of the job, ms.
     pub step_ms: f64,
+    /// The other ranks of its peer group (at most [`stages::MAX_NAMED_RANKS`]),
+    /// when the job has several (a pipeline's stages); empty otherwise.
+    pub peers: Vec<u32>,
 }
 
 impl StragglerEvent {
@@ -380,6 +383,7 @@ impl StragglerTracker {
             return;
         }
         let wait_in = self.wait_in();
+        let first_event = events.len();
         let step_ms =
             median_of(rows.iter().map(|r| r.duration_ms), &mut self.scratch.0).unwrap_or(0.0);
         if step_ms <= 0.0 {
@@ -489,6 +493,11 @@ impl StragglerTracker {
                 &mut self.scratch.0,
             ));
         }
+        if groups.len() > 1 {
+            for e in &mut events[first_event..] {
+                e.peers = group_peers(&rows, &groups, e.rank);
+            }
+        }
     }
     /// Scores the rows `group` (indices into `rows`) against each other;
     /// appends the indices it scored to `scored`.
@@ -589,6 +598,25 @@ impl StragglerTracker {
             self.stage_events.push(e);
         }
     }
+}
+
+/// The ranks of `rank`'s group in this step other than itself, sorted, at
+/// most [`stages::MAX_NAMED_RANKS`].
+fn group_peers(rows: &[Row], groups: &[Vec<usize>], rank: u32) -> Vec<u32> {
+    let Some(group) = groups
+        .iter()
+        .find(|g| g.iter().any(|&i| rows[i].rank == rank))
+    else {
+        return Vec::new();
+    };
+    let mut peers: Vec<u32> = group
+        .iter()
+        .map(|&i| rows[i].rank)
+        .filter(|&r| r != rank)
+        .collect();
+    peers.sort_unstable();
+    peers.truncate(stages::MAX_NAMED_RANKS);
+    peers
 }
 
 /// How many of a rank's latest scores explain its episode: the steps that
@@ -702,6 +730,7 @@ fn explain<'a>(
         wait_in: wait_in.describe(names),
         wait_deficit_ms,
         step_ms,
+        peers: Vec::new(),
     }
 }
 

@@ -541,6 +541,12 @@ fn a_slow_replica_of_a_pipeline_stage_is_a_straggler_not_a_stage() {
     let (stragglers, stages) = pipeline(slow_rank_0, true);
     assert_eq!(raised_ranks(&stragglers), vec![0]);
     assert!(stages.is_empty(), "{stages:?}");
+    let raised = stragglers.iter().find(|e| e.edge == Edge::Raised).unwrap();
+    assert_eq!(
+        raised.peers,
+        vec![1],
+        "named with its stage's other replica"
+    );
 }
 
 #[test]
