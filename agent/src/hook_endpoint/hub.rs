@@ -230,10 +230,12 @@ impl HookHub {
                 self.end_session(old, now_ms);
                 self.lock().stats.sessions_taken_back += 1;
             }
-            Some((old, _)) => return Err(format!(
-                "rank {} of job {:?} is already registered by session {old}; one session per rank",
-                claim.rank, claim.job
-            )),
+            Some((old, _)) => {
+                let (job, rank) = (&claim.job, claim.rank);
+                return Err(format!(
+                    "rank {rank} of job {job:?} is already registered by session {old}; one session per rank"
+                ));
+            }
             None => {}
         }
         let mut st = self.lock();
