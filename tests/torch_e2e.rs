@@ -78,6 +78,12 @@ const SLOW_START_FILE: &str = "slow-start";
 /// Where the output of `gpumon run`, torchrun and the ranks goes, in the
 /// job's directory; its end is shown when a test fails.
 const RUN_LOG: &str = "run.log";
+/// Where the hooks save hang evidence, inside the job's directory.
+const DUMP_DIR: &str = "dumps";
+/// A hang is named within this of the rank's stop.
+const HANG_WITHIN: Duration = Duration::from_secs(90);
+/// Run time of the jobs with a 90 s pause in them, seconds.
+const PAUSED_RUN_S: u64 = 130;
 /// Steps after the slowdown in every rank's statistics before the job stops.
 const STEPS_AFTER: u64 = 100;
 /// The sections the script times.
@@ -287,28 +293,10 @@ impl Job {
                 .map_err(|e| e.to_string())
         })
         .await;
-        let log = std::fs::File::create(dir.join(RUN_LOG)).unwrap();
         let mut cmd = gpumon();
-        cmd.args(["run", "--agent", &hook, "--"])
-            .arg(python)
-            .args(["-m", "torch.distributed.run", "--nnodes", "1"])
-            .args(["--nproc-per-node", &RANKS.to_string()])
-            .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"])
-            .args(["--rdzv-id", name])
-            .arg(repo().join("tests/torch/ddp_train.py"))
-            .arg("--stats-dir")
-            .arg(&dir)
-            .arg("--slow-start-file")
-            .arg(dir.join(SLOW_START_FILE))
-            .args(args)
-            .env("GLOO_SOCKET_IFNAME", "lo")
-            .env("XDG_CACHE_HOME", dir.join("cache"))
-            .env_remove("PYTHONPATH")
-            // Its own group, so that drop reaches torchrun too; the workers
-            // (in sessions of their own) exit when torchrun is gone.
-            .process_group(0)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+        cmd.args(["run", "--agent", &hook, "--"]);
+        torchrun_ddp_train(&mut cmd, python, &dir, name, args);
+        cmd.arg("--stats-dir").arg(&dir);
         let run = cmd.spawn().expect("gpumon run starts");
         Self {
             name: name.to_owned(),
@@ -791,4 +779,380 @@ async fn clean_run_has_no_alert(test: &str, parallel: &str) {
         alert_lines(&alerts),
         show(&times)
     );
+}
+
+/// Appends `torchrun ... ddp_train.py ARGS` (4 ranks on this host, rendezvous
+/// `id`) to `cmd` (a `gpumon` command ending in `--`), writing the slowdown's
+/// start and the run's log into `dir` and the hooks' evidence into its
+/// [`DUMP_DIR`], in a process group of its own so that a kill reaches
+/// torchrun too (the workers, in sessions of their own, exit when it goes).
+fn torchrun_ddp_train(
+    cmd: &mut tokio::process::Command,
+    python: &Path,
+    dir: &Path,
+    id: &str,
+    args: &[String],
+) {
+    let log = std::fs::File::create(dir.join(RUN_LOG)).unwrap();
+    cmd.arg(python)
+        .args(["-m", "torch.distributed.run", "--nnodes", "1"])
+        .args(["--nproc-per-node", &RANKS.to_string()])
+        .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"])
+        .args(["--rdzv-id", id])
+        .arg(repo().join("tests/torch/ddp_train.py"))
+        .arg("--slow-start-file")
+        .arg(dir.join(SLOW_START_FILE))
+        .args(args)
+        .env("GLOO_SOCKET_IFNAME", "lo")
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env("GPUMON_DUMP_DIR", dir.join(DUMP_DIR))
+        .env_remove("PYTHONPATH")
+        .process_group(0)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+}
+
+/// The job's actions of `kind`, as `GET /api/v1/actions` lists them.
+async fn actions_of(job: &Job, kind: &str) -> Result<Vec<Value>, String> {
+    let body: Value = get(&format!("{}/api/v1/actions?job={}", job.url, job.name))
+        .await
+        .map_err(|e| e.to_string())?;
+    let actions = body["actions"].as_array().ok_or("no actions list")?;
+    Ok(actions
+        .iter()
+        .filter(|a| a["kind"] == kind)
+        .cloned()
+        .collect())
+}
+
+/// Starts `name` with `args`, waits for the slow rank's stop, and checks
+/// that a critical `hang` names rank 2 within [`HANG_WITHIN`] with
+/// `phrases` in its message, and that ranks 0, 1 and 3 saved their
+/// threads' stacks into the job's dump directory.
+async fn hang_is_named(test: &str, name: &str, args: &[&str], phrases: &[&str]) {
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut job = Job::start(name, &python, &args).await;
+    let start = job.slowdown_start().await;
+    let deadline = start + HANG_WITHIN.as_secs_f64();
+    let alert = job
+        .wait_for_alert("hang", deadline, "a hang naming rank 2", |a| {
+            a["rank"] == SLOW_RANK && a["severity"] == "critical"
+        })
+        .await;
+    let message = alert["message"].as_str().unwrap_or("").to_owned();
+    for phrase in phrases {
+        assert!(
+            message.contains(phrase),
+            "{phrase:?} in the hang: {message}"
+        );
+    }
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    let what = "evidence from ranks 0, 1 and 3";
+    let dumps = wait_for_every(POLL, until(deadline + 30.0), what, || async {
+        let done: Vec<Value> = actions_of(&job, "dump_evidence")
+            .await?
+            .into_iter()
+            .filter(|a| a["state"] == "done")
+            .collect();
+        let ranks: Vec<u64> = done.iter().filter_map(|a| a["rank"].as_u64()).collect();
+        if [0, 1, 3].iter().all(|r| ranks.contains(r)) {
+            Ok(done)
+        } else {
+            Err(format!("dump_evidence actions done for ranks {ranks:?}"))
+        }
+    })
+    .await;
+    for d in &dumps {
+        check_stacks(d, &job.dir.join(DUMP_DIR));
+    }
+    job.stop().await;
+    report(&format!(
+        "{test}: hang {after:.1} s after rank 2 stopped: {message}\n{test}: {:.0} s",
+        began.elapsed().as_secs_f64()
+    ));
+}
+
+/// A done `dump_evidence` action's stacks file (its `response` names the
+/// files): in `dir`, with the main thread's stack.
+fn check_stacks(action: &Value, dir: &Path) {
+    let detail = action["response"].as_str().unwrap_or("");
+    let stacks = detail
+        .split(", ")
+        .find(|p| p.ends_with(".stacks.txt"))
+        .unwrap_or_else(|| panic!("rank {}: no stacks file in {detail:?}", action["rank"]));
+    let text = std::fs::read_to_string(stacks).unwrap_or_else(|e| panic!("{stacks}: {e}"));
+    assert!(
+        text.contains("MainThread"),
+        "{stacks} holds every thread's stack: {text:.400}"
+    );
+    assert!(
+        Path::new(stacks).starts_with(dir),
+        "{stacks} is in {}",
+        dir.display()
+    );
+}
+
+/// Starts `name` with `args` (a pause that is no hang), lets it end by
+/// itself, and checks that it paused and raised no `hang` and asked for no
+/// evidence.
+async fn pause_is_not_a_hang(test: &str, name: &str, args: &[&str]) {
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut job = Job::start(name, &python, &args).await;
+    let status = job
+        .wait_end(START_WITHIN + Duration::from_secs(PAUSED_RUN_S + 60))
+        .await;
+    assert!(status.success(), "the job ends by itself: {status}");
+    assert!(job.dir.join(SLOW_START_FILE).exists(), "the job paused");
+    let hangs = job.alerts_of("hang").await.unwrap();
+    let dumps = actions_of(&job, "dump_evidence").await.unwrap();
+    report(&format!("{test}: {:.0} s", began.elapsed().as_secs_f64()));
+    assert!(
+        hangs.is_empty(),
+        "a pause is no hang: {}",
+        alert_lines(&hangs)
+    );
+    assert!(dumps.is_empty(), "no evidence asked for: {dumps:?}");
+}
+
+/// Rank 2 of a 4-rank DDP job sleeps for good before its backward, 20 s
+/// in; its peers wait in their backward's all-reduce. With no gpumon call
+/// in the script, a critical `hang` names rank 2 as the one that has not
+/// entered the collective within 90 s, and every live rank that waits
+/// saves its flight recorder and its threads' stacks.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_rank_asleep_before_its_backward_is_named_in_a_hang_within_90_s() {
+    hang_is_named(
+        "with_no_gpumon_call_a_rank_asleep_before_its_backward_is_named_in_a_hang_within_90_s",
+        "torch-ddp-hang-sleep",
+        &[
+            "--duration-s",
+            "600",
+            "--instrument",
+            "none",
+            "--slow-rank",
+            "2",
+            "--slow-after-s",
+            "20",
+            "--hang",
+            "sleep",
+        ],
+        &[
+            "rank 2 has not entered it",
+            "ranks 0, 1, 3 wait in all_reduce",
+        ],
+    )
+    .await;
+}
+
+/// Every rank all-reduces its loss in a process group of its own after
+/// each step; from 20 s in rank 2 skips it and goes on to the next step,
+/// where it waits in the gradient all-reduce of the default group while its
+/// peers wait in the loss's: a real deadlock, named within 90 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_rank_that_skips_an_all_reduce_is_named_in_a_hang_within_90_s() {
+    hang_is_named(
+        "with_no_gpumon_call_a_rank_that_skips_an_all_reduce_is_named_in_a_hang_within_90_s",
+        "torch-ddp-hang-skip",
+        &[
+            "--duration-s",
+            "600",
+            "--instrument",
+            "none",
+            "--slow-rank",
+            "2",
+            "--slow-after-s",
+            "20",
+            "--hang",
+            "skip",
+        ],
+        &[
+            "rank 2 waits in all_reduce",
+            "of process group 0",
+            "ranks 0, 1, 3 wait in all_reduce",
+        ],
+    )
+    .await;
+}
+
+/// Every rank of a DDP job sleeps 90 s before the same step (an unmarked
+/// checkpoint every rank writes): no rank waits in a collective, so the
+/// job is paused, not hung.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_wide_unmarked_90_s_pause_is_not_a_hang() {
+    pause_is_not_a_hang(
+        "a_job_wide_unmarked_90_s_pause_is_not_a_hang",
+        "torch-ddp-pause",
+        &[
+            "--duration-s",
+            &PAUSED_RUN_S.to_string(),
+            "--instrument",
+            "none",
+            "--pause-at-step",
+            "50",
+            "--pause-s",
+            "90",
+        ],
+    )
+    .await;
+}
+
+/// Rank 0 marks an evaluation (`gpumon.mark("eval")`, the script's one
+/// gpumon call) and evaluates for 90 s while its peers wait for it in their
+/// next backward: a planned pause, not a hang.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_90_s_evaluation_of_one_rank_marked_by_the_script_is_not_a_hang() {
+    pause_is_not_a_hang(
+        "a_90_s_evaluation_of_one_rank_marked_by_the_script_is_not_a_hang",
+        "torch-ddp-eval",
+        &[
+            "--duration-s",
+            &PAUSED_RUN_S.to_string(),
+            "--instrument",
+            "none",
+            "--pause-at-step",
+            "50",
+            "--pause-s",
+            "90",
+            "--pause-rank",
+            "0",
+            "--pause-marker",
+            "eval",
+        ],
+    )
+    .await;
+}
+
+/// The sleeping rank of the first test under `gpumon profile` (the engine
+/// in-process, no agent or coordinator): the report, written when the
+/// profile is interrupted, holds the hang naming rank 2 and the evidence
+/// dumps of ranks 0, 1 and 3 with their files.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_gpumon_profile_a_rank_asleep_is_named_in_a_hang_with_its_peers_evidence() {
+    let test = "under_gpumon_profile_a_rank_asleep_is_named_in_a_hang_with_its_peers_evidence";
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let dumps = dir.join(DUMP_DIR);
+    let mut cmd = gpumon();
+    cmd.current_dir(dir).args([
+        "profile",
+        "--source",
+        "none",
+        "--interval-ms",
+        "100",
+        "--json",
+        "report.json",
+        "--",
+    ]);
+    let args = [
+        "--duration-s",
+        "600",
+        "--instrument",
+        "none",
+        "--slow-rank",
+        "2",
+        "--slow-after-s",
+        "20",
+        "--hang",
+        "sleep",
+    ]
+    .map(String::from);
+    torchrun_ddp_train(&mut cmd, &python, dir, "profile-hang", &args);
+    cmd.kill_on_drop(true);
+    let mut child = cmd.spawn().expect("gpumon profile starts");
+    let start = wait_for_every(
+        POLL,
+        START_WITHIN + Duration::from_secs(SLOW_AFTER_S),
+        "the rank to stop",
+        || async {
+            let text =
+                std::fs::read_to_string(dir.join(SLOW_START_FILE)).map_err(|e| e.to_string())?;
+            text.trim()
+                .parse::<f64>()
+                .map_err(|e| format!("{text:?}: {e}"))
+        },
+    )
+    .await;
+    let stacks_saved = || -> usize {
+        std::fs::read_dir(&dumps).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".stacks.txt"))
+                .count()
+        })
+    };
+    wait_for_every(
+        POLL,
+        until(start + HANG_WITHIN.as_secs_f64() + 30.0),
+        "3 ranks' stacks saved",
+        || async {
+            match stacks_saved() {
+                n if n >= 3 => Ok(()),
+                n => Err(format!("{n} stacks files in {}", dumps.display())),
+            }
+        },
+    )
+    .await;
+    let pid = child.id().unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    let ended = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+    if ended.is_err() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+        panic!("gpumon profile did not end within 60 s of SIGINT");
+    }
+    let text = std::fs::read_to_string(dir.join("report.json")).expect("the report is written");
+    let r: Value = serde_json::from_str(&text).expect("the report is JSON");
+    let hang = r["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "hang")
+        .unwrap_or_else(|| panic!("no hang in the report: {}", r["alerts"]));
+    assert_eq!(hang["rank"], SLOW_RANK, "{hang}");
+    let after = hang["t"].as_f64().unwrap_or(f64::NAN) - start;
+    assert!(
+        after <= HANG_WITHIN.as_secs_f64(),
+        "named {after:.0} s after the stop"
+    );
+    // Issued to every waiting rank; those whose acks were in before the
+    // interrupt name their files (the files themselves are checked above).
+    let dumps_issued: Vec<&Value> = r["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "dump_evidence")
+        .collect();
+    let ranks: Vec<u64> = dumps_issued
+        .iter()
+        .filter_map(|a| a["rank"].as_u64())
+        .collect();
+    assert!(
+        [0, 1, 3].iter().all(|r| ranks.contains(r)),
+        "dumps issued to ranks {ranks:?}"
+    );
+    for d in dumps_issued.iter().filter(|a| a["state"] == "done") {
+        check_stacks(d, &dumps);
+    }
+    report(&format!(
+        "{test}: hang {after:.1} s after rank 2 stopped: {}\n{test}: {:.0} s",
+        hang["message"].as_str().unwrap_or("?"),
+        began.elapsed().as_secs_f64()
+    ));
 }

@@ -20,7 +20,7 @@
 //! # Ok(()) }
 //! ```
 
-mod clock;
+pub mod clock;
 pub mod config;
 pub mod discovery;
 pub mod hook_endpoint;

@@ -392,6 +392,7 @@ fn set_t(record: &mut TraceRecord, t: f64) {
         TraceRecord::Alloc(r) => r.t = t,
         TraceRecord::Step(r) => r.t = t,
         TraceRecord::Event(r) => r.t = t,
+        TraceRecord::Stall(r) => r.t = t,
     }
 }
 

@@ -158,6 +158,7 @@ fn obviously_impossible(r: &HookRecord) -> bool {
                 bad_ms(s.duration_ms) || s.sections.iter().any(|(_, ms)| bad_ms(*ms))
             }
             HookRecord::Event(e) => e.snapshot.is_some_and(|s| s.allocated > s.reserved),
+            HookRecord::Stall(s) => s.entered.len() > 16,
         }
 }
 

@@ -124,6 +124,8 @@ fn check(name: &str) -> Vec<f64> {
             AlertKind::MemoryLevel => continue,
             // The corpus has no pipeline job: any is false.
             AlertKind::StageImbalance => &[],
+            // The corpus has no stall record, so no hang can be judged: any is false.
+            AlertKind::Hang => &["hang"],
         };
         let explained = labels.events.iter().any(|l| {
             Some(l.job.as_str()) == a.job.as_deref()

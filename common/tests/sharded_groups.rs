@@ -197,6 +197,7 @@ fn fleet() -> Fleet {
                 TraceRecord::Alloc(a) => (node_of(&a.job, a.rank), 1),
                 TraceRecord::Step(s) => (node_of(&s.job, s.rank), 1),
                 TraceRecord::Event(e) => (node_of(&e.job, e.rank), 1),
+                TraceRecord::Stall(s) => (node_of(&s.job, s.rank), 1),
             };
             keyed.push(((t_ms / PUSH_MS, node, kind, t_ms, i, j), record));
         }
@@ -265,6 +266,10 @@ fn remap(deal: &Deal, i: usize, record: TraceRecord, extra: &mut Vec<TraceRecord
         TraceRecord::Event(mut e) => {
             e.job = job_name(trace, &e.job);
             TraceRecord::Event(e)
+        }
+        TraceRecord::Stall(mut s) => {
+            s.job = job_name(trace, &s.job);
+            TraceRecord::Stall(s)
         }
     }
 }
@@ -461,10 +466,10 @@ fn each_job_reads_the_same_in_its_group_as_in_one_group() {
         .filter(|a| a.job.is_some())
         .map(|a| a.kind)
         .collect();
-    // The corpus holds no pipeline job: no stage imbalance.
+    // The corpus holds no pipeline job and no stall: no stage imbalance, no hang.
     for kind in AlertKind::ALL
         .into_iter()
-        .filter(|k| *k != AlertKind::StageImbalance)
+        .filter(|k| ![AlertKind::StageImbalance, AlertKind::Hang].contains(k))
     {
         assert!(kinds.contains(&kind), "no {kind:?} among {kinds:?}");
     }

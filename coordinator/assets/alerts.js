@@ -33,6 +33,7 @@ const KIND_LABEL = {
   straggler: "straggler",
   memory_level: "memory level",
   stage_imbalance: "stage imbalance",
+  hang: "hung job",
 };
 
 /** A table of alerts; `now` is the data time (seconds) "since" is measured from. */

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use gpumon_common::actions::{plan_releases, IssueOutcome, PlannerConfig};
+use gpumon_common::actions::{plan_dumps, plan_releases, IssueOutcome, PlannerConfig};
 use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -36,7 +36,15 @@ pub fn spawn(
             }
             let requests = {
                 let applied = state_machine.read();
-                plan_releases(&applied.engine, &applied.actions, applied.now_t(), &config)
+                let t = applied.now_t();
+                let mut requests = plan_releases(&applied.engine, &applied.actions, t, &config);
+                requests.extend(plan_dumps(
+                    &applied.hangs,
+                    &applied.actions,
+                    t,
+                    &config.rules(),
+                ));
+                requests
             };
             if requests.is_empty() {
                 continue;
@@ -49,7 +57,7 @@ pub fn spawn(
                 Ok(resp) => {
                     for (req, outcome) in requests.iter().zip(&resp.data.issued) {
                         if let IssueOutcome::Issued { id } = outcome {
-                            tracing::info!(id, job = %req.job, rank = req.rank, reason = %req.reason, "planned release_cache");
+                            tracing::info!(id, job = %req.job, rank = req.rank, reason = %req.reason, "planned {}", req.kind.name());
                         }
                     }
                 }

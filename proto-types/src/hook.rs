@@ -53,6 +53,9 @@ pub enum HookRecord {
     Step(StepRecord),
     /// A user marker or a named snapshot (trace type `event`).
     Event(EventRecord),
+    /// A rank that has finished no step for a while, and the collective it
+    /// waits in (trace type `stall`; protocol version 4).
+    Stall(StallRecord),
 }
 
 /// How [`HookRecord`] is encoded. Postcard cannot skip a field, so a step
@@ -66,6 +69,8 @@ enum HookRecordRepr {
     Event(EventRecord),
     /// A step and its peer group (protocol version 3).
     GroupedStep(StepRecordV1, u32),
+    /// A stalled rank (protocol version 4).
+    Stall(StallRecord),
 }
 
 /// [`StepRecord`]'s fields before the peer group, in their order.
@@ -95,6 +100,7 @@ impl From<HookRecordRepr> for HookRecord {
             HookRecordRepr::Step(s) => Self::Step(step(s, None)),
             HookRecordRepr::Event(e) => Self::Event(e),
             HookRecordRepr::GroupedStep(s, g) => Self::Step(step(s, Some(g))),
+            HookRecordRepr::Stall(s) => Self::Stall(s),
         }
     }
 }
@@ -104,6 +110,7 @@ impl From<HookRecord> for HookRecordRepr {
         match r {
             HookRecord::Alloc(a) => Self::Alloc(a),
             HookRecord::Event(e) => Self::Event(e),
+            HookRecord::Stall(s) => Self::Stall(s),
             HookRecord::Step(s) => {
                 let v1 = StepRecordV1 {
                     t_ms: s.t_ms,
@@ -128,12 +135,18 @@ impl HookRecord {
         matches!(self, Self::Step(s) if s.needs_v3())
     }
 
+    /// Whether encoding it takes protocol version 4 (a stall).
+    pub fn needs_v4(&self) -> bool {
+        matches!(self, Self::Stall(_))
+    }
+
     /// The job and rank the record is about.
     pub fn subject(&self) -> (&str, u32) {
         match self {
             Self::Alloc(r) => (&r.job, r.rank),
             Self::Step(r) => (&r.job, r.rank),
             Self::Event(r) => (&r.job, r.rank),
+            Self::Stall(r) => (&r.job, r.rank),
         }
     }
 
@@ -143,6 +156,7 @@ impl HookRecord {
             Self::Alloc(r) => r.t_ms,
             Self::Step(r) => r.t_ms,
             Self::Event(r) => r.t_ms,
+            Self::Stall(r) => r.t_ms,
         }
     }
 }
@@ -205,6 +219,53 @@ pub struct EventRecord {
     pub detail: Option<String>,
     /// Present for a snapshot: the allocator's statistics at that moment.
     pub snapshot: Option<AllocStats>,
+}
+
+/// A rank whose training thread has finished no step for a while, as its
+/// hook's reporter thread sees it: the hang detector's evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StallRecord {
+    /// When, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// The number of the rank's last finished step.
+    pub step: u64,
+    /// How long ago that step ended, ms.
+    pub quiet_ms: u64,
+    /// Where the collective sequence numbers come from: `flight_recorder`
+    /// (torch's, numbered per process group by torch), `wrappers` (the
+    /// hook's own count of the collectives it saw) or `none`. Numbers of
+    /// different sources are not compared.
+    pub source: String,
+    /// The collective the rank waits in, if it waits in one.
+    pub waiting: Option<CollectiveWait>,
+    /// The last collective sequence number the rank entered, per process
+    /// group name, most recent first.
+    pub entered: Vec<(String, u64)>,
+    /// The last `gpumon.mark` name since the step, if any.
+    pub marker: Option<String>,
+}
+
+/// A collective a rank has entered and waits in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectiveWait {
+    /// The process group's name (`"0"` is the default group).
+    pub group: String,
+    /// The group's description (`default_pg`), as torch names it.
+    pub desc: String,
+    /// The collective's sequence number in its group.
+    pub seq: u64,
+    /// The operation (`all_reduce`, `broadcast`, `send`, ...).
+    pub op: String,
+    /// Elements in its input.
+    pub numel: u64,
+    /// How long the rank has waited in it, ms.
+    pub waited_ms: u64,
+    /// The process group's timeout, ms, where known.
+    pub timeout_ms: Option<u64>,
 }
 
 /// How an action ended in the training process.

@@ -37,7 +37,8 @@ pub mod uplink;
 pub mod wire;
 
 pub use hook::{
-    ActionAck, ActionOutcome, AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord,
+    ActionAck, ActionOutcome, AllocRecord, AllocStats, CollectiveWait, EventRecord, HookRecord,
+    StallRecord, StepRecord,
 };
 pub use placement::{PodPlacement, ProcPlacement};
 pub use sample::{
@@ -51,4 +52,4 @@ pub use uplink::{
 };
 
 /// The newest protocol version this build speaks on the agent uplink.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;

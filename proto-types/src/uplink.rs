@@ -19,6 +19,9 @@
 //! that name their rank's peer group ([`crate::StepRecord::group`]), which an
 //! older coordinator could not decode. An agent sends a push as version 3
 //! only when it holds such a record; it is answered in version 2.
+//!
+//! Version 4 likewise adds hook stall records ([`crate::StallRecord`]),
+//! the hang detector's evidence; it is answered in version 2.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +40,9 @@ pub enum AgentMessage {
     /// Protocol version 3: as version 2, and hook step records may carry
     /// their rank's peer group.
     V3(AgentMessageV2),
+    /// Protocol version 4: as version 3, and pushes may hold stall records
+    /// ([`crate::StallRecord`]).
+    V4(AgentMessageV2),
 }
 
 impl AgentMessage {
@@ -44,7 +50,9 @@ impl AgentMessage {
     /// placements or host memory, version 2 with either, version 3 with a
     /// step record that names its peer group.
     pub fn push(pushed: PushBatchV2) -> Self {
-        if pushed.batch.hook.iter().any(HookRecord::needs_v3) {
+        if pushed.batch.hook.iter().any(HookRecord::needs_v4) {
+            Self::V4(AgentMessageV2::Push(pushed))
+        } else if pushed.batch.hook.iter().any(HookRecord::needs_v3) {
             Self::V3(AgentMessageV2::Push(pushed))
         } else if pushed.placements.is_empty() && pushed.host.is_none() {
             Self::V1(AgentMessageV1::Push(pushed.batch))
@@ -53,12 +61,13 @@ impl AgentMessage {
         }
     }
 
-    /// The protocol version of the message (1 to 3).
+    /// The protocol version of the message (1 to 4).
     pub fn version(&self) -> u32 {
         match self {
             Self::V1(_) => 1,
             Self::V2(_) => 2,
             Self::V3(_) => 3,
+            Self::V4(_) => 4,
         }
     }
 }
@@ -272,6 +281,10 @@ pub struct PendingAction {
 pub enum ActionKind {
     /// `gc.collect()` then `torch.cuda.empty_cache()` at the next step boundary.
     ReleaseCache,
+    /// Save the flight recorder and every thread's stack to files, at once,
+    /// from the hook's own thread (the training thread may be hung). Issued
+    /// only to ranks whose hooks reported a stall, whose agents know it.
+    DumpEvidence,
 }
 
 impl ActionKind {
@@ -279,6 +292,7 @@ impl ActionKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::ReleaseCache => "release_cache",
+            Self::DumpEvidence => "dump_evidence",
         }
     }
 }

@@ -268,9 +268,29 @@ mod tests {
 
         let mut with_group = batch;
         with_group.hook.push(grouped);
-        let msg = AgentMessage::push(PushBatchV2::from(with_group));
+        let msg = AgentMessage::push(PushBatchV2::from(with_group.clone()));
         assert!(matches!(msg, AgentMessage::V3(_)));
         assert_eq!(msg.version(), 3);
+        let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
+        assert_eq!(back, msg);
+
+        // A stall takes version 4, and its variant comes after the grouped step.
+        let stall = HookRecord::Stall(crate::StallRecord {
+            t_ms: 1,
+            job: "j".into(),
+            rank: 1,
+            step: 9,
+            quiet_ms: 20_000,
+            source: "flight_recorder".into(),
+            waiting: None,
+            entered: vec![("0".into(), 9)],
+            marker: Some("eval".into()),
+        });
+        assert_eq!(postcard::to_allocvec(&stall).unwrap()[0], 4);
+        let mut with_stall = with_group;
+        with_stall.hook.push(stall);
+        let msg = AgentMessage::push(PushBatchV2::from(with_stall));
+        assert_eq!(msg.version(), 4);
         let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
         assert_eq!(back, msg);
     }
@@ -342,17 +362,17 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 3; // variant 3 = protocol version 4
+        bytes[0] = 4; // variant 4 = protocol version 5
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 4,
-                max: 3
+                got: 5,
+                max: 4
             }
         );
-        assert!(err.to_string().contains("version 4"));
+        assert!(err.to_string().contains("version 5"));
     }
 
     #[test]

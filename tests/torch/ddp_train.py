@@ -116,6 +116,23 @@ def parse_args(argv):
         default="script",
         help="script: gpumon.watch and gpumon.section; none: no timing call (the hook's automatic anatomy)",
     )
+    p.add_argument(
+        "--hang",
+        choices=("sleep", "skip"),
+        default=None,
+        help="sleep: once slow, the slow rank sleeps for good before its backward (its peers wait in theirs); "
+        "skip: every rank all-reduces its loss in a group of its own each step, and once slow the slow rank "
+        "skips it (a real deadlock: it waits in the next step's gradient all-reduce, its peers in the loss's)",
+    )
+    p.add_argument(
+        "--pause-at-step",
+        type=int,
+        default=None,
+        help="every rank sleeps --pause-s before this step (an unmarked job-wide checkpoint)",
+    )
+    p.add_argument("--pause-s", type=float, default=90.0, help="length of the pause")
+    p.add_argument("--pause-rank", type=int, default=None, help="only this rank pauses (default: every rank)")
+    p.add_argument("--pause-marker", default=None, help="gpumon.mark(MARKER) before the pause (e.g. eval)")
     p.add_argument("--slow-from-step", type=int, default=None, help="slow from this step on")
     p.add_argument("--slow-after-s", type=float, default=None, help="slow after this many seconds of training")
     p.add_argument("--slow-repeats", type=int, default=1, help="extra passes of the forward's products")
@@ -249,10 +266,10 @@ class Slowdown:
         due_time = self.after_s is not None and elapsed_s >= self.after_s
         if due_step or due_time:
             self.on = True
-            self._record(time.time())
+            self.record(time.time())
         return self.on
 
-    def _record(self, t):
+    def record(self, t):
         if self.start_file:
             tmp = self.start_file + ".tmp"
             with open(tmp, "w", encoding="ascii") as f:
@@ -452,6 +469,7 @@ def main(argv):
     slowdown = Slowdown(args, rank)
     stats = Stats(args.stats_dir, rank, args.slow_start_file)
 
+    loss_group = dist.new_group() if args.hang == "skip" else None
     start = time.monotonic()
     step = 0
     while True:
@@ -464,6 +482,12 @@ def main(argv):
             model.extra_passes = slow_forward
         optimizer.extra_passes = args.slow_repeats if slow and args.slow_in == "optimizer" else 0
         batches.delay_s = args.slow_data_ms / 1000.0 if slow and args.slow_in == "data" else 0.0
+        if step == args.pause_at_step and args.pause_rank in (None, rank):
+            if rank == (args.pause_rank or 0):
+                slowdown.record(time.time())
+            if args.pause_marker:
+                gpumon.mark(args.pause_marker)
+            time.sleep(args.pause_s)
         began = time.time()
         t0 = time.perf_counter()
         if by_hand:
@@ -474,6 +498,8 @@ def main(argv):
         t1 = time.perf_counter()
         loss = F.mse_loss(ddp(x), y)
         t2 = time.perf_counter()
+        if slow and args.hang == "sleep":
+            time.sleep(24 * 3600)
         if by_hand:
             with gpumon.section("backward"):
                 loss.backward()
@@ -483,6 +509,8 @@ def main(argv):
         optimizer.step()
         t4 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
+        if loss_group is not None and not slow:
+            dist.all_reduce(loss.detach().clone(), group=loss_group)
         ms = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "optimizer": t4 - t3, "step": t4 - t0}
         stats.add(began, {k: v * 1000.0 for k, v in ms.items()})
         if step % STOP_CHECK_EVERY == 0 and agreed_to_stop(time.monotonic() - start >= args.duration_s):

@@ -24,7 +24,10 @@ Every function here never raises into the training loop (except
 ``TypeError`` for arguments of the wrong type); when the hook is off they
 send nothing. One daemon thread does all the I/O; actions the agent sends
 (release the allocator's cache) and its alerts reach the training thread at
-the next step boundary.
+the next step boundary. For hung jobs that thread also reports when the
+training thread has finished no step for a while (a ``stall`` record, saying
+which collective it waits in) and writes the evidence the agent asks for
+(``dump_evidence``) itself, without waiting for a boundary.
 See ``README.md`` beside this package for the details, and ``PROTOCOL.md``
 for the wire format.
 """
@@ -114,7 +117,10 @@ def watch(model: Any) -> WatchHandle:
 
 
 def mark(name: str, detail: Any = None) -> None:
-    """Sends an ``event`` record (e.g. ``"eval start"``) with optional detail text."""
+    """Sends an ``event`` record (e.g. ``"eval start"``) with optional detail text.
+
+    ``name`` is also remembered until the next step boundary: a ``stall``
+    record sent meanwhile names it as the rank's ``marker``."""
     _RUNTIME.mark(name, detail)
 
 
@@ -210,5 +216,7 @@ def stats() -> Dict[str, Any]:
     the clock in use (``"cuda"`` or ``"cpu"``), steps waiting for the GPU, the
     step records sent on each clock (``steps_cuda``, ``steps_cpu``: a step
     whose events the GPU had not reached while too many steps waited goes
-    out on the CPU clock), ..."""
+    out on the CPU clock), the ``stall`` records built (``stalls_reported``),
+    whether the rank is stalled now (``stalled``), the evidence dumps
+    written (``evidence_dumps``), ..."""
     return _RUNTIME.stats()

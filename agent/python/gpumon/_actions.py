@@ -3,7 +3,9 @@
 Runs at a step boundary, never elsewhere: the user's ``on_action`` callbacks
 first (they may, say, shrink the batch), then the action itself. The result
 is an ``ack`` message for the reporter thread to send; nothing here raises,
-blocks on I/O or talks to other ranks.
+blocks on I/O or talks to other ranks. The kinds of :data:`REPORTER_KINDS`
+never come here: the reporter thread carries them out itself, since they are
+meant for a training thread that may be hung (``_evidence``).
 """
 
 import gc
@@ -15,8 +17,10 @@ from ._settings import HOOK_VERSION
 
 logger = logging.getLogger("gpumon")
 
+#: Action kinds the reporter thread carries out as soon as it receives them.
+REPORTER_KINDS = ("dump_evidence",)
 #: Action kinds this hook knows.
-KINDS = ("release_cache",)
+KINDS = ("release_cache",) + REPORTER_KINDS
 
 
 def run_action(

@@ -12,7 +12,9 @@ sections open at that moment and reports it as the section
 each section is the rank's own work, compared across ranks.
 
 Calls nest (a synchronous collective waits on its own work): only the
-outermost is timed. Calls from other threads are not timed. Functions
+outermost is timed. Calls from other threads are not timed. ``enter`` is
+told which call it is (its :class:`~gpumon._peers.Where`, arguments), so
+that a hung rank can say which collective it waits in (``_stall``). Functions
 imported by name before the hook installed (``from torch.distributed import
 all_reduce``) are not seen; torch's own FSDP and pipelining call them
 through the module, and are.
@@ -21,7 +23,7 @@ through the module, and are.
 import functools
 import logging
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ._peers import PeerGroups, Where
 
@@ -65,11 +67,14 @@ WORK = ("torch._C._distributed_c10d", "Work")
 
 
 def install(
-    enter: Callable[[], bool], leave: Callable[[], None], peers: Optional[PeerGroups] = None
+    enter: Callable[[Where, tuple, Dict[str, Any]], bool],
+    leave: Callable[[], None],
+    peers: Optional[PeerGroups] = None,
 ) -> List[str]:
-    """Wraps every collective and ``Work.wait``; ``enter()`` answers whether
-    to time the call (then ``leave()`` follows it); ``peers``, while open,
-    sees each call's group and peer. Returns what was wrapped."""
+    """Wraps every collective and ``Work.wait``; ``enter(where, args,
+    kwargs)`` answers whether to time the call (then ``leave()`` follows
+    it); ``peers``, while open, sees each call's group and peer. Returns
+    what was wrapped."""
     wrapped: List[str] = []
     done = {}
     for module_name in MODULES:
@@ -94,7 +99,7 @@ def install(
     wait = getattr(work, "wait", None)
     if wait is not None and not getattr(wait, "__gpumon_wrapped__", False):
         try:
-            work.wait = _timed(wait, enter, leave)
+            work.wait = _timed(wait, enter, leave, None, Where(wait, "wait"))
             wrapped.append("Work.wait")
         except (AttributeError, TypeError) as e:
             logger.debug("gpumon: Work.wait is not timed: %s", e)
@@ -103,16 +108,16 @@ def install(
 
 def _timed(
     original: Callable[..., Any],
-    enter: Callable[[], bool],
+    enter: Callable[[Where, tuple, Dict[str, Any]], bool],
     leave: Callable[[], None],
-    peers: Optional[PeerGroups] = None,
-    where: Optional[Where] = None,
+    peers: Optional[PeerGroups],
+    where: Where,
 ) -> Callable[..., Any]:
     @functools.wraps(original)
     def timed(*args: Any, **kwargs: Any) -> Any:
         try:
-            on = enter()
-            if on and peers is not None and peers.open and where is not None:
+            on = enter(where, args, kwargs)
+            if on and peers is not None and peers.open:
                 peers.call(where, args, kwargs)
         except Exception:
             on = False

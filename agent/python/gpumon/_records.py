@@ -73,6 +73,14 @@ def clip_name(name: str) -> str:
     return truncate_utf8(name, MAX_LABEL_BYTES)
 
 
+def clean_label(name: Any) -> Optional[str]:
+    """``name`` as the agent takes a label: cut to 128 bytes, control
+    characters as spaces; ``None`` when it is not a string or is empty."""
+    if not isinstance(name, str) or not name:
+        return None
+    return "".join(c if c.isprintable() else " " for c in clip_name(name))
+
+
 def clip_detail(detail: Optional[str]) -> Optional[str]:
     return None if detail is None else truncate_utf8(detail, MAX_DETAIL_BYTES)
 

@@ -4,7 +4,10 @@ Every report interval it samples the memory source into an ``alloc``
 record, sends everything queued (``report``), sends the acks of the actions
 the training thread carried out (``ack``), then asks for new actions
 (``poll``) and hands them, and the alerts that came with them, to the
-training thread. When the agent is
+training thread; the kinds meant for a hung training thread
+(``dump_evidence``) it carries out itself, at once. Every cycle it also asks
+the stall watch (``_stall``) whether the training thread has finished no
+step for too long, and sends its ``stall`` record. When the agent is
 unreachable it says so once, keeps sampling into a bounded outbox (oldest
 dropped and counted) and reconnects with a backoff of 1 s doubling to 30 s;
 after a reconnect it registers again.
@@ -24,6 +27,7 @@ from ._env import Identity
 from ._memory import read_alloc_fields, read_device
 from ._records import (
     REPORT_HEAD,
+    ack_message,
     alloc_record,
     encode_record,
     poll_message,
@@ -38,6 +42,7 @@ from ._settings import (
     QUEUE_MAXLEN,
     Settings,
 )
+from ._stall import StallWatch
 
 logger = logging.getLogger("gpumon")
 
@@ -66,6 +71,8 @@ class Reporter:
         deliver: Callable[[Dict[str, Any]], None],
         dropped: Callable[[], int],
         deliver_alerts: Callable[[list], None] = lambda alerts: None,
+        stall: Optional[StallWatch] = None,
+        run_here: Optional[Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]] = None,
     ):
         self._address = address
         self._identity = identity
@@ -76,6 +83,9 @@ class Reporter:
         self._deliver = deliver
         self._deliver_alerts = deliver_alerts
         self._dropped = dropped
+        self._stall = stall
+        #: Action kinds carried out on this thread -> what does it, returning the ack.
+        self._run_here = dict(run_here or {})
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -200,11 +210,35 @@ class Reporter:
             )
             self._reported_drops = dropped
             self._push({"type": "event", "t": time.time(), "name": DROPPED_EVENT, "detail": detail})
+        if not final and self._stall is not None:
+            self._check_stall()
         while True:
             try:
                 self._ack_outbox.append(self._acks.popleft())
             except IndexError:
                 break
+
+    def _check_stall(self) -> None:
+        try:
+            record = self._stall.check()
+        except Exception as e:  # never lose the connection over it
+            self._log_once("stall", logging.WARNING, "gpumon: the stall check failed: %r", e, exc_info=True)
+            return
+        if record is None:
+            return
+        self._push(record)
+        waiting = record["waiting"]
+        where = "nothing seen"
+        if waiting is not None:
+            where = "%s #%s of group %s" % (waiting["op"], waiting["seq"], waiting["group"])
+        self._log_once(
+            "stalled",
+            logging.WARNING,
+            "gpumon: no step has ended for %.1f s (the last was step %d); waiting in %s",
+            record["quiet_s"],
+            record["step"],
+            where,
+        )
 
     def _push(self, record: Dict[str, Any]) -> None:
         if len(self._outbox) >= QUEUE_MAXLEN:
@@ -389,9 +423,13 @@ class Reporter:
             self._log_once("poll-shape", logging.WARNING, 'gpumon: a poll answer without an "actions" list')
             return
         self.accept_actions(actions)
+        if self._ack_outbox:
+            self._send_acks()
 
     def accept_actions(self, actions: list) -> None:
-        """Hands the actions not seen before to the training thread.
+        """Hands the actions not seen before to the training thread, or
+        carries them out here when their kind is one of ``run_here``'s
+        (their acks then wait in the outbox).
 
         An action seen before is not run again; if its ack was already sent
         (and so got lost on the agent's side), the ack is sent again.
@@ -414,9 +452,17 @@ class Reporter:
                 self._seen.popitem(last=False)
             reason = action.get("reason")
             self.counters["actions"] += 1
-            self._deliver(
-                {"id": action_id, "kind": kind, "reason": reason if isinstance(reason, str) else ""}
-            )
+            clean = {"id": action_id, "kind": kind, "reason": reason if isinstance(reason, str) else ""}
+            run = self._run_here.get(kind)
+            if run is None:
+                self._deliver(clean)
+                continue
+            try:
+                ack = run(clean)
+            except Exception as e:  # the action failed; reporting goes on
+                logger.warning("gpumon: action %d (%s) failed", action_id, kind, exc_info=True)
+                ack = ack_message(action_id, False, detail="%s: %s" % (type(e).__name__, e))
+            self._ack_outbox.append(ack)
 
     # -- logging ------------------------------------------------------------------
 

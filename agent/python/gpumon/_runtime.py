@@ -18,6 +18,12 @@ initialised CUDA, also with CUDA events (``_timing``): a step's record then
 waits, in the timeline, until the GPU has run past its events. On the CPU
 clock, the time the training thread blocks in collectives (``_collectives``)
 is taken out of the sections it fell in and reported as ``comm_wait``.
+
+For hung jobs the training thread also leaves, at each boundary, when the
+step ended and how long it took, and the wrappers which collective it is in
+(``_stall.CollectiveLog``); the reporter thread reads them to report a
+stall, and dumps evidence (``_evidence``) without waiting for a boundary.
+``init`` turns torch's flight recorder on first (``_flight``).
 """
 
 import atexit
@@ -31,21 +37,25 @@ import weakref
 from time import perf_counter
 from typing import Any, Callable, Dict, List, MutableMapping, Optional, Set
 
-from . import _collectives, _torch_hooks
-from ._peers import PeerGroups
+from . import _collectives, _flight, _torch_hooks
+from ._peers import PeerGroups, Where
 from ._anatomy import DISCOVERY_STEPS, Anatomy
 from ._actions import run_action
 from ._address import resolve_address
 from . import _model
 from ._alerts import AlertInbox
 from ._env import Identity, read_identity, standalone_identity
+from ._evidence import KIND as EVIDENCE_KIND
+from ._evidence import Evidence
+from ._flight import FlightRecorder
 from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
-from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, Settings
+from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, STALL_STEPS, Settings
 from ._snapshots import EVENT_NAME as SNAPSHOT_EVENT
 from ._snapshots import OOM_EVENT_NAME
 from ._snapshots import AllocatorSnapshots, SnapshotSettings
+from ._stall import CollectiveLog, Progress, StallWatch, group_of
 from ._timing import CudaTimeline, cuda_clock
 
 logger = logging.getLogger("gpumon")
@@ -146,6 +156,10 @@ class Runtime:
         self._dropped = 0
         self._settings = Settings()
         self._clock_warned = False
+        self._recorder = FlightRecorder()
+        #: Evidence dumps, counted for the life of the process.
+        self._evidence = Evidence(self._recorder)
+        self._stall: Optional[StallWatch] = None
         self._reset_steps()
         self._manual = False
         self._primary_optimizer: Any = None
@@ -206,6 +220,8 @@ class Runtime:
         except ValueError as e:
             logger.warning("gpumon: %s; the hook stays off", e)
             return False
+        if _flight.enable(environ):
+            logger.debug("gpumon: torch's flight recorder is on (%s)", _flight.BUFFER_VARS[0])
         settings = settings or Settings.from_env(environ)
         self._settings = settings
         self._identity = identity
@@ -217,6 +233,7 @@ class Runtime:
         self._alerts.clear()
         self._dropped = 0
         self._reset_steps()
+        self._stall = StallWatch(self._progress, lambda: self._collective_log, settings, self._recorder)
         self._reporter = Reporter(
             address=address,
             identity=identity,
@@ -227,6 +244,8 @@ class Runtime:
             deliver=self._deliver_action,
             dropped=lambda: self._dropped,
             deliver_alerts=self._alerts.deliver,
+            stall=self._stall,
+            run_here={EVIDENCE_KIND: self._dump_evidence},
         )
         self._reporter.start()
         self._active = True
@@ -309,6 +328,14 @@ class Runtime:
     def _reset_steps(self) -> None:
         self._step = 0
         self._step_start = perf_counter()
+        #: ``(step, perf_counter)`` of the last step's end, set at once.
+        self._ended = (0, self._step_start)
+        #: Durations of the last steps, ms.
+        self._recent_ms: "collections.deque[float]" = collections.deque(maxlen=STALL_STEPS)
+        #: The last ``mark`` since the last step, for a ``stall`` record.
+        self._marker: Optional[str] = None
+        #: The wrapped collective calls of the training thread.
+        self._collective_log = CollectiveLog()
         self._first_section_seen = False
         self._sections: Dict[str, float] = {}
         self._forward_depth = 0
@@ -356,6 +383,9 @@ class Runtime:
             self._step = step
             duration_ms = (now - self._step_start) * 1000.0
             self._step_start = now
+            self._ended = (step, now)
+            self._recent_ms.append(duration_ms)
+            self._marker = None
             sections = self._sections
             self._sections = {}
             self._forward_depth = 0
@@ -498,8 +528,12 @@ class Runtime:
         except Exception as e:
             logger.info("gpumon: collective waits are not timed: %s", e)
 
-    def _comm_enter(self) -> bool:
-        """A collective call begins in the training thread: true when timed."""
+    def _comm_enter(
+        self, where: Optional[Where] = None, args: tuple = (), kwargs: Optional[Dict[str, Any]] = None
+    ) -> bool:
+        """A collective call begins in the training thread: true when timed.
+        The outermost is noted in the collective log, when ``where`` says what
+        it is."""
         if not self._active:
             return False
         train = self._train_thread
@@ -508,7 +542,13 @@ class Runtime:
         depth = self._comm_depth
         self._comm_depth = depth + 1
         if depth == 0:
-            self._comm_t0 = perf_counter()
+            t0 = self._comm_t0 = perf_counter()
+            if where is not None:
+                name = where.name
+                try:
+                    self._collective_log.enter(name, group_of(name, where, args, kwargs or {}), t0)
+                except Exception:
+                    logger.debug("gpumon: a collective call was not noted", exc_info=True)
         return True
 
     def _comm_exit(self) -> None:
@@ -516,6 +556,7 @@ class Runtime:
         self._comm_depth = depth if depth > 0 else 0
         if depth != 0:
             return
+        self._collective_log.leave()
         ms = (perf_counter() - self._comm_t0) * 1000.0
         self._comm_ms += ms
         inside = self._comm_in
@@ -592,6 +633,13 @@ class Runtime:
             raise TypeError("mark name must be a str, not %s" % type(name).__name__)
         if not self._active:
             return
+        self._marker = name
+        self._event(name, detail)
+
+    def _event(self, name: str, detail: Any = None) -> None:
+        """An ``event`` record of the hook's own (not a marker of the script)."""
+        if not self._active:
+            return
         if detail is not None and not isinstance(detail, str):
             detail = _text(detail)
         self._queue(("event", time.time(), name, detail))
@@ -663,6 +711,15 @@ class Runtime:
         if ran and reporter is not None:
             reporter.wake()
 
+    def _dump_evidence(self, action: Dict[str, Any]) -> Dict[str, Any]:
+        """Reporter thread: a ``dump_evidence`` action, carried out at once."""
+        identity = self._identity or standalone_identity(os.getpid())
+        return self._evidence.run(action, identity, self._settings.dump_dir, self._step, self._train_thread)
+
+    def _progress(self) -> Progress:
+        """Reporter thread: what the training thread has done (``_stall``)."""
+        return Progress(ended=self._ended, recent_ms=tuple(self._recent_ms), marker=self._marker)
+
     def on_alert(self, fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
         """See :func:`gpumon.on_alert`."""
         if not callable(fn):
@@ -675,14 +732,14 @@ class Runtime:
     def analyze_model(self, model: Any, optimizer: Any = None) -> Dict[str, Any]:
         """See :func:`gpumon.analyze_model`."""
         result = _model.analyze(model, optimizer)
-        self.mark("model", _model.model_detail(result))
+        self._event("model", _model.model_detail(result))
         return result
 
     def check_finite(self, model: Any) -> Dict[str, Any]:
         """See :func:`gpumon.check_finite`."""
         result = _model.check(model)
         if result["tensors"]:
-            self.mark("nonfinite", _model.nonfinite_detail(result))
+            self._event("nonfinite", _model.nonfinite_detail(result))
         return result
 
     def save_allocator_snapshot(self, path: Any = None) -> Optional[str]:
@@ -698,10 +755,10 @@ class Runtime:
         return self._snapshots.save(path, identity, settings)
 
     def _snapshot_saved(self, path: str) -> None:
-        self.mark(SNAPSHOT_EVENT, path)
+        self._event(SNAPSHOT_EVENT, path)
 
     def _out_of_memory(self, detail: str) -> None:
-        self.mark(OOM_EVENT_NAME, detail)
+        self._event(OOM_EVENT_NAME, detail)
 
     # -- introspection ----------------------------------------------------------------
 
@@ -709,6 +766,7 @@ class Runtime:
         """See :func:`gpumon.stats`."""
         reporter = self._reporter
         timeline = self._timeline
+        stall = self._stall
         out: Dict[str, Any] = {
             "active": self._active,
             "step": self._step,
@@ -724,6 +782,9 @@ class Runtime:
             "collectives_timed": len(self._collectives),
             "ddp": self._ddp,
             "peer_group": self._peers.key,
+            "stalls_reported": stall.reported if stall is not None else 0,
+            "stalled": bool(stall is not None and stall.stalled),
+            "evidence_dumps": self._evidence.written,
         }
         if reporter is not None:
             out.update(reporter.counters)

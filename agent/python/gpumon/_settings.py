@@ -4,14 +4,16 @@ The limits mirror the agent's (see ``PROTOCOL.md``): a report the agent would
 refuse is never built. They are written once in Rust (``common/src/limits.rs``
 and the agent's hook endpoint); the agent's test ``python_limits`` reads this
 file and fails when a number here differs. The timings have documented defaults; the user knobs
-are the report interval (``GPUMON_REPORT_INTERVAL``) and the clock that times
-sections and steps (``GPUMON_SECTION_CLOCK``). Tests build a
-:class:`Settings` by hand to shorten the retry timings instead of sleeping.
+are the report interval (``GPUMON_REPORT_INTERVAL``), the clock that times
+sections and steps (``GPUMON_SECTION_CLOCK``) and where evidence of a hang is
+written (``GPUMON_DUMP_DIR``). Tests build a :class:`Settings` by hand to
+shorten the retry timings and the stall thresholds instead of sleeping.
 """
 
 import logging
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 logger = logging.getLogger("gpumon")
 
@@ -76,6 +78,35 @@ MAX_EVENT_PAIRS_PER_STEP = 64
 #: Finished CUDA events kept for reuse.
 EVENT_POOL_MAX = 256
 
+#: A rank that has finished a step and none since for this long, seconds, at
+#: least, is stalled (``_stall``) ...
+STALL_MIN_S = 15.0
+#: ... or for this many times the median of its last steps, if longer.
+STALL_STEP_FACTOR = 3.0
+#: Steps whose durations give that median.
+STALL_STEPS = 16
+#: Seconds between two ``stall`` records while a stall lasts.
+STALL_REPEAT_S = 10.0
+#: Process groups named in a ``stall`` record's ``entered``, the most recent.
+MAX_STALL_GROUPS = 16
+#: Longest quiet, wait or timeout a ``stall`` record carries, seconds (the
+#: agent's limit: 30 days); longer ones are cut, a longer timeout is ``null``.
+MAX_STALL_S = 2_592_000.0
+#: Process groups the collective wrappers count calls in.
+MAX_TRACKED_GROUPS = 64
+#: ``TORCH_FR_BUFFER_SIZE`` the hook sets when nobody did: torch's flight
+#: recorder then keeps the last this many collectives of each backend.
+FLIGHT_RECORDER_ENTRIES = 2000
+#: Largest flight recorder dump parsed or written, bytes.
+MAX_FR_DUMP_BYTES = 16 << 20
+#: Longest wait for one flight recorder dump, seconds; past it the hook
+#: stops asking (a dump stuck in the communication library).
+FR_DUMP_TIMEOUT_S = 5.0
+#: Evidence dumps (``dump_evidence`` actions) carried out per process.
+MAX_EVIDENCE_DUMPS = 4
+#: Largest stacks file of an evidence dump, bytes.
+MAX_STACKS_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -91,15 +122,24 @@ class Settings:
     #: Time the step's data, forward, backward and optimizer by itself
     #: (``_anatomy``); ``GPUMON_ANATOMY=0`` turns it off.
     anatomy: bool = True
+    #: Stall thresholds: see :data:`STALL_MIN_S` and the constants after it.
+    stall_min_s: float = STALL_MIN_S
+    stall_step_factor: float = STALL_STEP_FACTOR
+    stall_repeat_s: float = STALL_REPEAT_S
+    #: Where ``dump_evidence`` writes (``GPUMON_DUMP_DIR``); ``None``: a
+    #: per-user directory in the temporary directory (``_evidence``).
+    dump_dir: Optional[str] = None
 
     @classmethod
     def from_env(cls, environ) -> "Settings":
         """Defaults, with ``GPUMON_REPORT_INTERVAL`` (seconds),
-        ``GPUMON_SECTION_CLOCK`` and ``GPUMON_ANATOMY`` when they are valid."""
+        ``GPUMON_SECTION_CLOCK``, ``GPUMON_ANATOMY`` and ``GPUMON_DUMP_DIR``
+        when they are valid."""
         return cls(
             report_interval_s=_report_interval(environ),
             section_clock=_section_clock(environ),
             anatomy=environ.get("GPUMON_ANATOMY", "").strip().lower() not in ("0", "off", "false", "no"),
+            dump_dir=(environ.get("GPUMON_DUMP_DIR") or "").strip() or None,
         )
 
 

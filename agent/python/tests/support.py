@@ -1,5 +1,5 @@
 """Helpers for the hook's tests: a tiny JSON-lines agent, waiting, log capture,
-a fake clock and a duck-typed module.
+a fake clock, a duck-typed module and a fake flight recorder.
 
 ``FakeAgent`` only checks message shapes against PROTOCOL.md (framing,
 ``register``/``report``/``poll``/``ack``, alerts in poll answers); the real
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import threading
 import time
+import types
+from unittest import mock
 
 from gpumon._env import Identity
 
@@ -357,3 +359,63 @@ def run_hooked(test, script, **env_extra):
     if result.returncode != 0:
         raise AssertionError("the script failed (exit status %d):\n%s" % (result.returncode, result.stderr))
     return agent, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def fr_entry(
+    seq,
+    group=("0", "default_pg"),
+    op="gloo:all_reduce",
+    retired=True,
+    sizes=((72,),),
+    created_ns=1_000_000_000_000,
+    p2p_seq=None,
+    state="scheduled",
+    timeout_ms=1_800_000,
+):
+    """One flight recorder entry, shaped as torch 2.15 dumps it (point to
+    point when ``p2p_seq`` is given)."""
+    p2p = p2p_seq is not None
+    return {
+        "collective_seq_id": 0 if p2p else seq,
+        "p2p_seq_id": p2p_seq if p2p else 0,
+        "is_p2p": p2p,
+        "op_id": seq,
+        "pg_id": 0,
+        "process_group": list(group),
+        "profiling_name": op,
+        "input_sizes": [list(s) for s in sizes],
+        "retired": retired,
+        "state": state,
+        "time_created_ns": created_ns,
+        "timeout_ms": timeout_ms,
+        "thread_name": "python",
+    }
+
+
+def fr_dump(entries):
+    """A flight recorder dump (JSON bytes) holding ``entries``; none: no key, as torch writes it."""
+    dump = {"comm_lib_version": "", "nccl_comm_state": {}, "pg_config": {}, "pg_status": {}}
+    if entries:
+        dump["entries"] = list(entries)
+    return json.dumps(dump).encode()
+
+
+class FakeFlightRecorder:
+    """``torch._C._distributed_c10d`` with torch 2.15's ``_dump_fr_trace_json``:
+    one recorder per backend; ``dumps[backend]`` (bytes) is what it returns,
+    ``active[backend]`` what it returns for ``onlyActive``. Installed in
+    ``sys.modules`` for the test's duration."""
+
+    def __init__(self, test, **dumps):
+        self.dumps = dict(dumps)
+        self.active = {}
+        self.calls = []
+        module = types.ModuleType("torch._C._distributed_c10d")
+        module._dump_fr_trace_json = self._dump
+        self.module = module
+        enter(test, mock.patch.dict(sys.modules, {"torch._C._distributed_c10d": module}))
+
+    def _dump(self, include_collectives=True, only_active=False, backend="gloo"):
+        self.calls.append((backend, only_active))
+        source = self.active if only_active else self.dumps
+        return source.get(backend, fr_dump([]))

@@ -8,6 +8,8 @@ import tempfile
 import textwrap
 import unittest
 
+from gpumon import _flight
+
 from tests.support import INJECT_DIR, PYTHON_ROOT, REPO_ROOT, TORCHRUN_ENV, FakeAgent
 
 # Whether the hook was started (True/False) or not even imported, at start-up.
@@ -24,7 +26,11 @@ class InjectTest(unittest.TestCase):
         self.addCleanup(self.agent.close)
 
     def run_python(self, extra_env, *args):
-        env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and not k.startswith("GPUMON")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in TORCHRUN_ENV and not k.startswith("GPUMON") and k not in _flight.BUFFER_VARS
+        }
         env["PYTHONPATH"] = os.pathsep.join([INJECT_DIR, self.tmp.name, PYTHON_ROOT])
         env["GPUMON_AGENT"] = self.agent.address
         env.update(extra_env)
@@ -88,6 +94,21 @@ class InjectTest(unittest.TestCase):
         result = self.run_python({"GPUMON_STANDALONE": "1", "GPUMON_DISABLE": "1"}, "-c", PROBE)
         self.assertEqual(result.stdout.strip(), "absent", result.stderr)
         self.assertEqual(self.agent.ops("register"), [])
+
+    def test_a_hooked_worker_has_the_flight_recorder_on_before_the_script_runs(self):
+        probe = "import os; print(os.environ.get('TORCH_FR_BUFFER_SIZE'))"
+        cases = [
+            (dict(TORCHRUN_ENV), "2000"),
+            (dict(TORCHRUN_ENV, GPUMON_FLIGHT_RECORDER="0"), "None"),
+            (dict(TORCHRUN_ENV, TORCH_NCCL_TRACE_BUFFER_SIZE="0"), "None"),
+            (dict(TORCHRUN_ENV, TORCH_FR_BUFFER_SIZE="10"), "10"),
+            ({}, "None"),
+        ]
+        for env, expected in cases:
+            with self.subTest(env=env):
+                result = self.run_python(env, "-c", probe)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual(result.stdout.strip(), expected)
 
     def test_a_broken_user_sitecustomize_does_not_stop_python(self):
         with open(os.path.join(self.tmp.name, "sitecustomize.py"), "w") as f:

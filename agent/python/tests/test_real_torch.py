@@ -1,8 +1,11 @@
 """With torch installed (skipped otherwise): the optimizer hook, watch(), the CPU clock,
-the automatic step anatomy and, on a GPU, the memory source."""
+the automatic step anatomy, on a GPU the memory source, and a rank hung in a collective."""
 
 import importlib.util
+import json
+import os
 import sys
+import tempfile
 import unittest
 
 from tests.support import run_hooked, torch_import_error
@@ -229,6 +232,109 @@ class CollectiveWaitTest(unittest.TestCase):
                 self.assertGreater(sections.get("comm_wait", 0.0), 0.0)
                 self.assertGreaterEqual(sections["forward"], 0.0)
                 self.assertLessEqual(sum(sections.values()), step["duration_ms"] + 0.01)
+
+
+HANG_SCRIPT = r"""
+import json, os, shutil, subprocess, sys, tempfile, threading, time
+fr_env = os.environ.get("TORCH_FR_BUFFER_SIZE")  # set by the injected hook
+import torch
+import torch.distributed as dist
+import gpumon
+from gpumon import _runtime, _stall
+
+PEER = '''
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=1, world_size=2)
+t = torch.ones(72)
+for _ in range(3):
+    dist.all_reduce(t)
+sys.stdin.readline()  # hung until rank 0 has looked
+dist.all_reduce(t)
+dist.destroy_process_group()
+'''
+work = tempfile.mkdtemp()
+store = os.path.join(work, "store")
+peer_env = dict(os.environ, GPUMON_DISABLE="1")
+peer = subprocess.Popen([sys.executable, "-c", PEER, store], stdin=subprocess.PIPE, text=True, env=peer_env)
+dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=2)
+t = torch.ones(72)
+for _ in range(3):
+    dist.all_reduce(t)
+gpumon.step()
+gpumon.mark("eval")
+runtime = _runtime.RUNTIME
+out = {"fr_env": fr_env}
+
+def look():
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            record = runtime._stall.record(runtime._progress(), 1.0, time.perf_counter())
+            if record["waiting"] is not None:
+                out["record"] = record
+                out["wrappers"] = _stall.wrappers_view(runtime._collective_log, time.perf_counter())
+                out["ack"] = runtime._dump_evidence({"id": 5, "kind": "dump_evidence", "reason": "test"})
+                break
+            time.sleep(0.01)
+    finally:
+        peer.stdin.write("go\n")
+        peer.stdin.flush()
+
+watcher = threading.Thread(target=look, name="watcher")
+watcher.start()
+dist.all_reduce(t)  # rank 1 is not there yet
+watcher.join()
+out["peer"] = peer.wait(60)
+dist.destroy_process_group()
+shutil.rmtree(work, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+class HungCollectiveTest(unittest.TestCase):
+    """Two gloo ranks, rank 1 held back: rank 0's hook says, from another
+    thread, that it waits in its 4th all_reduce, from a real flight recorder."""
+
+    @classmethod
+    def setUpClass(cls):
+        error = torch_import_error()
+        if error is not None:
+            raise unittest.SkipTest("torch cannot be imported by %s (%s)" % (sys.executable, error))
+
+    def test_the_stall_record_and_the_evidence_of_a_rank_blocked_in_an_all_reduce(self):
+        dumps = tempfile.TemporaryDirectory()
+        self.addCleanup(dumps.cleanup)
+        _, out = run_hooked(self, HANG_SCRIPT, CUDA_VISIBLE_DEVICES="", GPUMON_DUMP_DIR=dumps.name)
+        self.assertEqual((out["fr_env"], out["peer"]), ("2000", 0))
+        record = out["record"]
+        self.assertEqual(
+            {k: record[k] for k in ("type", "step", "entered", "marker", "source")},
+            {"type": "stall", "step": 1, "entered": [["0", 4]], "marker": "eval", "source": "flight_recorder"},
+        )
+        waiting = record["waiting"]
+        self.assertEqual(
+            {k: waiting[k] for k in ("group", "desc", "seq", "op", "numel", "timeout_s")},
+            {"group": "0", "desc": "default_pg", "seq": 4, "op": "all_reduce", "numel": 72, "timeout_s": 1800.0},
+        )
+        self.assertGreaterEqual(waiting["waited_s"], 0.0)
+        self.assertLess(waiting["waited_s"], 60.0)
+        wrapped, entered = out["wrappers"]
+        self.assertEqual([wrapped[k] for k in ("group", "seq", "op")], ["0", 4, "all_reduce"])
+        self.assertEqual(entered, [["0", 4]])
+        ack = out["ack"]
+        self.assertEqual((ack["state"], ack["at_step"]), ("done", 1))
+        stacks, fr = ack["detail"].split(", ")
+        self.assertEqual(os.path.basename(fr), "hang-run-7-rank3-action5.fr.json")
+        with open(fr) as f:
+            entries = json.load(f)["entries"]
+        self.assertEqual([(e["collective_seq_id"], e["retired"]) for e in entries][-1], (4, False))
+        with open(stacks) as f:
+            text = f.read()
+        main = text.split("Thread 'MainThread'", 1)[1].split("\nThread '", 1)[0]
+        self.assertIn("the training thread", main)
+        self.assertIn("distributed_c10d.py", main)
+        self.assertIn(", in all_reduce", main)
+        self.assertIn("Thread 'watcher'", text)
 
 
 if __name__ == "__main__":

@@ -336,7 +336,7 @@ class CollectiveWrappersTest(unittest.TestCase):
         self.events = []
 
     def install(self):
-        def enter_():
+        def enter_(where, args, kwargs):
             self.events.append("enter")
             return True
 
@@ -402,7 +402,7 @@ class PeerGroupsTest(unittest.TestCase):
         modules = {"torch.distributed": package, "torch.distributed.distributed_c10d": c10d}
         enter(self, mock.patch.dict(sys.modules, modules))
         self.peers = _peers.PeerGroups()
-        _collectives.install(lambda: True, lambda: None, self.peers)
+        _collectives.install(lambda *_call: True, lambda: None, self.peers)
 
     def test_a_stage_replica_is_grouped_with_its_stage_not_with_the_world(self):
         stage0 = self.new_group([0, 1])

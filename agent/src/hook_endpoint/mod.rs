@@ -44,6 +44,7 @@ mod records;
 mod relay;
 mod server;
 mod source;
+mod stall;
 
 pub use addr::{HookAddr, HookAddrError, MAX_UNIX_PATH_BYTES};
 pub use alerts::{

@@ -214,9 +214,13 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             };
             (HookRecord::Event(record), None)
         }
+        "stall" => (
+            HookRecord::Stall(super::stall::read_stall(obj, t_ms, job, rank)?),
+            None,
+        ),
         other => {
             return Err(format!(
-                "unknown type {}: alloc, step, event or snapshot",
+                "unknown type {}: alloc, step, event, snapshot or stall",
                 shown(&Value::String(other.to_owned()))
             ))
         }
@@ -641,6 +645,6 @@ mod tests {
     fn long_values_are_cut_in_reasons() {
         let report = check(json!([{"type": "é".repeat(100), "t": T}])).unwrap();
         assert!(report.reasons[0].len() < 120, "{}", report.reasons[0]);
-        assert!(report.reasons[0].ends_with("...: alloc, step, event or snapshot"));
+        assert!(report.reasons[0].ends_with("...: alloc, step, event, snapshot or stall"));
     }
 }

@@ -6,10 +6,11 @@
 //! RAM levels included.
 
 use gpumon_agent::uplink::Outgoing;
+use gpumon_common::actions::{plan_dumps, IssueRules};
 use gpumon_common::cluster::Limits;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::transition::{Command, CommandV1, Replicated};
-use gpumon_proto::{Hello, PushBatch, PushBatchV2};
+use gpumon_proto::{Hello, PendingAction, PushBatch, PushBatchV2};
 
 use super::observed::Observed;
 
@@ -55,6 +56,28 @@ impl Embedded {
             host: out.host,
         });
         self.state.apply(Command::V1(command), false);
+    }
+
+    /// Plans what a leader would (the evidence dumps of a hung job; cache
+    /// releases stay a cluster's), issues and delivers it through the same
+    /// commands, and returns the actions now outstanding on this node for
+    /// its hooks (each hands the hub one it has seen before again; the hub
+    /// keeps it once).
+    pub fn take_actions(&mut self) -> Vec<PendingAction> {
+        let rules = IssueRules::default();
+        let t = self.state.now_t();
+        let requests = plan_dumps(&self.state.hangs, &self.state.actions, t, &rules);
+        if !requests.is_empty() {
+            let issue = CommandV1::IssueActions { requests, rules };
+            self.state.apply(Command::V1(issue), false);
+        }
+        let node = self.hello.node.clone();
+        let (planned, pending) = self.state.actions.hand_out(&node);
+        if !planned.is_empty() {
+            let deliver = CommandV1::DeliverActions { node, ids: planned };
+            self.state.apply(Command::V1(deliver), false);
+        }
+        pending
     }
 
     /// The replicated state.

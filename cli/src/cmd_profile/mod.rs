@@ -269,6 +269,7 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
                 engine.apply(out);
                 if let Some(hub) = &hub {
                     to_hooks::relay(hub, &engine);
+                    to_hooks::hand_out_actions(hub, &mut engine);
                 }
             }
             _ = host_tick.tick() => host.sample(),

@@ -224,6 +224,9 @@ impl Observed {
                     snapshot: e.snapshot.as_ref().map(|s| [s.allocated, s.reserved]),
                 });
             }
+            // A stall is judged by the engine (the `hang` alert); the
+            // report shows that alert and the evidence dumps' actions.
+            HookRecord::Stall(_) => {}
         }
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use gpumon_common::engine::{Alert, OomForecast, Risk};
-use gpumon_proto::api::NamedMemorySnapshot;
+use gpumon_proto::api::{ActionEntry, NamedMemorySnapshot};
 use serde::{Deserialize, Serialize};
 
 /// Report format version, in the `gpumon_profile` field.
@@ -56,6 +56,10 @@ pub struct ProfileReport {
     /// compares.
     #[serde(default)]
     pub snapshots: BTreeMap<String, Vec<NamedMemorySnapshot>>,
+    /// The actions the engine issued to the hooks and how they ended: a
+    /// hung job's evidence dumps, whose `detail` names the files saved.
+    #[serde(default)]
+    pub actions: Vec<ActionEntry>,
 }
 
 /// How the command ended.

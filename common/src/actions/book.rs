@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use gpumon_proto::api::{ActionEntry, ActionOrigin, ActionState, IssueOutcome};
-use gpumon_proto::{ActionAck, ActionKind, ActionOutcome};
+use gpumon_proto::{ActionAck, ActionKind, ActionOutcome, PendingAction};
 use serde::{Deserialize, Serialize};
 
 /// Actions kept, finished ones included; the oldest finished go first.
@@ -21,6 +21,12 @@ pub const MAX_ACTIONS_KEPT: usize = 4096;
 const MAX_TEXT_BYTES: usize = 1024;
 /// Ranks whose last planned action time is remembered.
 const MAX_RATE_ENTRIES: usize = 16_384;
+
+/// Whether the planner's minimum interval applies to the kind: cache
+/// releases, not evidence dumps (once per hang episode, `plan_dumps`).
+fn rate_limited(kind: ActionKind) -> bool {
+    kind == ActionKind::ReleaseCache
+}
 
 /// A request to act on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,10 +163,11 @@ impl ActionBook {
         rules: &IssueRules,
     ) -> bool {
         self.outstanding_on_rank(kind, job, rank).is_none()
-            && self
-                .last_planned
-                .get(&(job.to_owned(), rank))
-                .is_none_or(|last| t >= last + rules.min_interval_s)
+            && (!rate_limited(kind)
+                || self
+                    .last_planned
+                    .get(&(job.to_owned(), rank))
+                    .is_none_or(|last| t >= last + rules.min_interval_s))
     }
 
     /// Issues one request at data time `t`.
@@ -180,7 +187,7 @@ impl ActionBook {
             return IssueOutcome::Existing { id };
         }
         let key = (req.job.clone(), req.rank);
-        if req.origin == ActionOrigin::Planner {
+        if req.origin == ActionOrigin::Planner && rate_limited(req.kind) {
             if let Some(last) = self.last_planned.get(&key) {
                 if t < last + rules.min_interval_s {
                     return IssueOutcome::RateLimited {
@@ -220,7 +227,7 @@ impl ActionBook {
             entry.detail = Some(format!("rank {} of {} has ended", req.rank, req.job));
         } else {
             self.outstanding.insert(id);
-            if req.origin == ActionOrigin::Planner {
+            if req.origin == ActionOrigin::Planner && rate_limited(req.kind) {
                 self.last_planned.insert(key, t);
                 self.trim_rate_entries();
             }
@@ -275,6 +282,28 @@ impl ActionBook {
             .filter_map(|id| self.entries.get(id))
             .filter(|e| e.node.as_deref() == Some(node))
             .collect()
+    }
+
+    /// The outstanding actions on `node` as its hooks get them, and the ids
+    /// of those not handed out yet (whose delivery is to be recorded).
+    pub fn hand_out(&self, node: &str) -> (Vec<u64>, Vec<PendingAction>) {
+        let out = self.outstanding_on(node);
+        let planned = out
+            .iter()
+            .filter(|a| a.state == ActionState::Planned)
+            .map(|a| a.id)
+            .collect();
+        let pending = out
+            .iter()
+            .map(|a| PendingAction {
+                id: a.id,
+                job: a.job.clone(),
+                rank: a.rank,
+                kind: a.kind,
+                reason: a.reason.clone(),
+            })
+            .collect();
+        (planned, pending)
     }
 
     /// True when some action waits for an agent on `node` to pull it.

@@ -34,6 +34,7 @@ mod fits;
 pub mod forecast;
 pub mod fragmentation;
 mod gpu;
+pub mod hang;
 pub mod host_level;
 pub mod imbalance;
 mod input;
@@ -159,6 +160,38 @@ impl Engine {
     /// Alert episodes in firing order.
     pub fn alerts(&self) -> impl DoubleEndedIterator<Item = &Alert> + ExactSizeIterator {
         self.alerts.episodes()
+    }
+
+    /// Whether the job is tracked and has not ended.
+    pub fn live_job(&self, name: &str) -> bool {
+        self.jobs.get(name).is_some_and(|j| j.ended_t.is_none())
+    }
+
+    /// Whether the rank of the job is tracked.
+    pub fn tracks_rank(&self, job: &str, rank: u32) -> bool {
+        self.jobs
+            .get(job)
+            .is_some_and(|j| j.ranks.contains_key(&rank))
+    }
+
+    /// The ranks of the job whose processes have not ended, in order.
+    pub fn live_ranks(&self, job: &str) -> Vec<u32> {
+        self.jobs.get(job).map_or_else(Vec::new, |j| {
+            j.ranks
+                .iter()
+                .filter(|(_, r)| r.ended_t.is_none())
+                .map(|(&rank, _)| rank)
+                .collect()
+        })
+    }
+
+    /// The job's world size, when a rank said it.
+    pub fn world_size(&self, job: &str) -> Option<u32> {
+        self.jobs.get(job).map(|j| j.world_size).filter(|&w| w > 0)
+    }
+
+    pub(crate) fn alerts_mut(&mut self) -> &mut AlertBook {
+        &mut self.alerts
     }
 
     /// The alert book (episodes and which are active).

@@ -82,6 +82,8 @@ impl HookState {
                     }
                     None => engine.observe_event(t, &e.job, e.rank, &e.name),
                 },
+                // Judged beside the engine (`engine::hang`).
+                HookRecord::Stall(_) => {}
             }
         }
     }

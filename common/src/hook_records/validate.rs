@@ -4,7 +4,7 @@
 //! no agent. Anything absurd is skipped and counted, never applied. The
 //! bounds are in [`crate::limits`].
 
-use gpumon_proto::{AllocStats, HookRecord};
+use gpumon_proto::{AllocStats, HookRecord, StallRecord};
 use thiserror::Error;
 
 use crate::limits::{
@@ -70,7 +70,30 @@ pub enum InvalidRecord {
     /// A detail over the limit.
     #[error("detail is {0} bytes; the limit is {MAX_DETAIL_BYTES}")]
     LongDetail(usize),
+    /// More process groups in a stall than the limit.
+    #[error("{0} process groups in entered; the limit is {MAX_STALL_GROUPS}")]
+    TooManyGroups(usize),
+    /// A stall's wait or quiet time beyond belief.
+    #[error("{what} {ms} ms is beyond belief (above {MAX_STALL_MS} ms)")]
+    BadStallTime {
+        /// `quiet_ms`, `waited_ms` or `timeout_ms`.
+        what: &'static str,
+        /// The time, as sent.
+        ms: u64,
+    },
+    /// A stall source this build does not know.
+    #[error("source {0:?} is not flight_recorder, wrappers or none")]
+    UnknownSource(String),
 }
+
+/// Process groups one stall record may list.
+pub const MAX_STALL_GROUPS: usize = 16;
+
+/// Longest quiet, wait or timeout a stall may report: 30 days, ms.
+pub const MAX_STALL_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The sources of collective sequence numbers a stall may name.
+pub const STALL_SOURCES: [&str; 3] = ["flight_recorder", "wrappers", "none"];
 
 fn label(field: &'static str, name: &str, max: usize) -> Result<(), InvalidRecord> {
     if name.is_empty() {
@@ -106,6 +129,41 @@ fn stats(s: &AllocStats) -> Result<(), InvalidRecord> {
         }),
         _ => Ok(()),
     }
+}
+
+fn stall_time(what: &'static str, ms: u64) -> Result<(), InvalidRecord> {
+    if ms > MAX_STALL_MS {
+        return Err(InvalidRecord::BadStallTime { what, ms });
+    }
+    Ok(())
+}
+
+fn stall(s: &StallRecord) -> Result<(), InvalidRecord> {
+    stall_time("quiet_ms", s.quiet_ms)?;
+    if !STALL_SOURCES.contains(&s.source.as_str()) {
+        return Err(InvalidRecord::UnknownSource(s.source.clone()));
+    }
+    if s.entered.len() > MAX_STALL_GROUPS {
+        return Err(InvalidRecord::TooManyGroups(s.entered.len()));
+    }
+    for (group, _) in &s.entered {
+        label("group", group, MAX_LABEL_BYTES)?;
+    }
+    if let Some(marker) = &s.marker {
+        label("marker", marker, MAX_LABEL_BYTES)?;
+    }
+    if let Some(w) = &s.waiting {
+        label("group", &w.group, MAX_LABEL_BYTES)?;
+        label("op", &w.op, MAX_LABEL_BYTES)?;
+        if !w.desc.is_empty() {
+            label("desc", &w.desc, MAX_LABEL_BYTES)?;
+        }
+        stall_time("waited_ms", w.waited_ms)?;
+        if let Some(timeout) = w.timeout_ms {
+            stall_time("timeout_ms", timeout)?;
+        }
+    }
+    Ok(())
 }
 
 fn duration(what: impl FnOnce() -> String, ms: f64) -> Result<(), InvalidRecord> {
@@ -148,6 +206,7 @@ pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
                 None => Ok(()),
             }
         }
+        HookRecord::Stall(s) => stall(s),
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use super::record::{ProcRecord, TraceRecord};
+use super::record::{ProcRecord, StallRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 use crate::limits::MAX_DEVICE_BYTES;
 
@@ -32,6 +32,8 @@ pub(super) enum Kind {
     Alloc,
     Step,
     Event,
+    /// Read by the careful path only (nested objects; rare).
+    Stall,
 }
 
 /// A string of the current record: a range of the line (the string had no
@@ -67,6 +69,8 @@ pub(super) struct Scratch {
     pub procs: Vec<ProcRecord>,
     /// The `sections` of the current `step` record.
     pub sections: Vec<(Str, f64)>,
+    /// The current `stall` record.
+    pub stall: StallRecord,
 }
 
 /// Every field any record type has, as read from one line: `None` when the
@@ -132,6 +136,8 @@ pub(super) fn verdict<'a>(
         "alloc" => Kind::Alloc,
         "step" => Kind::Step,
         "event" => Kind::Event,
+        // The fast parsers do not read its nested objects: the careful path does.
+        "stall" => return None,
         other => return Some(Verdict::Unknown(other)),
     };
     fields.has_required(kind).then_some(Verdict::Record(kind))
@@ -178,6 +184,7 @@ impl Fields {
                         && f.duration_ms.is_some()
                 }
                 Kind::Event => f.job.is_some() && f.rank.is_some() && f.name.is_some(),
+                Kind::Stall => true,
             }
     }
 
@@ -249,6 +256,12 @@ impl Fields {
                 f.detail = Some(r.detail.map(|d| Str::copy(&d, arena)));
                 Kind::Event
             }
+            TraceRecord::Stall(r) => {
+                f.t = Some(r.t);
+                f.rank = Some(r.rank);
+                scratch.stall = r;
+                Kind::Stall
+            }
         }
     }
 
@@ -303,6 +316,20 @@ impl Fields {
                 }
             }
             Kind::Event => {}
+            Kind::Stall => {
+                let s = &scratch.stall;
+                let waited = s.waiting.as_ref().map_or(0.0, |w| w.waited_s);
+                if !(s.quiet_s.is_finite()
+                    && s.quiet_s >= 0.0
+                    && waited.is_finite()
+                    && waited >= 0.0)
+                {
+                    return Err(format!(
+                        "stall quiet_s {} or waited_s {waited} is impossible",
+                        s.quiet_s
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -380,6 +407,7 @@ impl Fields {
                     .flatten()
                     .map(|d| Cow::Borrowed(d.text(line, arena))),
             }),
+            Kind::Stall => RecordRef::Stall(Cow::Borrowed(&scratch.stall)),
         }
     }
 }

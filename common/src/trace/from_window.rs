@@ -14,7 +14,10 @@ use std::borrow::Cow;
 
 use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
 
-use super::record::{EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord};
+use super::record::{
+    EventRecord, GpuRecord, ProcRecord, RankRecord, StallRecord, StepRecord, TraceRecord,
+    WaitRecord,
+};
 use super::record_ref::{AllocRef, RecordRef};
 
 /// A `rank` record for each process of the window with a known job and rank.
@@ -113,6 +116,25 @@ pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
             detail: e.detail.clone(),
         }),
         HookRecord::Event(_) => return None,
+        HookRecord::Stall(s) => TraceRecord::Stall(StallRecord {
+            t,
+            job: s.job.clone(),
+            rank: s.rank,
+            step: s.step,
+            quiet_s: s.quiet_ms as f64 / 1000.0,
+            source: s.source.clone(),
+            waiting: s.waiting.as_ref().map(|w| WaitRecord {
+                group: w.group.clone(),
+                desc: w.desc.clone(),
+                seq: w.seq,
+                op: w.op.clone(),
+                numel: w.numel,
+                waited_s: w.waited_ms as f64 / 1000.0,
+                timeout_s: w.timeout_ms.map(|ms| ms as f64 / 1000.0),
+            }),
+            entered: s.entered.clone(),
+            marker: s.marker.clone(),
+        }),
     })
 }
 

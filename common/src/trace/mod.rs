@@ -49,7 +49,8 @@ mod writer;
 
 pub use reader::{from_reader, open, ReadStats, TraceError, TraceReader, MAX_LINE_BYTES};
 pub use record::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StallRecord, StepRecord,
+    TraceRecord, WaitRecord,
 };
 pub use record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 pub use writer::TraceWriter;

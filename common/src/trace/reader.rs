@@ -11,7 +11,9 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::fields::{self, Fields, Kind, Scratch, Verdict};
-use super::record::{AllocRecord, EventRecord, GpuRecord, RankRecord, StepRecord, TraceRecord};
+use super::record::{
+    AllocRecord, EventRecord, GpuRecord, RankRecord, StallRecord, StepRecord, TraceRecord,
+};
 use super::record_ref::RecordRef;
 use super::TRACE_VERSION;
 use super::{parse, scan};
@@ -319,6 +321,7 @@ impl<R: BufRead> TraceReader<R> {
             Some("alloc") => typed::<AllocRecord>(bytes).map(TraceRecord::Alloc),
             Some("step") => typed::<StepRecord>(bytes).map(TraceRecord::Step),
             Some("event") => typed::<EventRecord>(bytes).map(TraceRecord::Event),
+            Some("stall") => typed::<StallRecord>(bytes).map(TraceRecord::Stall),
             Some(other) => {
                 self.stats.unknown(other);
                 return Ok(None);

@@ -18,6 +18,8 @@ pub enum TraceRecord {
     Step(StepRecord),
     /// A user marker.
     Event(EventRecord),
+    /// A rank that has finished no step for a while (see `engine::hang`).
+    Stall(StallRecord),
 }
 
 impl TraceRecord {
@@ -29,6 +31,7 @@ impl TraceRecord {
             TraceRecord::Alloc(r) => r.t,
             TraceRecord::Step(r) => r.t,
             TraceRecord::Event(r) => r.t,
+            TraceRecord::Stall(r) => r.t,
         }
     }
 }
@@ -168,4 +171,54 @@ pub struct EventRecord {
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+}
+
+/// `stall`: a rank whose training thread has finished no step for a while,
+/// as its hook's reporter thread saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// Job id.
+    pub job: String,
+    /// Global rank.
+    pub rank: u32,
+    /// The number of the rank's last finished step.
+    pub step: u64,
+    /// Seconds since that step ended.
+    pub quiet_s: f64,
+    /// Where the sequence numbers come from: `flight_recorder`, `wrappers`
+    /// or `none`.
+    pub source: String,
+    /// The collective the rank waits in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitRecord>,
+    /// The last sequence number entered per process group, most recent first.
+    #[serde(default)]
+    pub entered: Vec<(String, u64)>,
+    /// The last `gpumon.mark` name since the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
+}
+
+/// The collective a stalled rank waits in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitRecord {
+    /// Process group name (`"0"`: the default group).
+    pub group: String,
+    /// The group's description.
+    #[serde(default)]
+    pub desc: String,
+    /// Sequence number in the group.
+    pub seq: u64,
+    /// Operation.
+    pub op: String,
+    /// Input elements.
+    #[serde(default)]
+    pub numel: u64,
+    /// Seconds waited so far.
+    pub waited_s: f64,
+    /// The process group's timeout, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
 }

@@ -9,7 +9,8 @@
 use std::borrow::Cow;
 
 use super::record::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceRecord,
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StallRecord, StepRecord,
+    TraceRecord,
 };
 
 /// `$Owned { .. }` from the borrowed record `$r`, field for field: the
@@ -48,6 +49,8 @@ pub enum RecordRef<'a> {
     Step(StepRef<'a>),
     /// A user marker.
     Event(EventRef<'a>),
+    /// A stalled rank (rare: kept whole).
+    Stall(Cow<'a, StallRecord>),
 }
 
 /// `gpu`: one NVML sample of one device, borrowed.
@@ -180,6 +183,7 @@ impl RecordRef<'_> {
             RecordRef::Alloc(r) => r.t,
             RecordRef::Step(r) => r.t,
             RecordRef::Event(r) => r.t,
+            RecordRef::Stall(r) => r.t,
         }
     }
 
@@ -192,6 +196,7 @@ impl RecordRef<'_> {
             RecordRef::Alloc(_) => "alloc",
             RecordRef::Step(_) => "step",
             RecordRef::Event(_) => "event",
+            RecordRef::Stall(_) => "stall",
         }
     }
 
@@ -235,6 +240,7 @@ impl RecordRef<'_> {
                 name: r.name.into_owned(),
                 detail: r.detail.map(Cow::into_owned),
             }),
+            RecordRef::Stall(r) => TraceRecord::Stall(r.into_owned()),
         }
     }
 }
@@ -276,6 +282,7 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
                 name: Cow::Borrowed(&r.name),
                 detail: r.detail.as_deref().map(Cow::Borrowed),
             }),
+            TraceRecord::Stall(r) => RecordRef::Stall(Cow::Borrowed(r)),
         }
     }
 }

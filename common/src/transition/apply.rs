@@ -3,7 +3,9 @@
 use gpumon_proto::{GpuWindow, HookRecord, HostMemory, ProcPlacement, PushBatch, PushBatchV2};
 
 use super::{Command, CommandResult, CommandV1, Replicated};
-use crate::cluster::ClusterEvent;
+use crate::actions::RankPlace;
+use crate::cluster::{ClusterEvent, ClusterState};
+use crate::engine::hang::HangWatch;
 use crate::hook_records::check_record;
 
 /// The windows and hook records of one pushed batch that were applied:
@@ -59,7 +61,7 @@ impl Replicated {
                 let issued = requests
                     .iter()
                     .map(|req| {
-                        let place = self.state.rank_place(&req.job, req.rank);
+                        let place = place_of(&self.state, &self.hangs, &req.job, req.rank);
                         self.actions.issue(t, req, &rules, place)
                     })
                     .collect();
@@ -131,15 +133,17 @@ impl Replicated {
                     .observe_host(t, &batch.node, h.used_max_bytes, h.total_bytes);
             }
             self.hook.apply(&mut self.engine, &batch.hook);
+            self.hangs
+                .observe(&mut self.engine, &batch.node, &batch.hook, &self.actions);
             self.observe_steps(&batch.hook);
             let t = self.now_t();
             for ack in &batch.acks {
                 self.actions.ack(&batch.node, ack, t);
             }
             if !self.actions.nothing_outstanding() {
-                let state = &self.state;
+                let (state, hangs) = (&self.state, &self.hangs);
                 self.actions
-                    .expire(t, |job, rank| state.rank_place(job, rank));
+                    .expire(t, |job, rank| place_of(state, hangs, job, rank));
             }
         }
         let result = CommandResult {
@@ -159,6 +163,23 @@ impl Replicated {
             events: out.events,
             applied,
         }
+    }
+}
+
+/// Where a rank is, for actions: the cluster view's placement, else the
+/// node whose agent forwarded its stall reports (a rank no NVML window
+/// lists, as on CPUs, can still be asked for hang evidence).
+fn place_of<'a>(
+    state: &'a ClusterState,
+    hangs: &'a HangWatch,
+    job: &str,
+    rank: u32,
+) -> RankPlace<'a> {
+    match state.rank_place(job, rank) {
+        RankPlace::Unknown => hangs
+            .node_of(job, rank)
+            .map_or(RankPlace::Unknown, |node| RankPlace::Live { node }),
+        place => place,
     }
 }
 

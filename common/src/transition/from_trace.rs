@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 
 use gpumon_proto::{
-    AllocRecord, AllocStats, BytesStat, EventRecord, GaugeStat, GpuInfo, GpuWindow, HookRecord,
-    ProcWindow, PushBatch, RankInfo, StepRecord,
+    AllocRecord, AllocStats, BytesStat, CollectiveWait, EventRecord, GaugeStat, GpuInfo, GpuWindow,
+    HookRecord, ProcWindow, PushBatch, RankInfo, StallRecord, StepRecord,
 };
 
 use super::{Command, CommandV1};
@@ -111,6 +111,29 @@ impl TraceCommands {
                     name: e.name.to_string(),
                     detail: e.detail.as_ref().map(|d| d.to_string()),
                     snapshot: None,
+                })),
+            ),
+            RecordRef::Stall(s) => (
+                self.node_of(&s.job, s.rank),
+                None,
+                Some(HookRecord::Stall(StallRecord {
+                    t_ms: ms(s.t),
+                    job: s.job.clone(),
+                    rank: s.rank,
+                    step: s.step,
+                    quiet_ms: ms(s.quiet_s),
+                    source: s.source.clone(),
+                    waiting: s.waiting.as_ref().map(|w| CollectiveWait {
+                        group: w.group.clone(),
+                        desc: w.desc.clone(),
+                        seq: w.seq,
+                        op: w.op.clone(),
+                        numel: w.numel,
+                        waited_ms: ms(w.waited_s),
+                        timeout_ms: w.timeout_s.map(ms),
+                    }),
+                    entered: s.entered.clone(),
+                    marker: s.marker.clone(),
                 })),
             ),
         };

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::actions::ActionBook;
 use crate::cluster::{ClusterState, Limits};
+use crate::engine::hang::HangWatch;
 use crate::engine::{Engine, EngineConfig};
 use crate::hook_records::{check_record, HookState, StepTimes};
 use crate::notify::NotifyBook;
@@ -26,6 +27,8 @@ pub struct Replicated {
     pub steps: StepTimes,
     /// Notifications the leaders sent, per receiver and alert key.
     pub notify: NotifyBook,
+    /// Hung jobs: each rank's latest stall report and the open episodes.
+    pub hangs: HangWatch,
 }
 
 impl Replicated {
@@ -38,6 +41,7 @@ impl Replicated {
             hook: HookState::default(),
             steps: StepTimes::default(),
             notify: NotifyBook::default(),
+            hangs: HangWatch::default(),
         }
     }
 
@@ -70,6 +74,33 @@ impl Replicated {
     }
 }
 
+/// [`Replicated`] as snapshot format 7 laid it out: before hung jobs.
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV7 {
+    state: ClusterState,
+    engine: Engine,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+}
+
+impl ReplicatedV7 {
+    /// The current layout, with no stall seen.
+    pub fn upgrade(self) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine,
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+            hangs: HangWatch::default(),
+        }
+    }
+}
+
 /// [`Replicated`] as snapshot format 6 laid it out: the straggler trackers
 /// before peer groups ([`crate::engine::legacy::EngineV6`]).
 #[derive(Debug, Deserialize)]
@@ -93,6 +124,7 @@ impl ReplicatedV6 {
             hook: old.hook,
             steps: old.steps,
             notify: old.notify,
+            hangs: HangWatch::default(),
         }
     }
 }
@@ -121,6 +153,7 @@ impl ReplicatedV5 {
             hook: old.hook,
             steps: old.steps,
             notify: old.notify,
+            hangs: HangWatch::default(),
         }
     }
 }
@@ -148,6 +181,7 @@ impl ReplicatedV4 {
             hook: self.hook,
             steps: self.steps,
             notify: self.notify,
+            hangs: HangWatch::default(),
         }
     }
 }

@@ -18,6 +18,7 @@
 //! | 5 | ranks keep their Kubernetes placement, nodes their host memory; the engine's configuration gains memory levels (of GPUs and of host RAM) |
 //! | 6 | the engine's configuration is TOML text (what differs from the defaults), so a new tunable takes its default in an older snapshot without a new format |
 //! | 7 | the straggler detector's open steps keep each rank's peer group, and it keeps a pipeline-stage tracker |
+//! | 8 | + the hang detector (each rank's latest stall report, open episodes) |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -30,7 +31,7 @@ use gpumon_common::cluster::{ClusterStateV4, Limits};
 use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
-use gpumon_common::transition::{ReplicatedV4, ReplicatedV5, ReplicatedV6};
+use gpumon_common::transition::{ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7};
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +44,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 7;
+pub const CURRENT_VERSION: u32 = 8;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -61,8 +62,18 @@ enum SnapshotFile {
     V5 { meta: Meta, data: Vec<u8> },
     /// All of the replicated data, the straggler detector before peer groups.
     V6 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data but the hang detector.
     V7 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V8 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`Applied`] as format 7 laid it out, before the hang detector.
+#[derive(Deserialize)]
+struct AppliedV7 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV7,
 }
 
 /// [`Applied`] as format 6 laid it out, before the straggler detector's peer groups.
@@ -217,13 +228,22 @@ pub fn load(
             (meta, 6)
         }
         SnapshotFile::V7 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 7).map_err(fail)?;
+            let old: AppliedV7 = postcard::from_bytes(&data).map_err(decode_err(7))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 7 has no hang detector: stall reports count from the next pushes");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade();
+            (meta, 7)
+        }
+        SnapshotFile::V8 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(7))?;
+            applied = decode_applied(&data).map_err(decode_err(8))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 7,
+                version: 8,
             }));
         }
     };
@@ -237,7 +257,7 @@ pub fn load(
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
-/// `BASE.v7.HEX`. A follower checks both before it installs the snapshot
+/// `BASE.v8.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
     seal_id_with(base, &super::digest::checksum(data))
@@ -295,13 +315,13 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V7 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V8 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V7`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V8`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -318,7 +338,9 @@ enum SnapshotHeaderRef<'a> {
     V5,
     #[allow(dead_code)]
     V6,
-    V7 {
+    #[allow(dead_code)]
+    V7,
+    V8 {
         meta: &'a Meta,
     },
 }
@@ -341,7 +363,7 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V7 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V8 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
             .map(drop)
@@ -375,7 +397,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V7 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V8 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -5,7 +5,7 @@
 //! before the agent sees it, so a failover neither loses nor repeats it.
 
 use gpumon_common::actions::{ActionOrigin, ActionRequest};
-use gpumon_proto::api::{ActionState, IssueOutcome, IssueRequest, IssueResponse, IssuedAction};
+use gpumon_proto::api::{IssueOutcome, IssueRequest, IssueResponse, IssuedAction};
 use gpumon_proto::PendingAction;
 
 use super::{Service, ServiceError};
@@ -82,25 +82,10 @@ impl Service {
     pub(super) async fn hand_out_actions(&self, node: &str) -> Vec<PendingAction> {
         let (planned, mut pending) = {
             let applied = self.state_machine.read();
-            let out = applied.actions.outstanding_on(node);
-            if out.is_empty() {
+            let (planned, pending) = applied.actions.hand_out(node);
+            if pending.is_empty() {
                 return Vec::new();
             }
-            let planned: Vec<u64> = out
-                .iter()
-                .filter(|a| a.state == ActionState::Planned)
-                .map(|a| a.id)
-                .collect();
-            let pending: Vec<PendingAction> = out
-                .iter()
-                .map(|a| PendingAction {
-                    id: a.id,
-                    job: a.job.clone(),
-                    rank: a.rank,
-                    kind: a.kind,
-                    reason: a.reason.clone(),
-                })
-                .collect();
             (planned, pending)
         };
         if !planned.is_empty() {

@@ -64,7 +64,8 @@ impl Service {
         let (acked_seq, node, command) = match message {
             AgentMessage::V1(AgentMessageV1::Hello(hello))
             | AgentMessage::V2(AgentMessageV2::Hello(hello))
-            | AgentMessage::V3(AgentMessageV2::Hello(hello)) => {
+            | AgentMessage::V3(AgentMessageV2::Hello(hello))
+            | AgentMessage::V4(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .state
@@ -77,7 +78,8 @@ impl Service {
                 (batch.seq, Some(batch.node.clone()), CommandV1::Push(batch))
             }
             AgentMessage::V2(AgentMessageV2::Push(pushed))
-            | AgentMessage::V3(AgentMessageV2::Push(pushed)) => {
+            | AgentMessage::V3(AgentMessageV2::Push(pushed))
+            | AgentMessage::V4(AgentMessageV2::Push(pushed)) => {
                 let PushBatchV2 {
                     batch,
                     placements,

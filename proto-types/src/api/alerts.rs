@@ -28,11 +28,15 @@ pub enum AlertKind {
     /// One pipeline stage does persistently more work per step than the
     /// others, which wait for it (the alert's rank is the stage's lowest).
     StageImbalance,
+    /// A job's live ranks have finished no step for 10 median steps (at
+    /// least a minute) while they wait in a collective; the alert's rank is
+    /// the one they wait for.
+    Hang,
 }
 
 impl AlertKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 7] = [
+    pub const ALL: [AlertKind; 8] = [
         AlertKind::OomPredicted,
         AlertKind::Leak,
         AlertKind::Fragmentation,
@@ -40,6 +44,7 @@ impl AlertKind {
         AlertKind::Straggler,
         AlertKind::MemoryLevel,
         AlertKind::StageImbalance,
+        AlertKind::Hang,
     ];
 
     /// The name used in reports and the API.
@@ -52,6 +57,7 @@ impl AlertKind {
             AlertKind::Straggler => "straggler",
             AlertKind::MemoryLevel => "memory_level",
             AlertKind::StageImbalance => "stage_imbalance",
+            AlertKind::Hang => "hang",
         }
     }
 }

@@ -379,6 +379,7 @@ pub fn sample() -> ProfileReport {
             marks_dropped: 0,
         },
         snapshots: BTreeMap::new(),
+        actions: Vec::new(),
     }
 }
 
@@ -495,6 +496,7 @@ pub fn empty() -> ProfileReport {
         recommendations: Vec::new(),
         summary: Summary::default(),
         snapshots: BTreeMap::new(),
+        actions: Vec::new(),
     }
 }
 

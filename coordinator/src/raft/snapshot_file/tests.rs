@@ -18,9 +18,9 @@ use gpumon_common::engine::{AlertKind, EngineConfig, Severity, Subject};
 use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
-    ActionKind, AllocRecord, AllocStats, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello,
-    HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
-    RankInfo, StepRecord,
+    ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveWait, EventRecord, GpuInfo,
+    GpuWindow, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch,
+    PushBatchV2, RankInfo, StallRecord, StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -96,6 +96,25 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
             name: "before-eval".into(),
             detail: None,
             snapshot: Some(stats),
+        }),
+        HookRecord::Stall(StallRecord {
+            t_ms: t_ms + 1,
+            job: "job-1".into(),
+            rank: 0,
+            step: 7,
+            quiet_ms: 20_000,
+            source: "flight_recorder".into(),
+            waiting: Some(CollectiveWait {
+                group: "0".into(),
+                desc: "default_pg".into(),
+                seq: 12,
+                op: "all_reduce".into(),
+                numel: 72,
+                waited_ms: 19_000,
+                timeout_ms: Some(1_800_000),
+            }),
+            entered: vec![("0".into(), 12)],
+            marker: None,
         }),
     ]
 }
@@ -213,7 +232,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V7 {
+    let file = SnapshotFile::V8 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -329,7 +348,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V7 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V8 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -388,7 +407,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v7."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v8."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -401,9 +420,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v7.", ".v8.");
+    let other_format = id.replace(".v8.", ".v9.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 8"), "{err}");
+    assert!(err.contains("format 9"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
