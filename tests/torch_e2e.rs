@@ -825,18 +825,19 @@ async fn actions_of(job: &Job, kind: &str) -> Result<Vec<Value>, String> {
         .collect())
 }
 
-/// Starts `name` with `args`, waits for the slow rank's stop, and checks
+/// Starts a job whose rank 2 hangs 20 s in (`ddp_train.py --hang MODE`),
+/// waits for the slow rank's stop, and checks
 /// that a critical `hang` names rank 2 within [`HANG_WITHIN`] with
 /// `phrases` in its message, and that ranks 0, 1 and 3 saved their
 /// threads' stacks into the job's dump directory.
-async fn hang_is_named(test: &str, name: &str, args: &[&str], phrases: &[&str]) {
+async fn hang_is_named(test: &str, mode: &str, phrases: &[&str]) {
     let Some(python) = torch_python(test) else {
         return;
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let mut job = Job::start(name, &python, &args).await;
+    let args = hang_args(mode);
+    let mut job = Job::start(&format!("torch-ddp-hang-{mode}"), &python, &args).await;
     let start = job.slowdown_start().await;
     let deadline = start + HANG_WITHIN.as_secs_f64();
     let alert = job
@@ -870,11 +871,54 @@ async fn hang_is_named(test: &str, name: &str, args: &[&str], phrases: &[&str]) 
     for d in &dumps {
         check_stacks(d, &job.dir.join(DUMP_DIR));
     }
+    // A stopped rank ignores SIGTERM and would outlive torchrun.
+    kill_processes_mentioning(&job.dir);
     job.stop().await;
     report(&format!(
         "{test}: hang {after:.1} s after rank 2 stopped: {message}\n{test}: {:.0} s",
         began.elapsed().as_secs_f64()
     ));
+}
+
+/// `ddp_train.py`'s arguments for a 4-rank DDP job whose rank 2 hangs
+/// ([`SLOW_AFTER_S`] in) the way `--hang MODE` says.
+fn hang_args(mode: &str) -> Vec<String> {
+    let slow_after = SLOW_AFTER_S.to_string();
+    [
+        "--duration-s",
+        "600",
+        "--instrument",
+        "none",
+        "--slow-rank",
+        "2",
+        "--slow-after-s",
+        &slow_after,
+        "--hang",
+        mode,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// SIGKILLs every process whose command line mentions `dir` (the job's
+/// workers name files in it), stopped ones included.
+fn kill_processes_mentioning(dir: &Path) {
+    let needle = dir.display().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.filter_map(Result::ok) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&needle) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
 }
 
 /// A done `dump_evidence` action's stacks file (its `response` names the
@@ -933,19 +977,7 @@ async fn pause_is_not_a_hang(test: &str, name: &str, args: &[&str]) {
 async fn with_no_gpumon_call_a_rank_asleep_before_its_backward_is_named_in_a_hang_within_90_s() {
     hang_is_named(
         "with_no_gpumon_call_a_rank_asleep_before_its_backward_is_named_in_a_hang_within_90_s",
-        "torch-ddp-hang-sleep",
-        &[
-            "--duration-s",
-            "600",
-            "--instrument",
-            "none",
-            "--slow-rank",
-            "2",
-            "--slow-after-s",
-            "20",
-            "--hang",
-            "sleep",
-        ],
+        "sleep",
         &[
             "rank 2 has not entered it",
             "ranks 0, 1, 3 wait in all_reduce",
@@ -962,22 +994,29 @@ async fn with_no_gpumon_call_a_rank_asleep_before_its_backward_is_named_in_a_han
 async fn with_no_gpumon_call_a_rank_that_skips_an_all_reduce_is_named_in_a_hang_within_90_s() {
     hang_is_named(
         "with_no_gpumon_call_a_rank_that_skips_an_all_reduce_is_named_in_a_hang_within_90_s",
-        "torch-ddp-hang-skip",
-        &[
-            "--duration-s",
-            "600",
-            "--instrument",
-            "none",
-            "--slow-rank",
-            "2",
-            "--slow-after-s",
-            "20",
-            "--hang",
-            "skip",
-        ],
+        "skip",
         &[
             "rank 2 waits in all_reduce",
             "of process group 0",
+            "ranks 0, 1, 3 wait in all_reduce",
+        ],
+    )
+    .await;
+}
+
+/// Rank 2 stops its whole process (SIGSTOP) before its backward, 20 s in:
+/// its hook stops with it, and its peers wait in their all-reduce. Named
+/// within 90 s as the rank that reports nothing. (A SIGKILLed peer makes
+/// gloo fail the others' collectives at once, "Connection reset by peer",
+/// so on CPU a dead rank ends the job; under NCCL the others wait, and the
+/// engine names the rank whose process NVML saw exit: `hang/tests.rs`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_stopped_rank_is_named_in_a_hang_within_90_s() {
+    hang_is_named(
+        "with_no_gpumon_call_a_stopped_rank_is_named_in_a_hang_within_90_s",
+        "stop",
+        &[
+            "rank 2 has reported nothing",
             "ranks 0, 1, 3 wait in all_reduce",
         ],
     )
@@ -1058,19 +1097,7 @@ async fn under_gpumon_profile_a_rank_asleep_is_named_in_a_hang_with_its_peers_ev
         "report.json",
         "--",
     ]);
-    let args = [
-        "--duration-s",
-        "600",
-        "--instrument",
-        "none",
-        "--slow-rank",
-        "2",
-        "--slow-after-s",
-        "20",
-        "--hang",
-        "sleep",
-    ]
-    .map(String::from);
+    let args = hang_args("sleep");
     torchrun_ddp_train(&mut cmd, &python, dir, "profile-hang", &args);
     cmd.kill_on_drop(true);
     let mut child = cmd.spawn().expect("gpumon profile starts");

@@ -67,6 +67,7 @@ killed it) exits by itself.
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -118,11 +119,14 @@ def parse_args(argv):
     )
     p.add_argument(
         "--hang",
-        choices=("sleep", "skip"),
+        choices=("sleep", "skip", "stop"),
         default=None,
         help="sleep: once slow, the slow rank sleeps for good before its backward (its peers wait in theirs); "
         "skip: every rank all-reduces its loss in a group of its own each step, and once slow the slow rank "
-        "skips it (a real deadlock: it waits in the next step's gradient all-reduce, its peers in the loss's)",
+        "skips it (a real deadlock: it waits in the next step's gradient all-reduce, its peers in the loss's); "
+        "stop: once slow, the slow rank stops its whole process with SIGSTOP before its backward (its hook "
+        "stops with it; gloo turns a SIGKILLed peer into an error at once, so this is how a dead rank hangs "
+        "a job on CPU)",
     )
     p.add_argument(
         "--pause-at-step",
@@ -500,6 +504,8 @@ def main(argv):
         t2 = time.perf_counter()
         if slow and args.hang == "sleep":
             time.sleep(24 * 3600)
+        if slow and args.hang == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         if by_hand:
             with gpumon.section("backward"):
                 loss.backward()

@@ -174,13 +174,12 @@ impl Engine {
             .is_some_and(|j| j.ranks.contains_key(&rank))
     }
 
-    /// The ranks of the job whose processes have not ended, in order.
-    pub fn live_ranks(&self, job: &str) -> Vec<u32> {
+    /// The job's ranks in order, each with whether its process has ended.
+    pub fn ranks_ended(&self, job: &str) -> Vec<(u32, bool)> {
         self.jobs.get(job).map_or_else(Vec::new, |j| {
             j.ranks
                 .iter()
-                .filter(|(_, r)| r.ended_t.is_none())
-                .map(|(&rank, _)| rank)
+                .map(|(&rank, r)| (rank, r.ended_t.is_some()))
                 .collect()
         })
     }

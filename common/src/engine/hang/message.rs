@@ -124,6 +124,7 @@ fn culprits_phrase(culprits: &[Culprit], group: &str) -> String {
                     c.rank
                 ),
                 Why::Behind => format!("rank {} is the furthest behind{step}", c.rank),
+                Why::Exited => format!("rank {}'s process has exited{step}", c.rank),
             }
         })
         .collect();

@@ -249,13 +249,14 @@ impl HangWatch {
         let Some(newest) = j.newest_step_t else {
             return;
         };
-        let live = engine.live_ranks(&s.job);
-        let views: Vec<RankView<'_>> = live
+        let ranks = engine.ranks_ended(&s.job);
+        let views: Vec<RankView<'_>> = ranks
             .iter()
-            .map(|&rank| {
+            .map(|&(rank, ended)| {
                 let known = j.ranks.get(&rank);
                 RankView {
                     rank,
+                    ended,
                     last_step: known.and_then(|k| k.last_step),
                     report: known.and_then(|k| k.report.as_ref().map(|(rt, r)| (*rt, r))),
                     last_heard_t: known.map(|k| k.last_heard_t),
@@ -271,7 +272,7 @@ impl HangWatch {
             return;
         };
         let rank = j.episode.as_ref().map_or_else(
-            || hang.culprits.first().map_or(live[0], |c| c.rank),
+            || hang.culprits.first().map_or(ranks[0].0, |c| c.rank),
             |e| e.rank,
         );
         j.episode.get_or_insert(Episode { since_t: t, rank });

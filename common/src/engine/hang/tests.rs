@@ -35,6 +35,7 @@ fn views(t: f64, reports: &[Option<StallRecord>]) -> Vec<RankView<'_>> {
         .enumerate()
         .map(|(rank, r)| RankView {
             rank: rank as u32,
+            ended: false,
             last_step: Some(41),
             report: r.as_ref().map(|r| (t - 2.0, r)),
             last_heard_t: Some(t - 70.0),
@@ -197,4 +198,26 @@ fn stall_reports_past_the_bound_are_counted_not_kept() {
     assert_eq!(watch.reports_refused(), 3);
     assert_eq!(watch.reports, MAX);
     assert_eq!(watch.reports_refused(), 3);
+}
+
+#[test]
+fn a_rank_whose_process_exited_is_named_while_the_others_wait() {
+    // What NCCL does when a rank is SIGKILLed: the others wait on (gloo
+    // errors out instead); NVML saw the process leave its GPU.
+    let reports = [
+        Some(stall(0, Some((10, "all_reduce", 72)), 10, None)),
+        None,
+        Some(stall(2, Some((10, "all_reduce", 72)), 10, None)),
+    ];
+    let t = 1000.0;
+    let mut v = views(t, &reports);
+    v[1].ended = true;
+    let Verdict::Hung(h) = judge(t, t - 70.0, None, &v) else {
+        panic!("a hang");
+    };
+    assert_eq!(h.live, 2);
+    assert_eq!(h.culprits.len(), 1);
+    assert_eq!((h.culprits[0].rank, &h.culprits[0].why), (1, &Why::Exited));
+    let text = super::message::describe("j", Some(3), &h);
+    assert!(text.contains("rank 1's process has exited"), "{text}");
 }

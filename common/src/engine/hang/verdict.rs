@@ -38,11 +38,13 @@ pub fn threshold_s(median_step_s: Option<f64>) -> f64 {
         .map_or(MIN_QUIET_S, |s| (s * QUIET_STEPS).max(MIN_QUIET_S))
 }
 
-/// What is known of one live rank.
+/// What is known of one rank of the job.
 #[derive(Debug, Clone, Copy)]
 pub struct RankView<'a> {
     /// Its global rank.
     pub rank: u32,
+    /// Its process has exited (NVML saw it leave its GPU).
+    pub ended: bool,
     /// Its last finished step number, if any.
     pub last_step: Option<u64>,
     /// Its latest stall report and when it came, if fresh.
@@ -76,6 +78,8 @@ pub enum Why {
     Silent(Option<f64>),
     /// No collective information: its last step is the oldest.
     Behind,
+    /// Its process has exited while the job's other ranks live on.
+    Exited,
 }
 
 /// A rank the others wait for.
@@ -137,7 +141,8 @@ pub enum Verdict {
 }
 
 /// Judges a job at data time `t`: `newest_step_t` is its newest step's
-/// time, `ranks` its live ranks in rank order.
+/// time, `ranks` its ranks in rank order (an exited one, among live ones,
+/// is named first: its peers wait for a process that is gone).
 pub fn judge<'a>(
     t: f64,
     newest_step_t: f64,
@@ -146,9 +151,15 @@ pub fn judge<'a>(
 ) -> Verdict {
     let threshold = threshold_s(median_step_s);
     let quiet = t - newest_step_t;
-    if quiet.is_nan() || quiet < threshold || ranks.is_empty() {
+    let live = ranks.iter().filter(|v| !v.ended).count();
+    if quiet.is_nan() || quiet < threshold || live == 0 {
         return Verdict::Running;
     }
+    let exited = ranks.iter().filter(|v| v.ended).map(|v| Culprit {
+        rank: v.rank,
+        why: Why::Exited,
+        last_step: v.last_step,
+    });
     let fresh = |v: &RankView<'a>| fresh_report(t, v);
     for v in ranks {
         if let Some(marker) = fresh(v).and_then(|r| r.marker.as_deref()) {
@@ -157,17 +168,19 @@ pub fn judge<'a>(
             }
         }
     }
-    let hang = |waited, culprits| {
+    let hang = |waited, culprits: Vec<Culprit>| {
         Verdict::Hung(Hang {
             quiet_s: quiet,
             threshold_s: threshold,
             waited,
-            culprits,
-            live: ranks.len(),
+            culprits: exited.clone().chain(culprits).collect(),
+            live,
         })
     };
     let Some((source, target)) = most_waited(ranks.iter().filter_map(fresh)) else {
-        if ranks.iter().filter_map(fresh).any(|r| r.source != "none") {
+        if exited.clone().next().is_none()
+            && ranks.iter().filter_map(fresh).any(|r| r.source != "none")
+        {
             return Verdict::Paused(
                 "no rank waits in a collective: every rank is busy in its own work".into(),
             );
@@ -178,7 +191,7 @@ pub fn judge<'a>(
     let mut waiters = Vec::new();
     let mut waited_s: f64 = 0.0;
     let mut timeout_left_s: Option<f64> = None;
-    for v in ranks {
+    for v in ranks.iter().filter(|v| !v.ended) {
         let Some(r) = fresh(v) else {
             culprits.push(Culprit {
                 rank: v.rank,
@@ -296,6 +309,7 @@ fn behind(t: f64, ranks: &[RankView<'_>]) -> Vec<Culprit> {
     let highest = ranks.iter().filter_map(|v| v.last_step).max();
     ranks
         .iter()
+        .filter(|v| !v.ended)
         .filter_map(|v| {
             let why = if fresh_report(t, v).is_none() {
                 Why::Silent(v.last_heard_t.map(|h| t - h))
