@@ -264,7 +264,7 @@ fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
 }
 
 /// A required non-negative integer (bytes, counts, step numbers).
-fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
+pub(super) fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
     opt_bytes(obj, key)?.ok_or_else(|| format!("missing field {key}"))
 }
 
@@ -280,7 +280,7 @@ fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, String
 }
 
 /// An optional non-negative integer: absent and `null` are `None`.
-fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
+pub(super) fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v

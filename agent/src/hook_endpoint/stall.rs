@@ -6,7 +6,7 @@
 use gpumon_proto::{CollectiveWait, StallRecord};
 use serde_json::{Map, Value};
 
-use super::records::shown;
+use super::records::{bytes, opt_bytes, shown};
 
 /// The record, stamped with the session's job and rank.
 pub(super) fn read_stall(
@@ -34,7 +34,7 @@ pub(super) fn read_stall(
         t_ms,
         job,
         rank,
-        step: count(obj, "step")?,
+        step: bytes(obj, "step")?,
         quiet_ms: seconds_as_ms(obj.get("quiet_s"), "quiet_s")?,
         source,
         waiting,
@@ -47,12 +47,9 @@ fn wait(w: &Map<String, Value>) -> Result<CollectiveWait, String> {
     Ok(CollectiveWait {
         group: string(w, "group")?,
         desc: opt_string(w, "desc")?.unwrap_or_default(),
-        seq: count(w, "seq")?,
+        seq: bytes(w, "seq")?,
         op: string(w, "op")?,
-        numel: match w.get("numel") {
-            None | Some(Value::Null) => 0,
-            Some(_) => count(w, "numel")?,
-        },
+        numel: opt_bytes(w, "numel")?.unwrap_or(0),
         waited_ms: seconds_as_ms(w.get("waited_s"), "waited_s")?,
         timeout_ms: match w.get("timeout_s") {
             None | Some(Value::Null) => None,
@@ -98,15 +95,6 @@ fn seconds_as_ms(v: Option<&Value>, what: &str) -> Result<u64, String> {
     }
     // Saturating: the record check refuses anything above 30 days.
     Ok((s * 1000.0).round().min(u64::MAX as f64) as u64)
-}
-
-fn count(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
-    match obj.get(key) {
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| format!("{key} must be a non-negative integer, not {}", shown(v))),
-        None => Err(format!("missing field {key}")),
-    }
 }
 
 fn string(obj: &Map<String, Value>, key: &str) -> Result<String, String> {

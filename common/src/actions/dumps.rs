@@ -3,6 +3,8 @@
 //! once per episode, and only ranks whose hooks reported the stall (their
 //! hooks run it from their own thread; their agents know the kind).
 
+use std::collections::BTreeSet;
+
 use gpumon_proto::ActionKind;
 
 use super::book::{ActionBook, ActionOrigin, ActionRequest, IssueRules};
@@ -18,14 +20,18 @@ pub fn plan_dumps(
 ) -> Vec<ActionRequest> {
     let mut out = Vec::new();
     for (job, episode) in hangs.episodes() {
+        // One pass over the book per episode, not one per rank.
+        let dumped: BTreeSet<u32> = book
+            .entries()
+            .filter(|e| {
+                e.kind == ActionKind::DumpEvidence && e.job == job && e.planned_t >= episode.since_t
+            })
+            .map(|e| e.rank)
+            .collect();
         for rank in hangs.reporting_since(job, episode.since_t - FRESH_S) {
-            let dumped = book.entries().any(|e| {
-                e.kind == ActionKind::DumpEvidence
-                    && e.rank == rank
-                    && e.job == job
-                    && e.planned_t >= episode.since_t
-            });
-            if dumped || !book.may_plan(ActionKind::DumpEvidence, job, rank, t, rules) {
+            if dumped.contains(&rank)
+                || !book.may_plan(ActionKind::DumpEvidence, job, rank, t, rules)
+            {
                 continue;
             }
             out.push(ActionRequest {
