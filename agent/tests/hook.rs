@@ -529,6 +529,45 @@ print(json.dumps([register("run-7", 3, 8), register(me, 0, 2), register(me, 0, 1
     server.stop().await;
 }
 
+/// A hooked process killed with SIGKILL: once its connection closes and
+/// the process is gone, the agent queues its word that the rank's process
+/// exited (a `process_exit` stall report with the rank's last step), so the
+/// hang detector can tell a dead rank from a stopped one without NVML.
+#[tokio::test]
+async fn a_hooked_process_that_is_killed_is_reported_as_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let script = "import time, gpumon\ngpumon.init()\nwhile True:\n    gpumon.step()\n    time.sleep(0.01)\n";
+    let mut child = hooked_python(&server, script, &[]);
+    let pid = child.id().unwrap();
+    server
+        .until(|hub| hub.sessions().iter().any(|s| s.last_step >= Some(3)))
+        .await;
+    child.start_kill().unwrap();
+    bounded(child.wait()).await.unwrap();
+    let mut exits = Vec::new();
+    server
+        .until(|hub| {
+            let (records, _) = hub.take_outgoing();
+            exits.extend(records.into_iter().filter_map(|r| match r {
+                HookRecord::Stall(s) if s.source == "process_exit" => Some(s),
+                _ => None,
+            }));
+            !exits.is_empty()
+        })
+        .await;
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    let e = &exits[0];
+    assert_eq!((e.job.as_str(), e.rank), (standalone_job(pid).as_str(), 0));
+    assert!(e.step >= 3, "the rank's last step: {e:?}");
+    assert!(e.waiting.is_none() && e.entered.is_empty(), "{e:?}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_disconnect_fails_the_pending_actions() {
     let dir = tempfile::tempdir().unwrap();

@@ -21,13 +21,14 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
+use super::exit;
 use super::hub::HookHub;
 use super::identity;
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     pub proc_root: PathBuf,
     /// When the last `warn` about a refusal was logged, ms.
     last_warn_ms: AtomicU64,
+    /// Ended sessions whose process's exit is being watched.
+    exit_watches: Arc<AtomicUsize>,
 }
 
 impl Shared {
@@ -58,6 +61,7 @@ impl Shared {
             hub,
             proc_root,
             last_warn_ms: AtomicU64::new(0),
+            exit_watches: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -87,19 +91,34 @@ struct Registered {
     id: u64,
     job: String,
     rank: u32,
+    /// Its process, where the kernel vouched for it (a Unix socket peer).
+    verified_pid: Option<u32>,
 }
 
-/// Ends the session when the connection task ends, however it ends.
+/// Ends the session when the connection task ends, however it ends, and
+/// watches whether its process exits.
 struct SessionGuard {
-    hub: Arc<HookHub>,
+    shared: Arc<Shared>,
     session: Option<Registered>,
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            self.hub.end_session(s.id, now_ms());
-            tracing::debug!(session = s.id, job = %s.job, rank = s.rank, "hook session ended");
+        let Some(s) = self.session.take() else {
+            return;
+        };
+        let shared = &self.shared;
+        let ended = shared.hub.end_session(s.id, now_ms());
+        tracing::debug!(session = s.id, job = %s.job, rank = s.rank, "hook session ended");
+        if let (Some(ended), Some(pid)) = (ended, s.verified_pid) {
+            let watches = shared.exit_watches.clone();
+            exit::watch(
+                shared.hub.clone(),
+                shared.proc_root.clone(),
+                watches,
+                pid,
+                ended,
+            );
         }
     }
 }
@@ -152,7 +171,7 @@ where
     let mut reader = BufReader::new(read);
     let mut conn = Connection {
         guard: SessionGuard {
-            hub: shared.hub.clone(),
+            shared: shared.clone(),
             session: None,
         },
         shared,
@@ -270,6 +289,7 @@ impl Connection {
                     id,
                     job: job.clone(),
                     rank,
+                    verified_pid: verified.then_some(pid),
                 });
                 tracing::info!(session = id, pid, %job, rank, peer = %self.peer.label, "hook session registered");
                 id

@@ -12,8 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
+use gpumon_common::engine::hang::PROCESS_EXIT;
 use gpumon_common::limits::prefix_within;
-use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, NodeAlert, PendingAction};
+use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, NodeAlert, PendingAction, StallRecord};
 use tokio::sync::watch;
 
 use super::alerts::{AlertQueue, HookAlert, PostedAlert};
@@ -82,6 +83,8 @@ pub struct SessionInfo {
     /// Its newest `alloc` record that carried both `device_used` and
     /// `device_total`.
     pub last_device: Option<AllocReading>,
+    /// The number of its newest finished step.
+    pub last_step: Option<u64>,
 }
 
 /// How a hooked process says an action ended (an `ack`).
@@ -254,6 +257,7 @@ impl HookHub {
             last_report_ms: None,
             last_alloc: None,
             last_device: None,
+            last_step: None,
         };
         st.sessions.insert(
             id,
@@ -306,15 +310,18 @@ impl HookHub {
                     s.info.last_device = Some(a);
                 }
             }
+            let steps = report.records.iter().filter_map(|r| match r {
+                HookRecord::Step(step) => Some(step.step),
+                _ => None,
+            });
+            if let Some(newest) = steps.max() {
+                s.info.last_step = Some(s.info.last_step.map_or(newest, |l| l.max(newest)));
+            }
         }
         st.stats.records_accepted += report.records.len() as u64;
         st.stats.records_skipped += report.skipped;
         for record in report.records {
-            if st.records.len() >= MAX_QUEUED_RECORDS {
-                st.records.pop_front();
-                st.stats.records_dropped += 1;
-            }
-            st.records.push_back(record);
+            st.queue_record(record);
         }
         drop(guard);
         self.bump();
@@ -434,18 +441,39 @@ impl HookHub {
     }
 
     /// Ends a session (its connection closed): frees its rank and fails
-    /// its pending actions. Ending an unknown session does nothing.
-    pub fn end_session(&self, session: u64, now_ms: u64) {
+    /// its pending actions; returns what it was. Ending an unknown session
+    /// does nothing.
+    pub fn end_session(&self, session: u64, now_ms: u64) -> Option<SessionInfo> {
         let mut st = self.lock();
-        let Some(s) = st.sessions.remove(&session) else {
-            return;
-        };
+        let s = st.sessions.remove(&session)?;
         let reg = &s.info.registration;
         st.by_rank.remove(&(reg.job.clone(), reg.rank));
         for action in s.actions {
             st.end_action(failed(action.id, now_ms, DISCONNECTED_REASON.to_owned()));
         }
         drop(st);
+        self.bump();
+        Some(s.info)
+    }
+
+    /// Queues the agent's word that the process behind an ended session
+    /// has exited: a stall report of source `process_exit`, so that the
+    /// hang detector knows the rank's process is gone where no NVML sees
+    /// it (a job on CPUs).
+    pub fn process_exited(&self, ended: &SessionInfo, now_ms: u64) {
+        let reg = &ended.registration;
+        let record = HookRecord::Stall(StallRecord {
+            t_ms: now_ms,
+            job: reg.job.clone(),
+            rank: reg.rank,
+            step: ended.last_step.unwrap_or(0),
+            quiet_ms: 0,
+            source: PROCESS_EXIT.to_owned(),
+            waiting: None,
+            entered: Vec::new(),
+            marker: None,
+        });
+        self.lock().queue_record(record);
         self.bump();
     }
 
@@ -530,6 +558,16 @@ impl HookHub {
 }
 
 impl State {
+    /// Queues a record for the next push, dropping the oldest (counted)
+    /// when [`MAX_QUEUED_RECORDS`] wait already.
+    fn queue_record(&mut self, record: HookRecord) {
+        if self.records.len() >= MAX_QUEUED_RECORDS {
+            self.records.pop_front();
+            self.stats.records_dropped += 1;
+        }
+        self.records.push_back(record);
+    }
+
     /// Records that an action ended and queues its ack.
     fn end_action(&mut self, ack: ActionAck) {
         self.pending.remove(&ack.id);

@@ -37,6 +37,7 @@
 mod addr;
 mod alerts;
 mod connection;
+mod exit;
 mod hub;
 mod identity;
 mod protocol;

@@ -3,6 +3,7 @@
 //! it waits in and the last one it entered per process group. Field by
 //! field, like the other records; the bounds are the common record check's.
 
+use gpumon_common::engine::hang::PROCESS_EXIT;
 use gpumon_proto::{CollectiveWait, StallRecord};
 use serde_json::{Map, Value};
 
@@ -17,6 +18,11 @@ pub(super) fn read_stall(
 ) -> Result<StallRecord, String> {
     let source = match obj.get("source") {
         None | Some(Value::Null) => "none".to_owned(),
+        Some(Value::String(s)) if s == PROCESS_EXIT => {
+            return Err(format!(
+                "source {PROCESS_EXIT:?} is the agent's own word; a hook cannot send it"
+            ))
+        }
         Some(Value::String(s)) => s.clone(),
         Some(other) => return Err(format!("source must be a string, not {}", shown(other))),
     };
@@ -164,6 +170,10 @@ mod tests {
             (
                 json!({"step": 1, "quiet_s": 1, "waiting": 3}),
                 "object or null",
+            ),
+            (
+                json!({"step": 1, "quiet_s": 1, "source": "process_exit"}),
+                "a hook cannot send it",
             ),
         ];
         for (v, want) in bad {

@@ -82,7 +82,7 @@ pub enum InvalidRecord {
         ms: u64,
     },
     /// A stall source this build does not know.
-    #[error("source {0:?} is not flight_recorder, wrappers or none")]
+    #[error("source {0:?} is not flight_recorder, wrappers, none or process_exit")]
     UnknownSource(String),
 }
 
@@ -92,8 +92,9 @@ pub const MAX_STALL_GROUPS: usize = 16;
 /// Longest quiet, wait or timeout a stall may report: 30 days, ms.
 pub const MAX_STALL_MS: u64 = 30 * 24 * 3600 * 1000;
 
-/// The sources of collective sequence numbers a stall may name.
-pub const STALL_SOURCES: [&str; 3] = ["flight_recorder", "wrappers", "none"];
+/// The sources of collective sequence numbers a stall may name, and
+/// `process_exit`: the agent's word that the rank's process has exited.
+pub const STALL_SOURCES: [&str; 4] = ["flight_recorder", "wrappers", "none", "process_exit"];
 
 fn label(field: &'static str, name: &str, max: usize) -> Result<(), InvalidRecord> {
     if name.is_empty() {

@@ -8,7 +8,11 @@
 //! and judges the job ([`verdict::judge`]) when a report comes, at most once
 //! per [`JUDGE_EVERY_S`] of data time: a scan of the job's ranks, never per
 //! step. A hang raises a critical `hang` alert about the rank the others
-//! wait for; the job's next step resolves it. The state lives beside the
+//! wait for; the job's next step resolves it. Where no NVML sees a rank's
+//! process (a job on CPUs), its agent says when the process behind a hook
+//! session has exited with a report of source [`PROCESS_EXIT`]: the rank
+//! counts as ended until it steps again (a restarted process). The state
+//! lives beside the
 //! engine in the replicated data and takes its time from the records, so
 //! every replica and `gpumon replay` judge alike.
 
@@ -28,6 +32,10 @@ use super::Engine;
 use crate::actions::{ActionBook, ActionState};
 use crate::hook_records::check_record;
 use verdict::{judge, RankView, Verdict};
+
+/// The source of a stall report that a rank's agent sends when the process
+/// behind its hook session has exited (the hooks themselves never send it).
+pub const PROCESS_EXIT: &str = "process_exit";
 
 /// Data time between two judgements of one job, seconds.
 pub const JUDGE_EVERY_S: f64 = 5.0;
@@ -254,11 +262,13 @@ impl HangWatch {
             .iter()
             .map(|&(rank, ended)| {
                 let known = j.ranks.get(&rank);
+                let report = known.and_then(|k| k.report.as_ref().map(|(rt, r)| (*rt, r)));
+                let exited = report.is_some_and(|(_, r)| r.source == PROCESS_EXIT);
                 RankView {
                     rank,
-                    ended,
+                    ended: ended || exited,
                     last_step: known.and_then(|k| k.last_step),
-                    report: known.and_then(|k| k.report.as_ref().map(|(rt, r)| (*rt, r))),
+                    report: report.filter(|_| !exited),
                     last_heard_t: known.map(|k| k.last_heard_t),
                 }
             })

@@ -221,3 +221,76 @@ fn a_rank_whose_process_exited_is_named_while_the_others_wait() {
     let text = super::message::describe("j", Some(3), &h);
     assert!(text.contains("rank 1's process has exited"), "{text}");
 }
+
+#[test]
+fn an_agents_word_that_a_process_exited_names_its_rank_and_a_new_step_takes_it_back() {
+    use super::{HangWatch, PROCESS_EXIT};
+    use crate::actions::ActionBook;
+    use crate::engine::alerts::AlertKind;
+    use crate::engine::{Engine, EngineConfig};
+    use gpumon_proto::{HookRecord, StepRecord};
+
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut watch = HangWatch::default();
+    let book = ActionBook::default();
+    let step = |rank: u32, t_ms: u64, n: u64| {
+        HookRecord::Step(StepRecord {
+            t_ms,
+            job: "j".into(),
+            rank,
+            step: n,
+            duration_ms: 100.0,
+            sections: Vec::new(),
+            group: None,
+        })
+    };
+    let steps: Vec<HookRecord> = (0..3).map(|rank| step(rank, 1_000, 41)).collect();
+    for rank in 0..3 {
+        engine.observe_step(1.0, "j", rank, 41, 100.0, [], None);
+    }
+    watch.observe(&mut engine, "n", &steps, &book);
+    let mut exited = stall(1, None, 10, None);
+    exited.source = PROCESS_EXIT.into();
+    exited.t_ms = 3_000;
+    let waiting = |rank: u32, t_ms: u64| {
+        let mut s = stall(rank, Some((10, "all_reduce", 72)), 10, None);
+        s.t_ms = t_ms;
+        HookRecord::Stall(s)
+    };
+    let records = [
+        HookRecord::Stall(exited),
+        waiting(0, 75_000),
+        waiting(2, 75_000),
+    ];
+    watch.observe(&mut engine, "n", &records, &book);
+    let hangs: Vec<_> = engine
+        .alerts_mut()
+        .active()
+        .filter(|a| a.kind == AlertKind::Hang)
+        .cloned()
+        .collect();
+    assert_eq!(hangs.len(), 1, "{hangs:?}");
+    assert_eq!(hangs[0].rank, Some(1));
+    assert!(
+        hangs[0].message.contains("rank 1's process has exited"),
+        "{}",
+        hangs[0].message
+    );
+    // The rank's process restarted: its step resolves the hang, and the
+    // exit no longer counts when the job stalls again.
+    engine.observe_step(80.0, "j", 1, 42, 100.0, [], None);
+    watch.observe(&mut engine, "n", &[step(1, 80_000, 42)], &book);
+    assert!(engine
+        .alerts_mut()
+        .active()
+        .all(|a| a.kind != AlertKind::Hang));
+    let records = [waiting(0, 160_000), waiting(2, 160_000)];
+    watch.observe(&mut engine, "n", &records, &book);
+    let hang = engine
+        .alerts_mut()
+        .active()
+        .find(|a| a.kind == AlertKind::Hang)
+        .cloned()
+        .expect("a hang");
+    assert!(!hang.message.contains("exited"), "{}", hang.message);
+}
