@@ -204,3 +204,87 @@ async fn a_key_file_others_can_read_or_a_half_given_identity_stops_the_start() {
         );
     }
 }
+
+/// Connections to `addr` from 127.0.0.2 (loopback, another source than the
+/// clients' 127.0.0.1) that open TCP and never start their handshake.
+async fn stalled(addr: &str, n: usize) -> Vec<tokio::net::TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        held.push(socket.connect(addr).await.unwrap());
+    }
+    held
+}
+
+/// More connections than a replica has TLS handshake places, all from one
+/// address and silent, on the leader and on a follower: from another
+/// address an agent's push commits, Raft carries it to the follower,
+/// `gpumon status` answers and `/metrics` is scraped, each within 5 s (the
+/// stalled handshakes hold their places for 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_from_one_address_delay_no_agent_peer_cli_or_scrape() {
+    use gpumon_net::admission::MAX_PER_SOURCE;
+    use gpumon_net::MAX_HANDSHAKES;
+    use support::pusher::Plan;
+    const PROMPT: Duration = Duration::from_secs(5);
+    const STALLED: usize = MAX_PER_SOURCE + 4;
+    const { assert!(STALLED > MAX_HANDSHAKES) };
+    let pki = tls::make();
+    let replica_flags = [
+        "--tls-cert-file",
+        path(&pki.replica.cert),
+        "--tls-key-file",
+        path(&pki.replica.key),
+        "--tls-client-ca-file",
+        path(&pki.ca),
+    ];
+    let cluster =
+        Cluster::start_with(3, &replica_flags, "https", pki.client(Some(&pki.agent))).await;
+    let leader = cluster.wait_leader(WITHIN).await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let before = cluster.status(leader).await.applied_index.unwrap_or(0);
+    let mut held = stalled(cluster.addr(leader), STALLED).await;
+    held.extend(stalled(cluster.addr(follower), STALLED).await);
+
+    let agent = pki.client(Some(&pki.agent));
+    let ingest = format!("{}/api/v1/ingest", cluster.url(leader));
+    let plan = Plan::new(1, 1, 2, Duration::from_millis(100));
+    for msg in [plan.hello(0), plan.batch(0, 1)] {
+        let push = agent
+            .post(&ingest)
+            .timeout(PROMPT)
+            .body(gpumon_proto::wire::encode(&msg))
+            .send()
+            .await
+            .expect("the agent's push is answered promptly");
+        assert!(push.status().is_success(), "{}", push.status());
+    }
+    cluster
+        .wait_converged(&[leader, follower], before + 2, PROMPT)
+        .await;
+    let out = tokio::time::timeout(
+        PROMPT,
+        gpumon()
+            .args(["status", "--coordinator", &cluster.url(follower)])
+            .args(client_flags(&pki, &pki.agent))
+            .output(),
+    )
+    .await
+    .expect("gpumon status answers promptly")
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scrape = agent
+        .get(format!("{}/metrics", cluster.url(leader)))
+        .timeout(PROMPT)
+        .send()
+        .await
+        .expect("scraped promptly");
+    assert!(scrape.status().is_success());
+    drop(held);
+}

@@ -11,13 +11,15 @@
 //! panics (reqwest is built without a provider of its own), so every
 //! client goes through [`client_builder`] or [`plain_client_builder`].
 
+pub mod admission;
 mod client;
 mod files;
 mod listener;
 
+pub use admission::{Admissions, MAX_HANDSHAKES};
 pub use client::{client_builder, client_builder_with, plain_client_builder, ClientTls};
 pub use files::{Identity, TlsError};
-pub use listener::{ApiListener, ApiStream, ServerTls, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES};
+pub use listener::{ApiListener, ApiStream, ServerTls, HANDSHAKE_TIMEOUT};
 
 use std::sync::Arc;
 

@@ -1,36 +1,42 @@
 //! The coordinator's listener: plain TCP, or TLS with rustls.
 //!
-//! TLS handshakes run on tasks of their own, never in the accept loop, so
-//! a client that opens a connection and says nothing (or says it slowly)
-//! holds one handshake slot for at most [`HANDSHAKE_TIMEOUT`] and never
-//! stops others from connecting. At most [`MAX_HANDSHAKES`] run at once;
-//! connections beyond that are closed at once. A failed handshake (a
-//! plain-HTTP client on the TLS port, an untrusted client certificate) is
-//! counted and logged at debug level.
+//! Every connection is admitted against the caps of [`crate::admission`]
+//! (in all and per source) and closed when it stays silent: see
+//! [`ApiStream`]. TLS handshakes run on tasks of their own, never in the
+//! accept loop, so a client that opens a connection and says nothing (or
+//! says it slowly) holds one handshake place for at most
+//! [`HANDSHAKE_TIMEOUT`] and never stops others from connecting; a
+//! connection past the handshake caps is closed at once. A failed
+//! handshake (a plain-HTTP client on the TLS port, an untrusted client
+//! certificate) is counted and logged at debug level.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use crate::admission::{
+    Admission, Admissions, FIRST_BYTES_WITHIN, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES,
+    MAX_HANDSHAKES_PER_SOURCE, MAX_PER_SOURCE,
+};
 use crate::files::{read_roots, Identity, TlsError};
 
 /// Longest a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most TLS handshakes in progress at once.
-pub const MAX_HANDSHAKES: usize = 256;
 /// Connections handshaken but not yet taken by the server.
 const READY_QUEUE: usize = 64;
 
@@ -86,18 +92,27 @@ impl ServerTls {
 
 /// A bound listener that axum serves: plain, or TLS.
 #[derive(Debug)]
-pub enum ApiListener {
+pub struct ApiListener {
+    accepting: Accepting,
+    connections: Admissions,
+}
+
+#[derive(Debug)]
+enum Accepting {
     /// Plain TCP.
     Plain(TcpListener),
     /// TLS; handshakes done in the background.
     Tls(TlsAccepting),
 }
 
+/// A handshaken connection and its place.
+type Ready = (TlsStream<TcpStream>, SocketAddr, Admission);
+
 /// The background side of a TLS listener.
 #[derive(Debug)]
-pub struct TlsAccepting {
+struct TlsAccepting {
     local_addr: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<Ready>,
     failed: Arc<AtomicU64>,
     acceptor: JoinHandle<()>,
 }
@@ -111,8 +126,12 @@ impl Drop for TlsAccepting {
 impl ApiListener {
     /// Serves `tcp` with TLS per `config`, or plain without one.
     pub fn new(tcp: TcpListener, config: Option<Arc<rustls::ServerConfig>>) -> io::Result<Self> {
+        let connections = Admissions::new(MAX_CONNECTIONS, MAX_PER_SOURCE);
         let Some(config) = config else {
-            return Ok(Self::Plain(tcp));
+            return Ok(Self {
+                accepting: Accepting::Plain(tcp),
+                connections,
+            });
         };
         let local_addr = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(READY_QUEUE);
@@ -122,25 +141,52 @@ impl ApiListener {
             TlsAcceptor::from(config),
             tx,
             failed.clone(),
+            connections.clone(),
         ));
-        Ok(Self::Tls(TlsAccepting {
-            local_addr,
-            ready,
-            failed,
-            acceptor,
-        }))
+        Ok(Self {
+            accepting: Accepting::Tls(TlsAccepting {
+                local_addr,
+                ready,
+                failed,
+                acceptor,
+            }),
+            connections,
+        })
     }
 
     /// Whether connections are TLS.
     pub fn is_tls(&self) -> bool {
-        matches!(self, Self::Tls(_))
+        matches!(self.accepting, Accepting::Tls(_))
     }
 
-    /// Handshakes that failed or timed out so far (0 for plain TCP).
+    /// Handshakes that failed, timed out or found no place so far (0 for
+    /// plain TCP).
     pub fn failed_handshakes(&self) -> Arc<AtomicU64> {
-        match self {
-            Self::Plain(_) => Arc::new(AtomicU64::new(0)),
-            Self::Tls(t) => t.failed.clone(),
+        match &self.accepting {
+            Accepting::Plain(_) => Arc::new(AtomicU64::new(0)),
+            Accepting::Tls(t) => t.failed.clone(),
+        }
+    }
+
+    /// The connection caps: places held and connections refused.
+    pub fn connections(&self) -> Admissions {
+        self.connections.clone()
+    }
+}
+
+/// Accepts TCP connections, or waits 100 ms after a failed accept (out of
+/// file descriptors and the like) and tries again.
+async fn accept_tcp(tcp: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match tcp.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return (stream, peer);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 }
@@ -148,32 +194,29 @@ impl ApiListener {
 async fn accept_loop(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Sender<Ready>,
     failed: Arc<AtomicU64>,
+    connections: Admissions,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let handshakes = Admissions::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     loop {
-        let (stream, peer) = match tcp.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of file descriptors and the like: wait, then go on.
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            failed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, "too many TLS handshakes at once; connection closed");
+        let (stream, peer) = accept_tcp(&tcp).await;
+        let Some(place) = connections.admit(peer.ip()) else {
+            tracing::debug!(%peer, "too many connections (in all or from this source); connection closed");
             continue;
         };
-        let _ = stream.set_nodelay(true);
+        let Some(handshake) = handshakes.admit(peer.ip()) else {
+            failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "too many TLS handshakes at once (in all or from this source); connection closed");
+            continue;
+        };
         let (acceptor, ready, failed) = (acceptor.clone(), ready.clone(), failed.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+            drop(handshake);
+            match outcome {
                 Ok(Ok(tls)) => {
-                    let _ = ready.send((tls, peer)).await;
+                    let _ = ready.send((tls, peer, place)).await;
                 }
                 Ok(Err(e)) => {
                     failed.fetch_add(1, Ordering::Relaxed);
@@ -193,15 +236,20 @@ impl axum::serve::Listener for ApiListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (ApiStream, SocketAddr) {
-        match self {
-            Self::Plain(tcp) => {
-                // axum's own accept for TcpListener retries failed accepts.
-                let (stream, peer) = axum::serve::Listener::accept(tcp).await;
-                let _ = stream.set_nodelay(true);
-                (ApiStream::Plain(stream), peer)
-            }
-            Self::Tls(t) => match t.ready.recv().await {
-                Some((stream, peer)) => (ApiStream::Tls(Box::new(stream)), peer),
+        match &mut self.accepting {
+            Accepting::Plain(tcp) => loop {
+                let (stream, peer) = accept_tcp(tcp).await;
+                match self.connections.admit(peer.ip()) {
+                    Some(place) => return (ApiStream::new(Io::Plain(stream), place), peer),
+                    None => {
+                        tracing::debug!(%peer, "too many connections (in all or from this source); connection closed");
+                    }
+                }
+            },
+            Accepting::Tls(t) => match t.ready.recv().await {
+                Some((stream, peer, place)) => {
+                    (ApiStream::new(Io::Tls(Box::new(stream)), place), peer)
+                }
                 // The accept loop ended (its task was aborted): nothing
                 // more will come.
                 None => std::future::pending().await,
@@ -210,20 +258,52 @@ impl axum::serve::Listener for ApiListener {
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        match self {
-            Self::Plain(tcp) => TcpListener::local_addr(tcp),
-            Self::Tls(t) => Ok(t.local_addr),
+        match &self.accepting {
+            Accepting::Plain(tcp) => TcpListener::local_addr(tcp),
+            Accepting::Tls(t) => Ok(t.local_addr),
         }
     }
 }
 
-/// One accepted connection.
+/// One accepted connection, holding its place (given back when it drops).
+/// It must send its first bytes within [`FIRST_BYTES_WITHIN`] and then
+/// pass a byte either way at least every [`IDLE_TIMEOUT`]; past that, a
+/// read fails with `TimedOut` and the server drops the connection.
 #[derive(Debug)]
-pub enum ApiStream {
+pub struct ApiStream {
+    io: Io,
+    deadline: Pin<Box<Sleep>>,
+    _place: Admission,
+}
+
+#[derive(Debug)]
+enum Io {
     /// Plain TCP.
     Plain(TcpStream),
     /// TLS over TCP, handshake done.
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ApiStream {
+    fn new(io: Io, place: Admission) -> Self {
+        Self {
+            io,
+            deadline: Box::pin(tokio::time::sleep(FIRST_BYTES_WITHIN)),
+            _place: place,
+        }
+    }
+
+    /// Bytes passed: the connection may idle [`IDLE_TIMEOUT`] from now.
+    fn moved(&mut self) {
+        self.deadline.as_mut().reset(Instant::now() + IDLE_TIMEOUT);
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the connection passed no byte within its deadline",
+    )
 }
 
 impl AsyncRead for ApiStream {
@@ -232,9 +312,23 @@ impl AsyncRead for ApiStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        match read {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    this.moved();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                ready!(this.deadline.as_mut().poll(cx));
+                Poll::Ready(Err(timed_out()))
+            }
         }
     }
 }
@@ -245,23 +339,35 @@ impl AsyncWrite for ApiStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        let this = self.get_mut();
+        let written = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        };
+        match written {
+            Poll::Ready(Ok(n)) if n > 0 => this.moved(),
+            Poll::Pending => {
+                // A peer that reads nothing holds the response: the same
+                // deadline.
+                ready!(this.deadline.as_mut().poll(cx));
+                return Poll::Ready(Err(timed_out()));
+            }
+            _ => {}
         }
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

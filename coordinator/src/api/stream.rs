@@ -37,6 +37,12 @@
 //! coordinator shuts down. The stream
 //! takes no query parameters; any is refused (400) so typos do not pass
 //! silently.
+//!
+//! While nothing is applied, a blank line goes out every
+//! [`KEEPALIVE`]: the listener closes a connection that passes no byte for
+//! two minutes (`gpumon_net::admission`), and an idle cluster's stream is
+//! not a stalled connection. Trace readers and `gpumon record` skip blank
+//! lines.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -65,6 +71,12 @@ pub const STREAM_BUFFER_CHUNKS: usize = 256;
 /// (job, rank) pairs a connection remembers to leave out repeated `rank`
 /// records; past it, it forgets them all and repeats each once.
 const MAX_RANKS_REMEMBERED: usize = 65_536;
+
+/// Longest time a stream goes without a byte: a blank line then.
+pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a stream sends when it has had nothing to send for [`KEEPALIVE`].
+const BLANK_LINE: &[u8] = b"\n";
 
 /// Content type of the stream.
 const NDJSON: &str = "application/x-ndjson";
@@ -124,23 +136,22 @@ pub async fn stream(
 
 /// Moves chunks to the client's buffer until the stream ends, the client
 /// goes away, or the buffer is full (the client stopped reading); the slot
-/// is freed then.
-async fn feed(
-    mut stream: Stream,
-    chunks: mpsc::Sender<Bytes>,
-    _slot: StreamSlot,
-    peer: SocketAddr,
-) {
+/// is freed then. A blank line goes out after [`KEEPALIVE`] without one.
+async fn feed(stream: Stream, chunks: mpsc::Sender<Bytes>, _slot: StreamSlot, peer: SocketAddr) {
+    let mut next = Box::pin(next_chunk(stream));
     loop {
-        let next = tokio::select! {
+        let chunk = tokio::select! {
             // The client went away while nothing was applied.
             _ = chunks.closed() => return,
-            next = next_chunk(stream) => next,
+            _ = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(BLANK_LINE),
+            ready = &mut next => {
+                let Some((Ok(chunk), stream)) = ready else {
+                    return;
+                };
+                next = Box::pin(next_chunk(stream));
+                chunk
+            }
         };
-        let Some((Ok(chunk), next)) = next else {
-            return;
-        };
-        stream = next;
         match chunks.try_send(chunk) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -522,5 +533,38 @@ mod tests {
             got, 2,
             "what was buffered is still delivered, then the stream ends"
         );
+    }
+
+    /// A stream with nothing applied sends a blank line every
+    /// [`KEEPALIVE`] (the listener closes connections silent for two
+    /// minutes), and a batch applied in between still goes out at once.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stream_sends_a_blank_line_every_keepalive() {
+        let (applied_tx, applied) = broadcast::channel(4);
+        let (_stop, shutdown) = watch::channel(false);
+        let stream = Stream {
+            applied,
+            shutdown,
+            encoder: Encoder::default(),
+        };
+        let (chunks, mut got) = mpsc::channel(16);
+        let slots = super::super::stream_slots::StreamSlots::default();
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let slot = slots.claim(peer.ip()).unwrap();
+        tokio::spawn(feed(stream, chunks, slot, peer));
+        let began = tokio::time::Instant::now();
+        assert_eq!(&got.recv().await.unwrap()[..], BLANK_LINE);
+        assert_eq!(began.elapsed(), KEEPALIVE);
+        let batch = AppliedBatch {
+            node: "n0".into(),
+            windows: vec![window(1_000, 0, 100)],
+            hook: Vec::new(),
+        };
+        applied_tx.send(Arc::new(batch)).unwrap();
+        let lines = got.recv().await.unwrap();
+        assert!(lines.starts_with(b"{"), "the batch, not a blank line");
+        assert_eq!(began.elapsed(), KEEPALIVE, "at once");
+        assert_eq!(&got.recv().await.unwrap()[..], BLANK_LINE);
+        assert_eq!(began.elapsed(), 2 * KEEPALIVE);
     }
 }

@@ -1,0 +1,200 @@
+//! Who may hold one of the listener's connections, and for how long.
+//!
+//! A client that connects and then says nothing (or one byte now and then)
+//! costs the coordinator a socket and a task for as long as it likes. So
+//! every connection is admitted against two caps, [`MAX_CONNECTIONS`] in
+//! all and [`MAX_PER_SOURCE`] from one source (an IPv4 address, or an IPv6
+//! /64, which one host can fill on its own), and TLS handshakes against
+//! [`MAX_HANDSHAKES`] in all and [`MAX_HANDSHAKES_PER_SOURCE`] from one
+//! source: a flood of stalled connections from one source takes that
+//! source's places, not its neighbours'. A connection past a cap is closed
+//! at once and counted.
+//!
+//! An admitted connection must then send its first bytes within
+//! [`FIRST_BYTES_WITHIN`] and may go [`IDLE_TIMEOUT`] without a byte in
+//! either direction before it is closed (longer than the 90 s a pooled
+//! client connection of reqwest idles, so a client never reuses one the
+//! server is closing). See [`crate::ApiStream`].
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Connections held at once, all sources together.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Connections held at once from one source.
+pub const MAX_PER_SOURCE: usize = 256;
+/// TLS handshakes in progress at once, all sources together.
+pub const MAX_HANDSHAKES: usize = 256;
+/// TLS handshakes in progress at once from one source.
+pub const MAX_HANDSHAKES_PER_SOURCE: usize = 32;
+/// Longest wait for a connection's first bytes after it is accepted (after
+/// its TLS handshake on TLS).
+pub const FIRST_BYTES_WITHIN: Duration = Duration::from_secs(10);
+/// Longest a connection may pass no byte either way.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a connection comes from, for the per-source cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// An IPv4 address (or an IPv4-mapped IPv6 one).
+    V4([u8; 4]),
+    /// The /64 prefix of an IPv6 address.
+    V6([u8; 8]),
+}
+
+impl Source {
+    /// The source of a peer at `ip`.
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self::V4(v4.octets()),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Self::V4(v4.octets()),
+                None => {
+                    let mut prefix = [0; 8];
+                    prefix.copy_from_slice(&v6.octets()[..8]);
+                    Self::V6(prefix)
+                }
+            },
+        }
+    }
+}
+
+/// Places for connections: `total` in all, `per_source` from one source.
+#[derive(Debug, Clone)]
+pub struct Admissions {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    total: usize,
+    per_source: usize,
+    held: Mutex<Held>,
+    refused: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    total: usize,
+    /// Sources holding a place now: at most `total` entries.
+    by_source: HashMap<Source, usize>,
+}
+
+impl Admissions {
+    /// Caps of `total` places and `per_source` from one source.
+    pub fn new(total: usize, per_source: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                total,
+                per_source,
+                held: Mutex::new(Held::default()),
+                refused: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A place for a connection from `ip`, held until the returned guard
+    /// drops; `None` (counted) when a cap is reached.
+    pub fn admit(&self, ip: IpAddr) -> Option<Admission> {
+        let source = Source::of(ip);
+        let mut held = self.lock();
+        let of_source = held.by_source.get(&source).copied().unwrap_or(0);
+        if held.total >= self.inner.total || of_source >= self.inner.per_source {
+            drop(held);
+            self.inner.refused.fetch_add(1, Relaxed);
+            return None;
+        }
+        held.total += 1;
+        held.by_source.insert(source, of_source + 1);
+        Some(Admission {
+            inner: self.inner.clone(),
+            source,
+        })
+    }
+
+    /// Connections refused so far for a cap.
+    pub fn refused(&self) -> u64 {
+        self.inner.refused.load(Relaxed)
+    }
+
+    /// Places held now, and sources holding them.
+    pub fn held(&self) -> (usize, usize) {
+        let held = self.lock();
+        (held.total, held.by_source.len())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        lock(&self.inner)
+    }
+}
+
+// A panic while the lock is held leaves the counts consistent (each change
+// is one statement), so a poisoned lock is taken as it is.
+fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Held> {
+    inner.held.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One admitted connection's place; given back on drop.
+#[derive(Debug)]
+pub struct Admission {
+    inner: Arc<Inner>,
+    source: Source,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut held = lock(&self.inner);
+        held.total = held.total.saturating_sub(1);
+        if let Some(n) = held.by_source.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                held.by_source.remove(&self.source);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn one_source_cannot_take_the_places_of_others_and_places_come_back() {
+        let places = Admissions::new(5, 2);
+        let a1 = places.admit(ip("10.0.0.1")).unwrap();
+        let _a2 = places.admit(ip("10.0.0.1")).unwrap();
+        assert!(places.admit(ip("10.0.0.1")).is_none(), "per source");
+        assert!(
+            places.admit(ip("::ffff:10.0.0.1")).is_none(),
+            "the same IPv4 host"
+        );
+        let _b = places.admit(ip("10.0.0.2")).unwrap();
+        let _c1 = places.admit(ip("2001:db8::1")).unwrap();
+        let _c2 = places.admit(ip("2001:db8::2")).unwrap();
+        assert!(places.admit(ip("2001:db8::3")).is_none(), "one IPv6 /64");
+        assert!(places.admit(ip("10.0.0.3")).is_none(), "in all");
+        assert_eq!(places.refused(), 4);
+        drop(a1);
+        assert_eq!(places.held(), (4, 3));
+        let _a3 = places.admit(ip("10.0.0.3")).unwrap();
+        assert_eq!(places.held(), (5, 4));
+    }
+
+    #[test]
+    fn sources_are_forgotten_when_their_last_connection_goes() {
+        let places = Admissions::new(10_000, 1);
+        let held: Vec<_> = (0..1000u32)
+            .map(|i| places.admit(IpAddr::from(i.to_be_bytes())).unwrap())
+            .collect();
+        assert_eq!(places.held(), (1000, 1000));
+        drop(held);
+        assert_eq!(places.held(), (0, 0));
+    }
+}
