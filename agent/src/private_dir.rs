@@ -10,9 +10,11 @@
 //! user (or by root, for a socket directory of the root agent), that no
 //! other user may write in (a sticky world-writable directory such as
 //! `/tmp` itself is fine for a socket: others cannot remove what is ours).
-//! Otherwise the error names the path, its owner and what to do.
+//! Otherwise the error names the path, its owner and what to do. Files in
+//! such a directory are opened without following a symbolic link
+//! ([`create_file`]).
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Sticky bit: in a world-writable directory, only an entry's owner may
@@ -66,6 +68,19 @@ pub fn check_dir(dir: &Path, may_be_root_owned: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Creates (or truncates) the file `path` in a private directory, mode
+/// `0600`, refusing to follow a symbolic link in its place (`ELOOP`): a
+/// link planted there cannot make gpumon truncate or write another file.
+pub fn create_file(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
 }
 
 #[cfg(test)]
@@ -123,5 +138,20 @@ mod tests {
         std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
         let err = ensure_private_dir(&theirs).unwrap_err();
         assert!(err.contains("belongs to uid 4242"), "{err}");
+    }
+
+    #[test]
+    fn a_file_is_not_opened_through_a_symbolic_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("victim");
+        std::fs::write(&target, "keep me").unwrap();
+        let link = tmp.path().join("agent.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(create_file(&link).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        let real = tmp.path().join("real.log");
+        std::io::Write::write_all(&mut create_file(&real).unwrap(), b"x").unwrap();
+        let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 }

@@ -36,6 +36,7 @@ from ._records import (
     to_record,
 )
 from ._settings import (
+    ACK_QUEUE_MAXLEN,
     MAX_RECORD_AGE_S,
     MAX_RECORDS_PER_REPORT,
     MAX_REPORT_BYTES,
@@ -68,7 +69,7 @@ class Reporter:
         get_source: Callable[[], Any],
         records: Deque[tuple],
         acks: Deque[Dict[str, Any]],
-        deliver: Callable[[Dict[str, Any]], None],
+        deliver: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]],
         dropped: Callable[[], int],
         deliver_alerts: Callable[[list], None] = lambda alerts: None,
         stall: Optional[StallWatch] = None,
@@ -214,7 +215,7 @@ class Reporter:
             self._check_stall()
         while True:
             try:
-                self._ack_outbox.append(self._acks.popleft())
+                self._queue_ack(self._acks.popleft())
             except IndexError:
                 break
 
@@ -445,7 +446,7 @@ class Reporter:
             if action_id in self._seen:
                 ack = self._sent_acks.pop(action_id, None)
                 if ack is not None:
-                    self._ack_outbox.append(ack)
+                    self._queue_ack(ack)
                 continue
             self._seen[action_id] = None
             while len(self._seen) > SEEN_ACTIONS_MAX:
@@ -455,14 +456,25 @@ class Reporter:
             clean = {"id": action_id, "kind": kind, "reason": reason if isinstance(reason, str) else ""}
             run = self._run_here.get(kind)
             if run is None:
-                self._deliver(clean)
+                refused = self._deliver(clean)
+                if refused is not None:
+                    self._queue_ack(refused)
                 continue
             try:
                 ack = run(clean)
             except Exception as e:  # the action failed; reporting goes on
                 logger.warning("gpumon: action %d (%s) failed", action_id, kind, exc_info=True)
                 ack = ack_message(action_id, False, detail="%s: %s" % (type(e).__name__, e))
-            self._ack_outbox.append(ack)
+            self._queue_ack(ack)
+
+    def _queue_ack(self, ack: Dict[str, Any]) -> None:
+        """Queues an ack for the agent, dropping the oldest (counted) past
+        :data:`ACK_QUEUE_MAXLEN`: an agent that never takes acks cannot make
+        the queue grow."""
+        if len(self._ack_outbox) >= ACK_QUEUE_MAXLEN:
+            self._ack_outbox.popleft()
+            self.counters["acks_dropped"] += 1
+        self._ack_outbox.append(ack)
 
     # -- logging ------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ from ._flight import FlightRecorder
 from ._memory import check_source, default_memory_source, read_alloc_fields
 from ._records import ack_message
 from ._reporter import Reporter
-from ._settings import ACK_QUEUE_MAXLEN, QUEUE_MAXLEN, STALL_STEPS, Settings
+from ._settings import ACK_QUEUE_MAXLEN, ACTION_QUEUE_MAXLEN, QUEUE_MAXLEN, STALL_STEPS, Settings
 from ._snapshots import EVENT_NAME as SNAPSHOT_EVENT
 from ._snapshots import OOM_EVENT_NAME
 from ._snapshots import AllocatorSnapshots, SnapshotSettings
@@ -688,10 +688,16 @@ class Runtime:
         self._callbacks.append(fn)
         return fn
 
-    def _deliver_action(self, action: Dict[str, Any]) -> None:
-        """Reporter thread: queues an action for the next step boundary."""
+    def _deliver_action(self, action: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Reporter thread: queues an action for the next step boundary, or,
+        with :data:`ACTION_QUEUE_MAXLEN` waiting already (a training thread
+        that reaches no boundary), answers the ack that fails it."""
+        if len(self._actions) >= ACTION_QUEUE_MAXLEN:
+            detail = "%d actions already wait for the training thread's next step" % len(self._actions)
+            return ack_message(action["id"], False, detail=detail)
         self._actions.append(action)
         self._actions_pending = True
+        return None
 
     def _run_actions(self, step: int) -> None:
         self._actions_pending = False

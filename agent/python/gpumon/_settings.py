@@ -33,6 +33,9 @@ MAX_REPORT_BYTES = 768 * 1024
 QUEUE_MAXLEN = 4096
 #: Action acknowledgements waiting to be sent (actions are rare).
 ACK_QUEUE_MAXLEN = 1024
+#: Actions waiting for the training thread's next step boundary; past it a
+#: new one is failed at once (an agent hands out a few per rank at most).
+ACTION_QUEUE_MAXLEN = 64
 #: Longest marker, snapshot or section name, bytes (the agent's limit);
 #: longer ones are cut.
 MAX_LABEL_BYTES = 128

@@ -151,3 +151,27 @@ class ActionTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+    def test_a_training_thread_that_reaches_no_boundary_gets_a_bounded_queue(self):
+        from gpumon._settings import ACTION_QUEUE_MAXLEN
+
+        over = 5
+        deliver(self.runtime, *[release(100 + i) for i in range(ACTION_QUEUE_MAXLEN + over)])
+        self.assertEqual(len(self.runtime._actions), ACTION_QUEUE_MAXLEN)
+        refused = list(self.runtime._reporter._ack_outbox)
+        self.assertEqual([a["id"] for a in refused], [100 + ACTION_QUEUE_MAXLEN + i for i in range(over)])
+        self.assertTrue(all(a["state"] == "failed" for a in refused), refused)
+        self.assertIn("already wait for the training thread", refused[0]["detail"])
+        self.runtime.step()
+        self.assertEqual(len(self.acks()), ACTION_QUEUE_MAXLEN, "the queued ones run at the boundary")
+
+    def test_the_ack_outbox_drops_its_oldest_past_its_bound(self):
+        from gpumon._settings import ACK_QUEUE_MAXLEN
+
+        reporter = self.runtime._reporter
+        for i in range(ACK_QUEUE_MAXLEN + 3):
+            reporter._queue_ack({"id": i})
+        self.assertEqual(len(reporter._ack_outbox), ACK_QUEUE_MAXLEN)
+        self.assertEqual(reporter._ack_outbox[0]["id"], 3)
+        self.assertEqual(reporter.counters["acks_dropped"], 3)
+

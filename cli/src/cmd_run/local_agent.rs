@@ -77,7 +77,8 @@ pub async fn start(
     let dir = runtime_dir();
     gpumon_agent::private_dir::ensure_private_dir(&dir).map_err(anyhow::Error::msg)?;
     let log = dir.join("agent.log");
-    let log_file = std::fs::File::create(&log)?;
+    let log_file = gpumon_agent::private_dir::create_file(&log)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", log.display()))?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("agent")
         .arg("--hook-listen")
