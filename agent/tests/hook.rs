@@ -568,6 +568,60 @@ async fn a_hooked_process_that_is_killed_is_reported_as_exited() {
     server.stop().await;
 }
 
+/// One local user holding its share of connections (this test, as root)
+/// is refused past it with a reason, and another user (a child process
+/// that drops to uid 65534) still connects and registers.
+#[tokio::test]
+async fn one_user_cannot_take_every_users_connections() {
+    use gpumon_agent::hook_endpoint::MAX_CONNECTIONS_PER_USER;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = Server::start(
+        &format!("unix:{}", dir.path().join("h.sock").display()),
+        None,
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..MAX_CONNECTIONS_PER_USER {
+        held.push(server.connect().await);
+    }
+    // The share is taken once the server has accepted them all: the next
+    // connection of this user is then answered with a refusal and closed.
+    let mut extra = server.connect().await;
+    let answer = extra.read().await.expect("a refusal");
+    assert_refused(&answer, "of this user's");
+    assert!(extra.read().await.is_none(), "closed");
+
+    let script = r#"
+import json, os, socket, sys
+os.setgid(65534)
+os.setuid(65534)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+claim = {"v": 1, "op": "register", "pid": os.getpid(), "job": "pid-%d" % os.getpid(),
+         "rank": 0, "local_rank": 0, "world_size": 1}
+f.write(json.dumps(claim).encode() + b"\n")
+f.flush()
+print(f.readline().decode())
+"#;
+    let path = server.addr.unix_path().unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .kill_on_drop(true)
+        .output();
+    let out = bounded(out).await.expect("python3 runs");
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_ok(&answer);
+    drop(held);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_disconnect_fails_the_pending_actions() {
     let dir = tempfile::tempdir().unwrap();

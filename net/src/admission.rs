@@ -17,6 +17,7 @@
 //! server is closing). See [`crate::ApiStream`].
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -62,44 +63,62 @@ impl Source {
     }
 }
 
-/// Places for connections: `total` in all, `per_source` from one source.
-#[derive(Debug, Clone)]
-pub struct Admissions {
-    inner: Arc<Inner>,
+/// Places for connections: `total` in all, `per_source` from one source
+/// (by default a [`Source`]; the hook endpoint counts by user).
+#[derive(Debug)]
+pub struct Admissions<K = Source> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for Admissions<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Inner {
+struct Inner<K> {
     total: usize,
     per_source: usize,
-    held: Mutex<Held>,
+    held: Mutex<Held<K>>,
     refused: AtomicU64,
 }
 
-#[derive(Debug, Default)]
-struct Held {
+#[derive(Debug)]
+struct Held<K> {
     total: usize,
     /// Sources holding a place now: at most `total` entries.
-    by_source: HashMap<Source, usize>,
+    by_source: HashMap<K, usize>,
 }
 
-impl Admissions {
+impl Admissions<Source> {
+    /// A place for a connection from `ip`; see [`Admissions::admit_from`].
+    pub fn admit(&self, ip: IpAddr) -> Option<Admission<Source>> {
+        self.admit_from(Source::of(ip))
+    }
+}
+
+impl<K: Hash + Eq + Copy> Admissions<K> {
     /// Caps of `total` places and `per_source` from one source.
     pub fn new(total: usize, per_source: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 total,
                 per_source,
-                held: Mutex::new(Held::default()),
+                held: Mutex::new(Held {
+                    total: 0,
+                    by_source: HashMap::new(),
+                }),
                 refused: AtomicU64::new(0),
             }),
         }
     }
 
-    /// A place for a connection from `ip`, held until the returned guard
-    /// drops; `None` (counted) when a cap is reached.
-    pub fn admit(&self, ip: IpAddr) -> Option<Admission> {
-        let source = Source::of(ip);
+    /// A place for a connection from `source`, held until the returned
+    /// guard drops; `None` (counted) when a cap is reached.
+    pub fn admit_from(&self, source: K) -> Option<Admission<K>> {
         let mut held = self.lock();
         let of_source = held.by_source.get(&source).copied().unwrap_or(0);
         if held.total >= self.inner.total || of_source >= self.inner.per_source {
@@ -126,25 +145,25 @@ impl Admissions {
         (held.total, held.by_source.len())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held<K>> {
         lock(&self.inner)
     }
 }
 
 // A panic while the lock is held leaves the counts consistent (each change
 // is one statement), so a poisoned lock is taken as it is.
-fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Held> {
+fn lock<K>(inner: &Inner<K>) -> std::sync::MutexGuard<'_, Held<K>> {
     inner.held.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One admitted connection's place; given back on drop.
 #[derive(Debug)]
-pub struct Admission {
-    inner: Arc<Inner>,
-    source: Source,
+pub struct Admission<K: Hash + Eq + Copy = Source> {
+    inner: Arc<Inner<K>>,
+    source: K,
 }
 
-impl Drop for Admission {
+impl<K: Hash + Eq + Copy> Drop for Admission<K> {
     fn drop(&mut self) {
         let mut held = lock(&self.inner);
         held.total = held.total.saturating_sub(1);

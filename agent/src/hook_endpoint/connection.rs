@@ -81,6 +81,8 @@ impl Shared {
 pub(crate) struct Peer {
     /// The kernel's answer on a Unix socket (`None` on TCP or when unknown).
     pub pid: Option<u32>,
+    /// The peer's user, the kernel's answer on a Unix socket (`None` on TCP).
+    pub uid: Option<u32>,
     /// For logs: `pid 123` or `127.0.0.1:5555`.
     pub label: String,
 }

@@ -61,5 +61,8 @@ pub use hub::{
 pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
 pub use records::{AllocReading, MAX_CLOCK_SKEW_MS, MAX_REASONS, MAX_RECORDS_PER_REPORT};
 pub use relay::MAX_RELAYED_ALERTS;
-pub use server::{socket_modes, HookError, HookServer, HookServerOptions, MAX_CONNECTIONS};
+pub use server::{
+    socket_modes, HookError, HookServer, HookServerOptions, MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_USER,
+};
 pub use source::{HookSource, FRESH_MS, TAIL_MS};

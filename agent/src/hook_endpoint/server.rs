@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpumon_net::Admissions;
 use thiserror::Error;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::addr::HookAddr;
@@ -38,6 +38,11 @@ use crate::discovery::DEFAULT_PROC_ROOT;
 /// Most open connections, registered or not; past it a connection is
 /// answered with an error and closed.
 pub const MAX_CONNECTIONS: usize = 2 * MAX_SESSIONS;
+
+/// Most open connections of one local user (the kernel's word on a Unix
+/// socket; every loopback TCP peer counts as one user), so that one user's
+/// connections cannot lock every other user's jobs out of a root agent.
+pub const MAX_CONNECTIONS_PER_USER: usize = MAX_CONNECTIONS / 8;
 
 /// Why the hook endpoint could not listen.
 #[derive(Debug, Error)]
@@ -165,7 +170,8 @@ impl HookServer {
     /// Accepts connections until `shutdown` completes, then closes every
     /// connection (their sessions end) and removes the socket file.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let places: Admissions<Option<u32>> =
+            Admissions::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_USER);
         let mut tasks = JoinSet::new();
         let mut accept_failed = false;
         tokio::pin!(shutdown);
@@ -183,16 +189,16 @@ impl HookServer {
                     Ok((stream, peer)) => {
                         accept_failed = false;
                         let shared = self.shared.clone();
-                        match slots.clone().try_acquire_owned() {
-                            Ok(slot) => {
+                        match places.admit_from(peer.uid) {
+                            Some(place) => {
                                 tasks.spawn(async move {
                                     stream.serve(peer, shared).await;
-                                    drop(slot);
+                                    drop(place);
                                 });
                             }
-                            Err(_) => {
+                            None => {
                                 tasks.spawn(async move {
-                                    let reason = format!("this agent already serves its maximum of {MAX_CONNECTIONS} hook connections");
+                                    let reason = format!("this agent already serves its maximum of {MAX_CONNECTIONS} hook connections, or {MAX_CONNECTIONS_PER_USER} of this user's");
                                     tracing::debug!(peer = %peer.label, "{reason}");
                                     stream.reject(&reason).await;
                                 });
@@ -289,20 +295,21 @@ impl Listener {
         match self {
             Listener::Unix { listener, .. } => {
                 let (stream, _) = listener.accept().await?;
-                let pid = stream
-                    .peer_cred()
-                    .ok()
+                let cred = stream.peer_cred().ok();
+                let pid = cred
                     .and_then(|c| c.pid())
                     .and_then(|p| u32::try_from(p).ok())
                     .filter(|&p| p != 0);
+                let uid = cred.map(|c| c.uid());
                 let label = pid.map_or_else(|| "unix peer".to_owned(), |p| format!("pid {p}"));
-                Ok((Stream::Unix(stream), Peer { pid, label }))
+                Ok((Stream::Unix(stream), Peer { pid, uid, label }))
             }
             Listener::Tcp(l) => {
                 let (stream, from) = l.accept().await?;
                 let _ = stream.set_nodelay(true);
                 let peer = Peer {
                     pid: None,
+                    uid: None,
                     label: from.to_string(),
                 };
                 Ok((Stream::Tcp(stream), peer))
