@@ -10,6 +10,7 @@ pub mod devtools;
 pub mod netns;
 pub mod pusher;
 pub mod tls;
+pub mod torch;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -174,13 +174,10 @@ impl Engine {
             .is_some_and(|j| j.ranks.contains_key(&rank))
     }
 
-    /// The job's ranks in order, each with whether its process has ended.
-    pub fn ranks_ended(&self, job: &str) -> Vec<(u32, bool)> {
+    /// The job's ranks in order, each with when its process ended, if it has.
+    pub fn ranks_ended(&self, job: &str) -> Vec<(u32, Option<f64>)> {
         self.jobs.get(job).map_or_else(Vec::new, |j| {
-            j.ranks
-                .iter()
-                .map(|(&rank, r)| (rank, r.ended_t.is_some()))
-                .collect()
+            j.ranks.iter().map(|(&rank, r)| (rank, r.ended_t)).collect()
         })
     }
 

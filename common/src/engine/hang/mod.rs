@@ -249,7 +249,10 @@ impl HangWatch {
                 self.reports += 1;
             }
         }
-        if j.judged_t.is_some_and(|last| t < last + JUDGE_EVERY_S) {
+        // While a hang is named, an exit is judged at once, so that the
+        // last rank's ends the episode (a scan per exit, in a hung job only).
+        let exit_in_hang = s.source == PROCESS_EXIT && j.episode.is_some();
+        if !exit_in_hang && j.judged_t.is_some_and(|last| t < last + JUDGE_EVERY_S) {
             return;
         }
         j.judged_t = Some(t);
@@ -258,21 +261,37 @@ impl HangWatch {
             return;
         };
         let ranks = engine.ranks_ended(&s.job);
+        let mut exits = Vec::new();
         let views: Vec<RankView<'_>> = ranks
             .iter()
-            .map(|&(rank, ended)| {
+            .map(|&(rank, ended_t)| {
                 let known = j.ranks.get(&rank);
                 let report = known.and_then(|k| k.report.as_ref().map(|(rt, r)| (*rt, r)));
-                let exited = report.is_some_and(|(_, r)| r.source == PROCESS_EXIT);
+                let exit_report = report.filter(|(_, r)| r.source == PROCESS_EXIT);
+                let exited_t = match (ended_t, exit_report) {
+                    (Some(e), Some((rt, _))) => Some(e.min(rt)),
+                    (e, r) => e.or(r.map(|(rt, _)| rt)),
+                };
+                exits.extend(exited_t);
                 RankView {
                     rank,
-                    ended: ended || exited,
+                    ended: exited_t.is_some(),
                     last_step: known.and_then(|k| k.last_step),
-                    report: report.filter(|_| !exited),
+                    report: report.filter(|_| exit_report.is_none()),
                     last_heard_t: known.map(|k| k.last_heard_t),
                 }
             })
             .collect();
+        // Ranks that exit once a hang is named are the job being torn down
+        // (the user's kill, the launcher's): the alert keeps the diagnosis
+        // it had, until every rank is gone.
+        let torn_down = j
+            .episode
+            .as_ref()
+            .is_some_and(|e| exits.iter().any(|&x| x >= e.since_t));
+        if torn_down && views.iter().any(|v| !v.ended) {
+            return;
+        }
         let verdict = judge(t, newest, median_s(&j.recent_step_ms), &views);
         let Verdict::Hung(hang) = verdict else {
             if let Some(e) = j.episode.take() {

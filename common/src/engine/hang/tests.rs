@@ -222,19 +222,31 @@ fn a_rank_whose_process_exited_is_named_while_the_others_wait() {
     assert!(text.contains("rank 1's process has exited"), "{text}");
 }
 
-#[test]
-fn an_agents_word_that_a_process_exited_names_its_rank_and_a_new_step_takes_it_back() {
-    use super::{HangWatch, PROCESS_EXIT};
-    use crate::actions::ActionBook;
-    use crate::engine::alerts::AlertKind;
-    use crate::engine::{Engine, EngineConfig};
-    use gpumon_proto::{HookRecord, StepRecord};
+/// A watch over a 3-rank job "j" whose ranks stepped (step 41) at 1 s.
+struct Job {
+    engine: crate::engine::Engine,
+    watch: super::HangWatch,
+    book: crate::actions::ActionBook,
+}
 
-    let mut engine = Engine::new(EngineConfig::default());
-    let mut watch = HangWatch::default();
-    let book = ActionBook::default();
-    let step = |rank: u32, t_ms: u64, n: u64| {
-        HookRecord::Step(StepRecord {
+impl Job {
+    fn new() -> Self {
+        let mut job = Self {
+            engine: crate::engine::Engine::new(crate::engine::EngineConfig::default()),
+            watch: super::HangWatch::default(),
+            book: crate::actions::ActionBook::default(),
+        };
+        for rank in 0..3 {
+            job.step(rank, 1_000, 41);
+        }
+        job
+    }
+
+    fn step(&mut self, rank: u32, t_ms: u64, n: u64) {
+        use gpumon_proto::{HookRecord, StepRecord};
+        let t = t_ms as f64 / 1000.0;
+        self.engine.observe_step(t, "j", rank, n, 100.0, [], None);
+        let record = HookRecord::Step(StepRecord {
             t_ms,
             job: "j".into(),
             rank,
@@ -242,33 +254,54 @@ fn an_agents_word_that_a_process_exited_names_its_rank_and_a_new_step_takes_it_b
             duration_ms: 100.0,
             sections: Vec::new(),
             group: None,
-        })
-    };
-    let steps: Vec<HookRecord> = (0..3).map(|rank| step(rank, 1_000, 41)).collect();
-    for rank in 0..3 {
-        engine.observe_step(1.0, "j", rank, 41, 100.0, [], None);
+        });
+        self.observe(vec![record]);
     }
-    watch.observe(&mut engine, "n", &steps, &book);
-    let mut exited = stall(1, None, 10, None);
-    exited.source = PROCESS_EXIT.into();
-    exited.t_ms = 3_000;
-    let waiting = |rank: u32, t_ms: u64| {
-        let mut s = stall(rank, Some((10, "all_reduce", 72)), 10, None);
+
+    fn observe(&mut self, records: Vec<gpumon_proto::HookRecord>) {
+        let (engine, book) = (&mut self.engine, &self.book);
+        self.watch.observe(engine, "n", &records, book);
+    }
+
+    /// The stall of `rank` at `t_ms`: waiting in all-reduce #10 of group 0,
+    /// or (`waits` false) past it.
+    fn stall(rank: u32, t_ms: u64, waits: bool) -> gpumon_proto::HookRecord {
+        let mut s = if waits {
+            stall(rank, Some((10, "all_reduce", 72)), 10, None)
+        } else {
+            stall(rank, None, 9, None)
+        };
         s.t_ms = t_ms;
-        HookRecord::Stall(s)
-    };
-    let records = [
-        HookRecord::Stall(exited),
-        waiting(0, 75_000),
-        waiting(2, 75_000),
-    ];
-    watch.observe(&mut engine, "n", &records, &book);
-    let hangs: Vec<_> = engine
-        .alerts_mut()
-        .active()
-        .filter(|a| a.kind == AlertKind::Hang)
-        .cloned()
-        .collect();
+        gpumon_proto::HookRecord::Stall(s)
+    }
+
+    fn exit(rank: u32, t_ms: u64) -> gpumon_proto::HookRecord {
+        let mut s = stall(rank, None, 10, None);
+        s.source = super::PROCESS_EXIT.into();
+        s.t_ms = t_ms;
+        gpumon_proto::HookRecord::Stall(s)
+    }
+
+    /// The hang alerts, resolved or not.
+    fn hangs(&self) -> Vec<gpumon_proto::api::Alert> {
+        use crate::engine::alerts::AlertKind;
+        self.engine
+            .alerts()
+            .filter(|a| a.kind == AlertKind::Hang)
+            .cloned()
+            .collect()
+    }
+}
+
+#[test]
+fn an_agents_word_that_a_process_exited_names_its_rank_and_a_new_step_takes_it_back() {
+    let mut job = Job::new();
+    job.observe(vec![
+        Job::exit(1, 3_000),
+        Job::stall(0, 75_000, true),
+        Job::stall(2, 75_000, true),
+    ]);
+    let hangs = job.hangs();
     assert_eq!(hangs.len(), 1, "{hangs:?}");
     assert_eq!(hangs[0].rank, Some(1));
     assert!(
@@ -278,19 +311,44 @@ fn an_agents_word_that_a_process_exited_names_its_rank_and_a_new_step_takes_it_b
     );
     // The rank's process restarted: its step resolves the hang, and the
     // exit no longer counts when the job stalls again.
-    engine.observe_step(80.0, "j", 1, 42, 100.0, [], None);
-    watch.observe(&mut engine, "n", &[step(1, 80_000, 42)], &book);
-    assert!(engine
-        .alerts_mut()
-        .active()
-        .all(|a| a.kind != AlertKind::Hang));
-    let records = [waiting(0, 160_000), waiting(2, 160_000)];
-    watch.observe(&mut engine, "n", &records, &book);
-    let hang = engine
-        .alerts_mut()
-        .active()
-        .find(|a| a.kind == AlertKind::Hang)
-        .cloned()
-        .expect("a hang");
-    assert!(!hang.message.contains("exited"), "{}", hang.message);
+    job.step(1, 80_000, 42);
+    assert!(job.hangs().iter().all(|a| a.resolved_t.is_some()));
+    job.observe(vec![
+        Job::stall(0, 160_000, true),
+        Job::stall(2, 160_000, true),
+    ]);
+    let hangs = job.hangs();
+    let open: Vec<_> = hangs.iter().filter(|a| a.resolved_t.is_none()).collect();
+    assert_eq!(open.len(), 1, "{hangs:?}");
+    assert!(!open[0].message.contains("exited"), "{}", open[0].message);
+}
+
+/// Once a hang is named, ranks that exit are the job being torn down: the
+/// alert keeps its diagnosis (rank 2 has not entered the collective) and
+/// resolves when the last rank is gone.
+#[test]
+fn ranks_that_exit_after_a_hang_is_named_leave_its_diagnosis_alone() {
+    let mut job = Job::new();
+    job.observe(vec![
+        Job::stall(0, 50_000, true),
+        Job::stall(1, 50_000, true),
+        Job::stall(2, 50_000, false),
+    ]);
+    assert!(job.hangs().is_empty(), "quiet for 49 s only");
+    job.observe(vec![Job::stall(0, 75_000, true)]);
+    let named = job.hangs();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0].rank, Some(2));
+    assert!(
+        named[0].message.contains("rank 2 has not entered it"),
+        "{}",
+        named[0].message
+    );
+    job.observe(vec![Job::exit(0, 90_000), Job::stall(1, 95_000, true)]);
+    let torn = job.hangs();
+    assert_eq!(torn.len(), 1);
+    assert_eq!(torn[0].message, named[0].message, "the diagnosis stays");
+    assert!(torn[0].resolved_t.is_none());
+    job.observe(vec![Job::exit(1, 100_000), Job::exit(2, 100_000)]);
+    assert!(job.hangs()[0].resolved_t.is_some(), "every rank is gone");
 }
