@@ -355,3 +355,55 @@ async fn an_agent_token_pushes_as_its_own_agent_only() {
     let (status, body) = post(&ingest, Some(TOKEN_B), wire::encode(&plan.hello(1))).await;
     assert_eq!(status, 200, "a token bound to no agent: {body}");
 }
+
+/// Closed reads on three replicas: a follower refuses an anonymous
+/// linearizable read itself (401, nothing forwarded, no quorum round for a
+/// stranger) and forwards the admin's with its token, which the leader
+/// checks again (200, served by the leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_reads_stay_closed_through_a_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = secret_file(dir.path(), "admin", ADMIN, 0o600);
+    let admin = admin.to_str().unwrap();
+    // The harness reads the replicas' status as the admin.
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = format!("Bearer {ADMIN}");
+    headers.insert(reqwest::header::AUTHORIZATION, bearer.parse().unwrap());
+    let harness = gpumon_net::plain_client_builder()
+        .default_headers(headers)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let flags = ["--admin-token-file", admin, "--closed-reads"];
+    let cluster = Cluster::start_with(3, &flags, "http", harness).await;
+    let leader = cluster.wait_leader(WITHIN).await;
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let url = format!(
+        "{}/api/v1/cluster?consistency=linearizable",
+        cluster.url(follower)
+    );
+    let client = gpumon_net::plain_client_builder().build().unwrap();
+    let anonymous = client.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    assert!(
+        anonymous.headers().get("x-gpumon-served-by").is_none(),
+        "refused by the follower itself, not forwarded"
+    );
+    let wrong = client
+        .get(&url)
+        .bearer_auth("not-the-admin-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let admin_read = client.get(&url).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(admin_read.status().as_u16(), 200);
+    assert_eq!(
+        admin_read
+            .headers()
+            .get("x-gpumon-served-by")
+            .and_then(|v| v.to_str().ok()),
+        Some(cluster.addr(leader)),
+        "forwarded to the leader with the caller's token"
+    );
+}

@@ -353,6 +353,12 @@ pub struct CoordinatorArgs {
     /// Slots of pushes between decoding and commit at once, one per 16 KiB of a push (at least one); more are answered 429 with Retry-After [default: 2048].
     #[arg(long, env = "GPUMON_MAX_PUSHES_IN_FLIGHT")]
     pub max_pushes_in_flight: Option<usize>,
+    /// Connections the API listener holds at once; more are closed at once [default: 4096].
+    #[arg(long, env = "GPUMON_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections held at once from one source (an IPv4 address or an IPv6 /64); raise it for many agents behind one NAT address [default: 512].
+    #[arg(long, env = "GPUMON_MAX_CONNECTIONS_PER_SOURCE")]
+    pub max_connections_per_source: Option<usize>,
     /// Windows of history kept per memory series [default: 1024].
     #[arg(long, env = "GPUMON_HISTORY_WINDOWS")]
     pub history_windows: Option<usize>,

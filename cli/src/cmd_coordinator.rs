@@ -52,6 +52,15 @@ fn resolve(
     if let Some(v) = args.max_pushes_in_flight.or(file.max_pushes_in_flight) {
         config.max_pushes_in_flight = v;
     }
+    if let Some(v) = args.max_connections.or(file.max_connections) {
+        config.connections.max_connections = v;
+    }
+    if let Some(v) = args
+        .max_connections_per_source
+        .or(file.max_connections_per_source)
+    {
+        config.connections.max_per_source = v;
+    }
     if let Some(v) = args.min_free_bytes.or(file.min_free_bytes) {
         config.min_free_bytes = v;
     }

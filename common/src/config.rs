@@ -137,6 +137,10 @@ pub struct CoordinatorFile {
     pub max_push_bytes: Option<usize>,
     /// `--max-pushes-in-flight`.
     pub max_pushes_in_flight: Option<usize>,
+    /// `--max-connections`.
+    pub max_connections: Option<usize>,
+    /// `--max-connections-per-source`.
+    pub max_connections_per_source: Option<usize>,
     /// `--expire-after-s`.
     pub expire_after_s: Option<u64>,
     /// `--min-free-bytes`.

@@ -132,6 +132,8 @@ pub struct CoordinatorConfig {
     /// Pushes between decoding and commit at once; more are answered 429
     /// with `Retry-After`.
     pub max_pushes_in_flight: usize,
+    /// Connections the listener holds at once, in all and per source.
+    pub connections: gpumon_net::ConnectionLimits,
     /// Log entries between snapshots.
     pub snapshot_every_entries: u64,
     /// Bounds on the cluster view.
@@ -175,6 +177,7 @@ impl CoordinatorConfig {
             data_dir,
             max_push_bytes: DEFAULT_MAX_PUSH_BYTES,
             max_pushes_in_flight: crate::service::DEFAULT_MAX_PUSHES_IN_FLIGHT,
+            connections: gpumon_net::ConnectionLimits::default(),
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             limits: Limits::default(),
             expire_after: DEFAULT_EXPIRE_AFTER,
@@ -240,6 +243,7 @@ impl CoordinatorConfig {
         if self.max_pushes_in_flight == 0 {
             return Err("max_pushes_in_flight must be at least 1".into());
         }
+        self.connections.check()?;
         if self.snapshot_every_entries == 0 {
             return Err("snapshot_every_entries must be at least 1".into());
         }

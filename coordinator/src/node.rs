@@ -286,7 +286,7 @@ impl Coordinator {
             remote_write_stats: remote_write.is_some().then(|| remote_write_stats.clone()),
         });
         let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
-        let listener = ApiListener::new(listener, server_tls)
+        let listener = ApiListener::with_limits(listener, server_tls, config.connections)
             .map_err(|source| StartError::Listen {
                 addr: config.listen.clone(),
                 source,

@@ -2,9 +2,10 @@
 //!
 //! A client that connects and then says nothing (or one byte now and then)
 //! costs the coordinator a socket and a task for as long as it likes. So
-//! every connection is admitted against two caps, [`MAX_CONNECTIONS`] in
-//! all and [`MAX_PER_SOURCE`] from one source (an IPv4 address, or an IPv6
-//! /64, which one host can fill on its own), and TLS handshakes against
+//! every connection is admitted against two caps ([`ConnectionLimits`]:
+//! [`MAX_CONNECTIONS`] in all and [`MAX_PER_SOURCE`] from one source by
+//! default; a source is an IPv4 address, or an IPv6 /64, which one host can
+//! fill on its own), and TLS handshakes against
 //! [`MAX_HANDSHAKES`] in all and [`MAX_HANDSHAKES_PER_SOURCE`] from one
 //! source: a flood of stalled connections from one source takes that
 //! source's places, not its neighbours'. A connection past a cap is closed
@@ -23,10 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Connections held at once, all sources together.
+/// Connections held at once, all sources together (the default).
 pub const MAX_CONNECTIONS: usize = 4096;
-/// Connections held at once from one source.
-pub const MAX_PER_SOURCE: usize = 256;
+/// Connections held at once from one source (the default).
+pub const MAX_PER_SOURCE: usize = 512;
 /// TLS handshakes in progress at once, all sources together.
 pub const MAX_HANDSHAKES: usize = 256;
 /// TLS handshakes in progress at once from one source.
@@ -36,6 +37,41 @@ pub const MAX_HANDSHAKES_PER_SOURCE: usize = 32;
 pub const FIRST_BYTES_WITHIN: Duration = Duration::from_secs(10);
 /// Longest a connection may pass no byte either way.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The connection caps of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections held at once, all sources together.
+    pub max_connections: usize,
+    /// Connections held at once from one source.
+    pub max_per_source: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: MAX_CONNECTIONS,
+            max_per_source: MAX_PER_SOURCE,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// `Err` names the setting that cannot work: a zero cap, or a
+    /// per-source cap above the total.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_per_source == 0 {
+            return Err("max_connections and max_connections_per_source must be at least 1".into());
+        }
+        if self.max_per_source > self.max_connections {
+            return Err(format!(
+                "max_connections_per_source ({}) must not exceed max_connections ({})",
+                self.max_per_source, self.max_connections
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Where a connection comes from, for the per-source cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -204,6 +240,22 @@ mod tests {
         assert_eq!(places.held(), (4, 3));
         let _a3 = places.admit(ip("10.0.0.3")).unwrap();
         assert_eq!(places.held(), (5, 4));
+    }
+
+    #[test]
+    fn limits_that_cannot_work_are_named() {
+        assert!(ConnectionLimits::default().check().is_ok());
+        let zero = ConnectionLimits {
+            max_connections: 0,
+            max_per_source: 0,
+        };
+        assert!(zero.check().unwrap_err().contains("at least 1"));
+        let over = ConnectionLimits {
+            max_connections: 10,
+            max_per_source: 11,
+        };
+        let why = over.check().unwrap_err();
+        assert!(why.contains("max_connections_per_source (11)"), "{why}");
     }
 
     #[test]

@@ -30,8 +30,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{
-    Admission, Admissions, FIRST_BYTES_WITHIN, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES,
-    MAX_HANDSHAKES_PER_SOURCE, MAX_PER_SOURCE,
+    Admission, Admissions, ConnectionLimits, FIRST_BYTES_WITHIN, IDLE_TIMEOUT, MAX_HANDSHAKES,
+    MAX_HANDSHAKES_PER_SOURCE,
 };
 use crate::files::{read_roots, Identity, TlsError};
 
@@ -126,7 +126,16 @@ impl Drop for TlsAccepting {
 impl ApiListener {
     /// Serves `tcp` with TLS per `config`, or plain without one.
     pub fn new(tcp: TcpListener, config: Option<Arc<rustls::ServerConfig>>) -> io::Result<Self> {
-        let connections = Admissions::new(MAX_CONNECTIONS, MAX_PER_SOURCE);
+        Self::with_limits(tcp, config, ConnectionLimits::default())
+    }
+
+    /// [`ApiListener::new`] with connection caps of its own.
+    pub fn with_limits(
+        tcp: TcpListener,
+        config: Option<Arc<rustls::ServerConfig>>,
+        limits: ConnectionLimits,
+    ) -> io::Result<Self> {
+        let connections = Admissions::new(limits.max_connections, limits.max_per_source);
         let Some(config) = config else {
             return Ok(Self {
                 accepting: Accepting::Plain(tcp),

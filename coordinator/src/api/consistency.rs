@@ -5,11 +5,14 @@
 //! committed before the request arrived: the leader confirms with a quorum
 //! that it still leads (openraft's `ensure_linearizable`) and waits until its
 //! state machine has applied up to that point; a follower forwards the read
-//! to the leader (once: a forwarded read that finds no leader is a 503).
+//! to the leader (once: a forwarded read that finds no leader is a 503),
+//! with the caller's credentials: the leader checks them again, so closed
+//! reads stay closed through a follower.
 
 use std::time::Duration;
 
 use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gpumon_proto::api::Consistency;
@@ -61,7 +64,10 @@ pub async fn consistency(State(state): State<AppState>, req: Request, next: Next
                 .into_response();
             }
             match f.leader_node {
-                Some(leader) => forward::get(&state, &leader.addr, req.uri()).await,
+                Some(leader) => {
+                    let credentials = req.headers().get(AUTHORIZATION);
+                    forward::get(&state, &leader.addr, req.uri(), credentials).await
+                }
                 None => ApiError::Unavailable(
                     "no leader is known, so no read can be linearizable now; retry".into(),
                 )

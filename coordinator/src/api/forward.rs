@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
@@ -31,17 +31,25 @@ pub fn client(link: &PeerLink) -> reqwest::Client {
         .expect("reqwest client builds")
 }
 
-/// Sends `GET uri` to the replica at `addr` and relays its answer.
-pub async fn get(state: &AppState, addr: &str, uri: &Uri) -> Response {
+/// Sends `GET uri` to the replica at `addr`, with the caller's
+/// `Authorization` header when it sent one, and relays its answer.
+pub async fn get(
+    state: &AppState,
+    addr: &str,
+    uri: &Uri,
+    credentials: Option<&HeaderValue>,
+) -> Response {
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let url = format!("{}{path}", state.inner.link.url(addr));
-    let sent = state
+    let mut request = state
         .inner
         .forward
         .get(&url)
-        .header(FORWARDED_HEADER, state.inner.id.to_string())
-        .send()
-        .await;
+        .header(FORWARDED_HEADER, state.inner.id.to_string());
+    if let Some(c) = credentials {
+        request = request.header(AUTHORIZATION, c.clone());
+    }
+    let sent = request.send().await;
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {

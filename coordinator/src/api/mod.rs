@@ -217,31 +217,35 @@ impl AppState {
     }
 }
 
-/// All routes, from the route table ([`routes::ROUTES`]).
+/// All routes, from the route table ([`routes::ROUTES`]). Authentication
+/// is every route's outermost layer: a request that fails it costs no
+/// quorum round, no forwarding and no work of the layers inside.
 pub fn router(state: AppState) -> Router {
     let (mut reads, mut rpc, mut rest) = (Router::new(), Router::new(), Router::new());
     for r in routes::ROUTES {
-        let group = match r.group {
-            routes::Group::Consistent => &mut reads,
-            routes::Group::RaftRpc => &mut rpc,
-            routes::Group::Api | routes::Group::Dashboard => &mut rest,
+        let (group, layered) = match r.group {
+            // Reads may ask for `?consistency=linearizable`.
+            routes::Group::Consistent => (
+                &mut reads,
+                r.method_router()
+                    .layer(middleware::from_fn_with_state(
+                        state.clone(),
+                        consistency::consistency,
+                    ))
+                    .layer(middleware::from_fn_with_state(
+                        state.clone(),
+                        view_age::stamp,
+                    )),
+            ),
+            routes::Group::RaftRpc => (&mut rpc, r.method_router()),
+            routes::Group::Api | routes::Group::Dashboard => (&mut rest, r.method_router()),
         };
-        let guarded = r.method_router().layer(middleware::from_fn_with_state(
+        let guarded = layered.layer(middleware::from_fn_with_state(
             (state.clone(), r.access),
             auth::require,
         ));
         *group = std::mem::take(group).route(r.path, guarded);
     }
-    // Reads may ask for `?consistency=linearizable`.
-    let reads = reads
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            consistency::consistency,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            view_age::stamp,
-        ));
     rest.merge(reads)
         .merge(rpc.layer(DefaultBodyLimit::max(MAX_RAFT_RPC_BYTES)))
         .fallback(|| async {

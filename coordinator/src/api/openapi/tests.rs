@@ -52,7 +52,11 @@ fn the_router_serves_the_route_table_and_nothing_else() {
     let start = source.find("pub fn router(").unwrap();
     let body = &source[start..start + source[start..].find("\n}\n").unwrap()];
     assert!(body.contains("for r in routes::ROUTES"));
-    assert!(body.contains("let guarded = r.method_router()"));
+    assert!(body.contains("let guarded = layered.layer(middleware::from_fn_with_state("));
+    assert!(
+        body.contains("auth::require"),
+        "every route behind auth, outermost"
+    );
     assert_eq!(
         body.matches(".route(").count(),
         body.matches(".route(r.path, guarded)").count(),
