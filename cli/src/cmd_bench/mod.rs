@@ -123,7 +123,7 @@ pub struct IngestArgs {
         required = true
     )]
     pub coordinators: Vec<String>,
-    /// Simulated agents (nodes), 1 to 100000.
+    /// Simulated agents (nodes), 1 to 100000; each holds a connection of its own, all from this host: past 512, start the replicas with --max-connections-per-source raised.
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub agents: u64,
     /// GPUs per agent, 1 to 64.
