@@ -53,6 +53,28 @@ pub enum Command {
     Snapshots(SnapshotsArgs),
     /// Run a training command once per point of a parameter grid, each through `gpumon profile`: peak memory, step time and OOM per point, as JSON, CSV and an HTML heatmap.
     Sweep(SweepArgs),
+    /// Compare two profile reports (or two sweeps) of one command: step time and memory side by side, a verdict, and an exit status to gate CI on (0 within the limits, 1 past them, 2 not comparable).
+    Compare(CompareArgs),
+}
+
+/// `gpumon compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline: a `gpumon profile --json` report, or a `gpumon sweep --json` output.
+    #[arg(value_name = "A.json")]
+    pub a: PathBuf,
+    /// The run compared with it, of the same kind.
+    #[arg(value_name = "B.json")]
+    pub b: PathBuf,
+    /// Largest increase of the median step time accepted, percent of A's.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub max_step_time_regression_pct: f64,
+    /// Largest increase of the peak memory accepted, percent of A's.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub max_peak_memory_regression_pct: f64,
+    /// Also write the comparison as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// `gpumon snapshots`.

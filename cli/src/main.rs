@@ -9,6 +9,7 @@ mod client_settings;
 mod cmd_agent;
 mod cmd_bench;
 mod cmd_cluster;
+mod cmd_compare;
 mod cmd_coordinator;
 mod cmd_demo;
 mod cmd_profile;
@@ -72,7 +73,8 @@ fn main() -> ExitCode {
         | Command::Cluster(_)
         | Command::Profile(_)
         | Command::Snapshots(_)
-        | Command::Sweep(_) => "warn",
+        | Command::Sweep(_)
+        | Command::Compare(_) => "warn",
         // A cut peer fails every RPC, and openraft logs each failure twice;
         // the coordinator logs it going away, staying away and coming back
         // itself (raft::reachability).
@@ -104,6 +106,7 @@ fn main() -> ExitCode {
             Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
             Command::Snapshots(s) => cmd_snapshots::run(s, cli.config.as_deref()).await,
             Command::Sweep(s) => cmd_sweep::run(s, cli.config.as_deref()).await,
+            Command::Compare(c) => cmd_compare::run(c),
         }
     });
     match result {

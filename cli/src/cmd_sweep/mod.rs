@@ -12,14 +12,14 @@
 //! sweep was stopped), 2 on bad usage.
 
 mod csv;
-mod grid;
+pub(crate) mod grid;
 mod html;
-mod measures;
+pub(crate) mod measures;
 mod outputs;
 mod plan;
 mod point;
 mod progress;
-mod report;
+pub(crate) mod report;
 mod template;
 
 use std::collections::BTreeMap;
