@@ -30,6 +30,8 @@ pub struct RankRow {
     pub rank: u32,
     /// Its peak memory (reserved, else used on its GPU).
     pub peak_memory: Row,
+    /// Its mean reserved memory.
+    pub mean_memory: Row,
     /// Its median step.
     pub step_time: Row,
 }
@@ -243,6 +245,7 @@ fn show(a: &Path, b: &Path, o: &Outcome) -> String {
         s += "\nper rank\n";
         for r in &o.ranks {
             s += &line(&format!("rank {} peak memory", r.rank), &r.peak_memory);
+            s += &line(&format!("rank {} mean memory", r.rank), &r.mean_memory);
             s += &line(&format!("rank {} step time", r.rank), &r.step_time);
         }
     }

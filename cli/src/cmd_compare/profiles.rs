@@ -205,6 +205,13 @@ fn rank_rows(a: &ProfileReport, b: &ProfileReport, reserved: bool) -> Vec<RankRo
             Some(RankRow {
                 rank: *rank,
                 peak_memory: Row::new("peak memory", Unit::Bytes, peak(x), peak(y), None),
+                mean_memory: Row::new(
+                    "mean reserved memory",
+                    Unit::Bytes,
+                    x.avg_reserved_bytes.map(|b| b as f64),
+                    y.avg_reserved_bytes.map(|b| b as f64),
+                    None,
+                ),
                 step_time: Row::new(
                     "step time (median)",
                     Unit::Ms,
