@@ -190,3 +190,77 @@ async fn an_unreachable_cluster_fails_in_bounded_time() {
     assert!(report["errors"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["samples_per_s"], 0.0);
 }
+
+/// A secured replica, as operators deploy one: TLS and an agent token. The
+/// bench with the token and the CA commits every push; without the token
+/// every push is refused (exit 1, the cluster never committed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_against_a_secured_coordinator_with_a_token_and_tls() {
+    use std::os::unix::fs::PermissionsExt;
+    use support::cluster::Cluster;
+    let pki = support::tls::make();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path.display().to_string()
+    };
+    let tokens = secret("agent-tokens", "bench-agent-token-0001\n");
+    let token = secret("agent-token", "bench-agent-token-0001\n");
+    let (cert, key, ca) = (
+        pki.replica.cert.display().to_string(),
+        pki.replica.key.display().to_string(),
+        pki.ca.display().to_string(),
+    );
+    let flags = [
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--agent-token-file",
+        &tokens,
+    ];
+    let cluster = Cluster::start_with(1, &flags, "https", pki.client(None)).await;
+    let id = cluster.wait_leader(Duration::from_secs(30)).await;
+    let url = cluster.url(id);
+    assert!(url.starts_with("https://"), "{url}");
+    let run = |with_token: bool| {
+        let mut args = vec![
+            "--coordinators",
+            &url,
+            "--agents",
+            "2",
+            "--gpus-per-agent",
+            "2",
+            "--rate",
+            "10",
+            "--window-ms",
+            "250",
+            "--duration",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--tls-ca-file",
+            &ca,
+        ];
+        if with_token {
+            args.extend(["--agent-token-file", &token]);
+        }
+        args.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let args = run(true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = bench(&args, Duration::from_secs(30)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(num(&report, "samples_per_s") > 0.0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["rejected"], 0, "{report}");
+
+    let args = run(false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = bench(&args, Duration::from_secs(30)).await;
+    assert_eq!(code, 1, "refused without its token: {stdout}\n{stderr}");
+}

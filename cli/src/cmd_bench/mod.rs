@@ -148,6 +148,11 @@ pub struct IngestArgs {
     /// would (sections and peer group): 0 for none, else at least 10.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub step_ms: u64,
+    /// File holding an agent token, sent with every push, as the agent sends it [default: none].
+    #[arg(long, env = "GPUMON_AGENT_TOKEN_FILE", value_name = "FILE")]
+    pub agent_token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::args::ClientTlsArgs,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -179,6 +184,10 @@ pub struct IngestConfig {
     pub agents_per_job: usize,
     /// Each rank's step, ms; 0: none.
     pub step_ms: u64,
+    /// The agent token sent with every push.
+    pub token: Option<gpumon_common::secrets::Secret>,
+    /// How https coordinators are verified, and the client certificate.
+    pub tls: gpumon_net::ClientTls,
 }
 
 impl IngestConfig {
@@ -247,11 +256,8 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
     for raw in &args.coordinators {
         let url = raw.trim().trim_end_matches('/');
         match reqwest::Url::parse(url) {
-            Ok(u) if u.scheme() == "http" && u.host().is_some() => urls.push(url.to_owned()),
-            Ok(u) if u.scheme() == "https" => {
-                return Err(usage(format!(
-                    "--coordinators {raw:?}: this build speaks plain http only, give http://HOST:PORT"
-                )))
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                urls.push(url.to_owned())
             }
             _ => {
                 return Err(usage(format!(
@@ -266,6 +272,11 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
     let samples = (args.rate * args.window_ms as f64 / 1000.0)
         .round()
         .max(1.0);
+    let token = match &args.agent_token_file {
+        Some(path) => Some(gpumon_common::secrets::read_secret(path).map_err(usage)?),
+        None => None,
+    };
+    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
     Ok(IngestConfig {
         urls,
         agents: args.agents as usize,
@@ -277,6 +288,8 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
         warmup,
         agents_per_job: args.agents_per_job as usize,
         step_ms: args.step_ms,
+        token,
+        tls,
     })
 }
 
@@ -288,9 +301,9 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
     if !quiet {
         warn_about(&config);
     }
-    let before = view_counters(&config.urls).await;
+    let before = view_counters(&config).await;
     let stats = ingest(&config, quiet).await?;
-    let after = view_counters(&config.urls).await;
+    let after = view_counters(&config).await;
     let applied = before.zip(after).map(|(b, a)| {
         (
             a.windows_applied.saturating_sub(b.windows_applied),
@@ -326,12 +339,13 @@ pub async fn run(args: BenchArgs) -> Result<(), Failure> {
 /// The cluster view's replicated ingest counters, read from the leader
 /// (a linearizable read through any replica); `None` when no replica
 /// answers. Other load on the cluster meanwhile counts too.
-async fn view_counters(urls: &[String]) -> Option<gpumon_proto::api::IngestCounters> {
-    let client = gpumon_net::plain_client_builder()
+async fn view_counters(config: &IngestConfig) -> Option<gpumon_proto::api::IngestCounters> {
+    let client = gpumon_net::client_builder(&config.tls)
+        .ok()?
         .timeout(Duration::from_secs(10))
         .build()
         .ok()?;
-    for url in urls {
+    for url in &config.urls {
         let got = client
             .get(format!("{url}/api/v1/cluster?consistency=linearizable"))
             .send()
@@ -347,14 +361,16 @@ async fn view_counters(urls: &[String]) -> Option<gpumon_proto::api::IngestCount
 
 /// Runs the agents for warmup + duration, drains, and returns the counters.
 async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failure> {
-    let client = gpumon_net::plain_client_builder()
+    let client = gpumon_net::client_builder(&config.tls)
+        .map_err(|e| anyhow!("{e}"))?
         .timeout(PUSH_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
         .pool_max_idle_per_host(config.agents)
         .tcp_nodelay(true)
         .build()
         .map_err(|e| anyhow!("cannot build the HTTP client: {e}"))?;
-    let pusher = Arc::new(Pusher::new(client, config.urls.clone()));
+    let pusher =
+        Arc::new(Pusher::new(client, config.urls.clone()).with_token(config.token.clone()));
     let start = Instant::now();
     let t0_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -467,6 +483,8 @@ mod tests {
             warmup: 1.0,
             agents_per_job: 16,
             step_ms: 0,
+            agent_token_file: None,
+            tls: crate::args::ClientTlsArgs::default(),
             json: true,
             quiet: true,
         }
@@ -578,10 +596,17 @@ mod tests {
             ),
             (
                 IngestArgs {
-                    coordinators: vec!["https://c:7070".into()],
+                    coordinators: vec!["ftp://c:7070".into()],
                     ..args()
                 },
-                "http only",
+                "--coordinators",
+            ),
+            (
+                IngestArgs {
+                    agent_token_file: Some("/nonexistent/gpumon-token".into()),
+                    ..args()
+                },
+                "/nonexistent/gpumon-token",
             ),
             (
                 IngestArgs {
