@@ -131,6 +131,13 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
             "the job page has no row for rank {rank}"
         );
     }
+    let verdict = find(&tags, |t| t.has_class("step-verdict"))
+        .expect("the job page says what bounds the job's step");
+    let bound = verdict.attr("data-bound").unwrap_or("");
+    assert!(
+        ["input", "compute", "communication", "host"].contains(&bound),
+        "{bound:?}"
+    );
     let heatmap = find(&tags, |t| {
         t.name == "canvas" && t.attr("id") == Some("heatmap")
     })

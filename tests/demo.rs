@@ -166,7 +166,18 @@ async fn demo_alerts_its_planted_problems_and_shows_steps_on_every_rank() {
                 .unwrap_or(0.0);
             assert!(ms > 0.0, "rank {rank} {section}: {steps}");
         }
+        let verdict = &job["step_verdicts"][rank.to_string()];
+        assert!(verdict["bound"].is_string(), "rank {rank}: {verdict}");
     }
+    // Where the job's step goes: its parts make the whole step.
+    let verdict = &job["step_verdict"];
+    let parts = verdict["parts"].as_array().expect("the job's step verdict");
+    let shares: f64 = parts.iter().filter_map(|p| p["share"].as_f64()).sum();
+    assert!((shares - 1.0).abs() < 0.05, "{verdict}");
+    assert!(
+        verdict["next"].as_str().is_some_and(|n| !n.is_empty()),
+        "{verdict}"
+    );
     // The straggler's forward pass is visibly slower than a healthy rank's.
     let forward = |rank: u64| {
         job["steps"][rank.to_string()]["sections"]["forward"]["mean_ms"]

@@ -468,3 +468,60 @@ async fn a_plain_python_script_is_rank_0_of_its_own_job_and_hears_its_alerts() {
         "{heard_host}"
     );
 }
+
+/// The report says where each rank's step goes and what bounds it: with
+/// half of every step spent waiting for data, rank 0 and the job are
+/// input-bound, and the next thing to try is named; with the script's
+/// default anatomy (a tenth in `data`), compute-bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_report_names_what_bounds_the_step() {
+    for (data_share, bound) in [("0.5", "input"), ("0.1", "compute")] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [
+            ("FAKE_TOTAL_BYTES", (8 * GIB).to_string()),
+            ("FAKE_BASE_BYTES", GIB.to_string()),
+            ("FAKE_DURATION_S", "4".to_string()),
+            ("FAKE_STEP_MS", "40".to_string()),
+            ("FAKE_DATA_SHARE", data_share.to_string()),
+        ];
+        let (code, stderr) = finish(
+            profile(dir.path(), &fake_train(), &env),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(code, Some(0), "{stderr}");
+        let r = report(dir.path());
+        let rank = &r["ranks"][0]["step_verdict"];
+        let job = &r["jobs"]["pjob"]["step_verdict"];
+        assert_eq!(rank["bound"], bound, "data share {data_share}: {rank}");
+        assert_eq!(job["bound"], bound, "data share {data_share}: {job}");
+        let parts: Vec<&str> = rank["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for name in ["data", "forward", "backward", "untimed"] {
+            assert!(parts.contains(&name), "{name} in {parts:?}");
+        }
+        let shares: f64 = rank["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["share"].as_f64().unwrap())
+            .sum();
+        assert!(
+            (shares - 1.0).abs() < 0.02,
+            "the parts make the step: {rank}"
+        );
+        if bound == "input" {
+            let next = rank["next"].as_str().unwrap();
+            assert!(next.contains("num_workers"), "{next}");
+            let evidence = rank["evidence"].as_str().unwrap();
+            assert!(
+                evidence.contains("waiting for the next batch"),
+                "{evidence}"
+            );
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //!   passes;
 //! - [`engine`]: the detection engine (OOM forecast, leak, fragmentation,
 //!   imbalance, straggler) that live and replay both run;
+//! - [`step_verdict`]: where a training step's time goes, and what bounds it;
 //! - [`notify`]: the replicated book of notifications sent and what is due;
 //! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
@@ -48,6 +49,7 @@ pub mod replay;
 pub mod secrets;
 pub mod sharding;
 pub mod shared;
+pub mod step_verdict;
 pub mod trace;
 pub mod transition;
 pub mod units;

@@ -70,7 +70,7 @@ export class JobPage {
     this.renderAlerts(alerts, now);
     this.ranksBody.replaceChildren(rankTable(ranks, rankViews, summaries, steps, active, now));
     this.renderHeatmap(detail);
-    this.sectionsBody.replaceChildren(sectionBars(ranks, steps));
+    this.sectionsBody.replaceChildren(...[stepVerdict(detail.step_verdict), sectionBars(ranks, steps)].filter(Boolean));
     this.imbalanceBody.replaceChildren(imbalanceBars(ranks, rankViews, summaries));
     this.actionsBody.replaceChildren(actionTable(d.actions.filter((a) => a.job === this.job), { empty: "No actions on this job." }));
     if (d.snapshots) this.snapshots.update(d.snapshots);
@@ -228,6 +228,16 @@ function rankTable(ranks, rankViews, summaries, steps, active, now) {
   return el("table", { class: "ranks" },
     el("thead", null, el("tr", null, head.map((h) => el("th", { text: h })))),
     el("tbody", null, rows));
+}
+
+// Where the job's step goes and what bounds it (the API's step_verdict):
+// one line with the evidence and the next thing to try.
+function stepVerdict(v) {
+  if (!v || !v.bound) return null;
+  const bound = { input: "input-bound", compute: "compute-bound", communication: "communication-bound", host: "host-bound" }[v.bound] || v.bound;
+  return el("p", { class: "step-verdict", data: { bound: v.bound } },
+    el("strong", { text: "Step: " + bound + ". " }),
+    v.evidence + ". Next: " + v.next + ".");
 }
 
 function sectionBars(ranks, steps) {

@@ -27,6 +27,8 @@ Environment knobs (bytes, milliseconds, seconds):
   It leaks in 512 KiB pieces, from the allocator's small pool, so it never
   pins the cached segments above.
 - ``FAKE_STEP_MS``: step time, default 50.
+- ``FAKE_DATA_SHARE``: the share of the step spent in ``data``, default 0.1;
+  ``forward`` and ``backward`` share 0.9 less it, the last tenth is untimed.
 - ``FAKE_DURATION_S``: run time, default 60; then the script exits 0.
 - ``FAKE_EVENTS_FILE``: where to append one JSON line per action the hook
   hands over: ``{"event": "action", "id", "kind", "reason", "step"}``. The
@@ -74,6 +76,7 @@ def main():
         cache = _env_number("FAKE_CACHE_BYTES", 16 * MiB)
         leak_rate = _env_number("FAKE_LEAK_BYTES_PER_S", 0.0, float)
         step_s = _env_number("FAKE_STEP_MS", 50.0, float) / 1000.0
+        data_share = min(max(_env_number("FAKE_DATA_SHARE", 0.1, float), 0.0), 0.9)
         duration = _env_number("FAKE_DURATION_S", 60.0, float)
         local_rank = _env_number("LOCAL_RANK", 0)
     except ValueError as e:
@@ -142,13 +145,13 @@ def main():
                 return 4
             with gpumon.section("data"):
                 batch = fake.alloc(PIECE_BYTES)
-                time.sleep(step_s * 0.1)
+                time.sleep(step_s * data_share)
             with gpumon.section("forward"):
                 activations = [fake.alloc(PIECE_BYTES) for _ in range(3)]
-                time.sleep(step_s * 0.4)
+                time.sleep(step_s * (0.9 - data_share) / 2)
             with gpumon.section("backward"):
                 gradients = [fake.alloc(PIECE_BYTES) for _ in range(2)]
-                time.sleep(step_s * 0.4)
+                time.sleep(step_s * (0.9 - data_share) / 2)
                 for handle in activations + gradients + [batch]:
                     fake.free(handle)
             now = time.monotonic()

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cmd_profile::report::{ProfileReport, RankReport};
-use crate::cmd_sweep::measures::measures;
+use crate::cmd_sweep::measures::{measures, median};
 
 use super::verdict::{judge, Limits, Row, Unit, Verdict};
 use super::{AlertCount, Outcome, RankRow};
@@ -173,18 +173,12 @@ fn sections(r: &ProfileReport) -> BTreeSet<String> {
 
 /// The median over ranks of each rank's median time in `section`.
 fn section_ms(r: &ProfileReport, section: &str) -> Option<f64> {
-    let mut v: Vec<f64> = r
-        .ranks
-        .iter()
-        .filter_map(|k| k.sections.get(section).map(|q| q.p50))
-        .filter(|x| x.is_finite())
-        .collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
+    median(
+        r.ranks
+            .iter()
+            .filter_map(|k| k.sections.get(section).map(|q| q.p50))
+            .collect(),
+    )
 }
 
 fn rank_rows(a: &ProfileReport, b: &ProfileReport, reserved: bool) -> Vec<RankRow> {

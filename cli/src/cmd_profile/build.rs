@@ -14,6 +14,7 @@ use super::report::{
 };
 use super::series::PeakMean;
 use super::series::Timeline;
+use super::step_verdicts;
 
 /// The host's side of the run.
 #[derive(Debug)]
@@ -88,6 +89,7 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
                 world_size: job.world_size,
                 forecast_rank: job.forecast.as_ref().map(|f| f.rank),
                 forecast: job.forecast.as_ref().map(|f| f.forecast),
+                step_verdict: None,
             },
         );
         for r in &job.ranks {
@@ -115,6 +117,7 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
                             .collect()
                     })
                     .unwrap_or_default(),
+                step_verdict: None,
                 leak: r.leak,
                 leak_bytes_per_s: r.leak_bytes_per_s,
                 fragmentation: r.fragmentation,
@@ -127,6 +130,7 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
             });
         }
     }
+    step_verdicts::add(&mut ranks, &mut jobs);
     // Every episode, the host's levels included: all the engine's.
     let mut alerts: Vec<Alert> = state.engine.alerts().cloned().collect();
     alerts.sort_by(|a, b| a.t.total_cmp(&b.t).then(a.id.cmp(&b.id)));

@@ -20,6 +20,7 @@ pub mod report;
 mod series;
 pub mod signals;
 mod status_line;
+mod step_verdicts;
 mod to_hooks;
 
 use std::io::{IsTerminal, Write};

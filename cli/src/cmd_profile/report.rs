@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use gpumon_common::engine::{Alert, OomForecast, Risk};
-use gpumon_proto::api::{ActionEntry, NamedMemorySnapshot};
+use gpumon_proto::api::{ActionEntry, NamedMemorySnapshot, StepVerdict};
 use serde::{Deserialize, Serialize};
 
 /// Report format version, in the `gpumon_profile` field.
@@ -172,6 +172,9 @@ pub struct RankReport {
     pub step_ms: Option<Quantiles>,
     /// Section times, ms per step: median over the recent steps, by name.
     pub sections: BTreeMap<String, Quantiles>,
+    /// Where the rank's step goes and what bounds it.
+    #[serde(default)]
+    pub step_verdict: Option<StepVerdict>,
     /// Leak verdict at the end, with its rate.
     pub leak: bool,
     /// Leak rate, bytes per second, when leaking.
@@ -210,6 +213,9 @@ pub struct JobReport {
     pub forecast_rank: Option<u32>,
     /// That rank's forecast.
     pub forecast: Option<OomForecast>,
+    /// Where the job's step goes (its ranks' medians) and what bounds it.
+    #[serde(default)]
+    pub step_verdict: Option<StepVerdict>,
 }
 
 /// A mark, a named snapshot or another hook event.

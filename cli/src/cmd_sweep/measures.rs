@@ -112,8 +112,8 @@ pub fn classify(ended: &Ended, report: &Result<ProfileReport, String>) -> (Statu
     }
 }
 
-/// The median of `v` (the mean of the middle two when even).
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of `v`'s finite values (the mean of the middle two when even).
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -208,6 +208,7 @@ mod tests {
             steps,
             step_ms: step.map(|(p50, p90)| Quantiles { p50, p90 }),
             sections: BTreeMap::new(),
+            step_verdict: None,
             leak: false,
             leak_bytes_per_s: None,
             fragmentation: false,

@@ -68,18 +68,23 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
             .state
             .job_detail_of(job, &chosen, p.range)
             .ok_or_else(|| no_job(job))?;
-        let steps = applied.steps.job(job);
+        let steps: BTreeMap<u32, gpumon_proto::api::RankSteps> = applied
+            .steps
+            .job(job)
+            .map(|s| {
+                s.iter()
+                    .filter(|(r, _)| everything || chosen.contains(r))
+                    .map(|(r, s)| (*r, s.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (step_verdict, step_verdicts) = gpumon_common::step_verdict::of_ranks(&steps);
         let answer = JobWithAnalysis {
             detail,
             analysis: applied.engine.job(job),
-            steps: steps
-                .map(|s| {
-                    s.iter()
-                        .filter(|(r, _)| everything || chosen.contains(r))
-                        .map(|(r, s)| (*r, s.clone()))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            steps,
+            step_verdict,
+            step_verdicts,
             ranks_total: None,
             others: None,
         };

@@ -96,10 +96,14 @@ pub async fn job(
             "no job {job:?}; GET /api/v1/jobs lists the known jobs"
         ))
     })?;
+    let steps = applied.steps.job(&job).cloned().unwrap_or_default();
+    let (step_verdict, step_verdicts) = gpumon_common::step_verdict::of_ranks(&steps);
     Ok(Json(JobWithAnalysis {
         detail,
         analysis: applied.engine.job(&job),
-        steps: applied.steps.job(&job).cloned().unwrap_or_default(),
+        steps,
+        step_verdict,
+        step_verdicts,
         ranks_total: None,
         others: None,
     }))

@@ -129,6 +129,13 @@ pub struct JobWithAnalysis {
     pub analysis: Option<JobSummary>,
     /// Latest and smoothed step and section times per rank (with the hook).
     pub steps: BTreeMap<u32, RankSteps>,
+    /// Where the job's step goes (the median of its ranks' smoothed step
+    /// and section times) and what bounds it; absent without sections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_verdict: Option<super::StepVerdict>,
+    /// The same per rank, from its own smoothed times.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub step_verdicts: BTreeMap<u32, super::StepVerdict>,
     /// With any parameter but `consistency`: how many ranks match (the
     /// job's, or the node's with `node=`); `ranks`, `analysis` and `steps`
     /// then hold the chosen ones only.

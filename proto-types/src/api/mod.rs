@@ -8,6 +8,7 @@
 //! - [`jobs`]: jobs, their ranks' placement, memory history and step times;
 //! - [`job_scale`]: a big job's worst ranks, time range, node aggregates and heatmap matrix;
 //! - [`analysis`]: the detection engine's forecasts and flags;
+//! - [`step_verdict`]: where a step's time goes, and what bounds it;
 //! - [`alerts`]: alert episodes;
 //! - [`actions`]: actions on training processes;
 //! - [`memory_snapshots`]: named memory (allocator) snapshots and their comparison;
@@ -29,6 +30,7 @@ pub mod jobs;
 pub mod memory_snapshots;
 pub mod query;
 pub mod raft;
+pub mod step_verdict;
 
 pub use actions::{
     ActionEntry, ActionOrigin, ActionState, ActionsBody, ActionsQuery, IssueOutcome, IssueRequest,
@@ -57,3 +59,4 @@ pub use memory_snapshots::{
 };
 pub use query::{Consistency, ReadQuery};
 pub use raft::{AddMember, PeerReplication, RaftMember, RaftStatus};
+pub use step_verdict::{StepBound, StepPart, StepVerdict};

@@ -141,6 +141,7 @@ fn rank_report(rank: u32, p: &Profile, hook: bool) -> RankReport {
         steps: if hook { (LENGTH / p.step_s) as u64 } else { 0 },
         step_ms: hook.then(|| q(step_ms, step_ms * 1.08)),
         sections,
+        step_verdict: None,
         leak: p.leak > 0.0,
         leak_bytes_per_s: (p.leak > 0.0).then_some(p.leak),
         fragmentation: false,
@@ -334,6 +335,7 @@ pub fn sample() -> ProfileReport {
         world_size: 4,
         forecast_rank: Some(2),
         forecast: ranks[2].forecast,
+        step_verdict: None,
     };
     ProfileReport {
         gpumon_profile: PROFILE_VERSION,
@@ -468,6 +470,7 @@ pub fn wide(n: u32) -> ProfileReport {
             world_size: n,
             forecast_rank: None,
             forecast: None,
+            step_verdict: None,
         },
     );
     r

@@ -17,6 +17,10 @@ fn the_document_is_openapi_3() {
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     assert!(doc["paths"]["/api/v1/jobs/{job}"]["get"].is_object());
     assert!(doc["components"]["securitySchemes"][ADMIN_TOKEN].is_object());
+    let schemas = &doc["components"]["schemas"];
+    for name in ["StepVerdict", "StepPart", "StepBound"] {
+        assert!(schemas[name].is_object(), "{name} is described");
+    }
 }
 
 #[test]
