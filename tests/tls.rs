@@ -24,6 +24,19 @@ fn path(p: &Path) -> &str {
 
 /// The flags that make a client of the cluster trust its CA and show
 /// `pair`.
+/// A replica's flags: its certificate and key, and mutual TLS with the
+/// test CA.
+fn replica_flags(pki: &Pki) -> [&str; 6] {
+    [
+        "--tls-cert-file",
+        path(&pki.replica.cert),
+        "--tls-key-file",
+        path(&pki.replica.key),
+        "--tls-client-ca-file",
+        path(&pki.ca),
+    ]
+}
+
 fn client_flags<'a>(pki: &'a Pki, pair: &'a tls::Pair) -> [&'a str; 6] {
     [
         "--tls-ca-file",
@@ -38,16 +51,13 @@ fn client_flags<'a>(pki: &'a Pki, pair: &'a tls::Pair) -> [&'a str; 6] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_mutual_tls_serves_agents_and_the_cli_and_refuses_strangers() {
     let pki = tls::make();
-    let replica_flags = [
-        "--tls-cert-file",
-        path(&pki.replica.cert),
-        "--tls-key-file",
-        path(&pki.replica.key),
-        "--tls-client-ca-file",
-        path(&pki.ca),
-    ];
-    let cluster =
-        Cluster::start_with(3, &replica_flags, "https", pki.client(Some(&pki.agent))).await;
+    let cluster = Cluster::start_with(
+        3,
+        &replica_flags(&pki),
+        "https",
+        pki.client(Some(&pki.agent)),
+    )
+    .await;
     // A leader every replica follows: Raft itself runs over mutual TLS.
     let leader = cluster.wait_leader(WITHIN).await;
     let url = cluster.url(leader);
@@ -230,16 +240,13 @@ async fn stalled_handshakes_from_one_address_delay_no_agent_peer_cli_or_scrape()
     const PROMPT: Duration = Duration::from_secs(5);
     const STALLED: usize = MAX_HANDSHAKES + 4;
     let pki = tls::make();
-    let replica_flags = [
-        "--tls-cert-file",
-        path(&pki.replica.cert),
-        "--tls-key-file",
-        path(&pki.replica.key),
-        "--tls-client-ca-file",
-        path(&pki.ca),
-    ];
-    let cluster =
-        Cluster::start_with(3, &replica_flags, "https", pki.client(Some(&pki.agent))).await;
+    let cluster = Cluster::start_with(
+        3,
+        &replica_flags(&pki),
+        "https",
+        pki.client(Some(&pki.agent)),
+    )
+    .await;
     let leader = cluster.wait_leader(WITHIN).await;
     let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
     let before = cluster.status(leader).await.applied_index.unwrap_or(0);

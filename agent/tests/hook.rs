@@ -488,6 +488,22 @@ async fn gpumon_job_names_the_job_of_a_plain_python_process() {
     );
 }
 
+/// Runs the Python `script` with the server's socket path as its argument,
+/// in a clean environment, and parses the JSON it prints.
+async fn python_on_socket(server: &Server, script: &str) -> Value {
+    let path = server.addr.unix_path().unwrap().to_owned();
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .kill_on_drop(true)
+        .output();
+    let out = bounded(out).await.expect("python3 runs");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// A process without launcher variables may not pass itself off as a rank
 /// of a real job, whatever it writes on the socket.
 #[tokio::test]
@@ -512,17 +528,7 @@ def register(job, rank, world_size):
 me = "pid-%d" % os.getpid()
 print(json.dumps([register("run-7", 3, 8), register(me, 0, 2), register(me, 0, 1)]))
 "#;
-    let path = server.addr.unix_path().unwrap().to_owned();
-    let out = tokio::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(path)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .kill_on_drop(true)
-        .output();
-    let out = bounded(out).await.expect("python3 runs");
-    let answers: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let answers = python_on_socket(&server, script).await;
     assert_refused(&answers[0], "neither launcher variables nor GPUMON_JOB");
     assert_refused(&answers[1], "rank 0 (local rank 0) of 2");
     assert_ok(&answers[2]);
@@ -606,17 +612,7 @@ f.write(json.dumps(claim).encode() + b"\n")
 f.flush()
 print(f.readline().decode())
 "#;
-    let path = server.addr.unix_path().unwrap().to_owned();
-    let out = tokio::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(path)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .kill_on_drop(true)
-        .output();
-    let out = bounded(out).await.expect("python3 runs");
-    let answer: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let answer = python_on_socket(&server, script).await;
     assert_ok(&answer);
     drop(held);
     server.stop().await;

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 use gpumon_proto::api::{RankSteps, StepBound, StepPart, StepVerdict};
 
+use crate::engine::robust_stats::median_in_place;
+
 /// The share of the step that makes a part its bound.
 pub const BOUND_SHARE: f64 = 0.25;
 
@@ -140,14 +142,10 @@ pub fn of_ranks(
     (step.and_then(|step| judge(step, sections)), each)
 }
 
+/// The median of `v`'s finite values.
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
+    median_in_place(&mut v)
 }
 
 #[cfg(test)]

@@ -155,16 +155,29 @@ impl<K: Hash + Eq + Copy> Admissions<K> {
     /// A place for a connection from `source`, held until the returned
     /// guard drops; `None` (counted) when a cap is reached.
     pub fn admit_from(&self, source: K) -> Option<Admission<K>> {
+        self.try_admit_from(source).ok()
+    }
+
+    /// [`Admissions::admit_from`], saying which cap refused: the source's
+    /// share first, then the total.
+    pub fn try_admit_from(&self, source: K) -> Result<Admission<K>, Full> {
         let mut held = self.lock();
         let of_source = held.by_source.get(&source).copied().unwrap_or(0);
-        if held.total >= self.inner.total || of_source >= self.inner.per_source {
+        let full = if of_source >= self.inner.per_source {
+            Some(Full::Source)
+        } else if held.total >= self.inner.total {
+            Some(Full::Total)
+        } else {
+            None
+        };
+        if let Some(full) = full {
             drop(held);
             self.inner.refused.fetch_add(1, Relaxed);
-            return None;
+            return Err(full);
         }
         held.total += 1;
         held.by_source.insert(source, of_source + 1);
-        Some(Admission {
+        Ok(Admission {
             inner: self.inner.clone(),
             source,
         })
@@ -190,6 +203,15 @@ impl<K: Hash + Eq + Copy> Admissions<K> {
 // is one statement), so a poisoned lock is taken as it is.
 fn lock<K>(inner: &Inner<K>) -> std::sync::MutexGuard<'_, Held<K>> {
     inner.held.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which cap refused a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The source holds its share.
+    Source,
+    /// Every place is taken.
+    Total,
 }
 
 /// One admitted connection's place; given back on drop.

@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::args::CompareArgs;
-use crate::cmd_sweep::measures::{read_report, MAX_REPORT_BYTES};
+use crate::cmd_sweep::measures::{read_json, report_from};
 use crate::cmd_sweep::report::{SweepReport, SWEEP_VERSION};
 use crate::{usage, Failure};
 use verdict::{Limits, Row, Unit, Verdict, COMPARE_VERSION};
@@ -177,20 +177,9 @@ fn not_comparable(reason: String) -> Outcome {
 
 /// Reads a profile report or a sweep, by its version field.
 fn read(path: &Path) -> Result<Report, String> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .len();
-    if size > MAX_REPORT_BYTES {
-        return Err(format!(
-            "{} holds {size} bytes, more than the {MAX_REPORT_BYTES} read",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    let value = read_json(path, "file")?;
     if value.get("gpumon_profile").is_some() {
-        return read_report(path).map(|r| Report::Profile(Box::new(r)));
+        return report_from(value, path).map(|r| Report::Profile(Box::new(r)));
     }
     match value.get("gpumon_sweep").and_then(serde_json::Value::as_u64) {
         Some(v) if v == u64::from(SWEEP_VERSION) => serde_json::from_value(value)

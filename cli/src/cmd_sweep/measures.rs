@@ -48,19 +48,30 @@ impl Ended {
 
 /// Reads and checks a profile report.
 pub fn read_report(path: &Path) -> Result<ProfileReport, String> {
+    report_from(read_json(path, "report")?, path)
+}
+
+/// Reads the JSON document at `path` (the `what` it should be, for the
+/// errors), at most [`MAX_REPORT_BYTES`].
+pub(crate) fn read_json(path: &Path, what: &str) -> Result<serde_json::Value, String> {
     let size = std::fs::metadata(path)
-        .map_err(|e| format!("no report at {}: {e}", path.display()))?
+        .map_err(|e| format!("no {what} at {}: {e}", path.display()))?
         .len();
     if size > MAX_REPORT_BYTES {
         return Err(format!(
-            "the report {} holds {size} bytes, more than the {MAX_REPORT_BYTES} read",
+            "the {what} {} holds {size} bytes, more than the {MAX_REPORT_BYTES} read",
             path.display()
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let version: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("the report {} is not JSON: {e}", path.display()))?;
-    match version
+    serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the {what} {} is not JSON: {e}", path.display()))
+}
+
+/// Checks a profile report's version and reads it from `value` (read
+/// from `path`).
+pub(crate) fn report_from(value: serde_json::Value, path: &Path) -> Result<ProfileReport, String> {
+    match value
         .get("gpumon_profile")
         .and_then(serde_json::Value::as_u64)
     {
@@ -72,7 +83,7 @@ pub fn read_report(path: &Path) -> Result<ProfileReport, String> {
             ))
         }
     }
-    serde_json::from_value(version)
+    serde_json::from_value(value)
         .map_err(|e| format!("the report {} is unreadable: {e}", path.display()))
 }
 

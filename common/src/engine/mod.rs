@@ -45,7 +45,7 @@ pub mod legacy;
 pub mod memory_level;
 mod rank;
 pub mod regime;
-mod robust_stats;
+pub(crate) mod robust_stats;
 mod silence;
 pub mod straggler;
 pub mod summary;

@@ -4,11 +4,9 @@
 //! including when the stream drops a client too slow to read (see
 //! `stream`).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use gpumon_net::admission::{Admission, Admissions, Full};
 
 /// Most streams one replica serves at once.
 pub const MAX_STREAM_CLIENTS: usize = 64;
@@ -27,62 +25,29 @@ pub enum NoSlot {
 
 /// The replica's stream slots; clones share them.
 #[derive(Debug, Clone)]
-pub struct StreamSlots {
-    total: Arc<Semaphore>,
-    per_client: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
+pub struct StreamSlots(Admissions<IpAddr>);
 
 impl Default for StreamSlots {
     fn default() -> Self {
-        Self {
-            total: Arc::new(Semaphore::new(MAX_STREAM_CLIENTS)),
-            per_client: Arc::default(),
-        }
+        Self(Admissions::new(MAX_STREAM_CLIENTS, MAX_STREAMS_PER_CLIENT))
     }
 }
+
+/// One taken slot, freed on drop.
+pub type StreamSlot = Admission<IpAddr>;
 
 impl StreamSlots {
     /// A slot for a stream to `client`, held until dropped.
     pub fn claim(&self, client: IpAddr) -> Result<StreamSlot, NoSlot> {
-        let mut per_client = self.per_client.lock().unwrap_or_else(|p| p.into_inner());
-        let held = per_client.get(&client).copied().unwrap_or(0);
-        if held >= MAX_STREAMS_PER_CLIENT {
-            return Err(NoSlot::Client);
-        }
-        let permit = Arc::clone(&self.total)
-            .try_acquire_owned()
-            .map_err(|_| NoSlot::Replica)?;
-        per_client.insert(client, held + 1);
-        Ok(StreamSlot {
-            client,
-            per_client: Arc::clone(&self.per_client),
-            _permit: permit,
+        self.0.try_admit_from(client).map_err(|full| match full {
+            Full::Source => NoSlot::Client,
+            Full::Total => NoSlot::Replica,
         })
     }
 
     /// Streams open now.
     pub fn open(&self) -> usize {
-        MAX_STREAM_CLIENTS - self.total.available_permits()
-    }
-}
-
-/// One taken slot.
-#[derive(Debug)]
-pub struct StreamSlot {
-    client: IpAddr,
-    per_client: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut per_client = self.per_client.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(held) = per_client.get_mut(&self.client) {
-            *held -= 1;
-            if *held == 0 {
-                per_client.remove(&self.client);
-            }
-        }
+        self.0.held().0
     }
 }
 
