@@ -275,7 +275,9 @@ class Slowdown:
 
     def record(self, t):
         if self.start_file:
-            tmp = self.start_file + ".tmp"
+            # Every rank of a slowed stage records the start: each writes its
+            # own temporary file, or one rank's rename takes another's away.
+            tmp = "%s.%d.tmp" % (self.start_file, os.getpid())
             with open(tmp, "w", encoding="ascii") as f:
                 f.write("%.6f\n" % t)
             os.replace(tmp, self.start_file)
