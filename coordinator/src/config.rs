@@ -207,6 +207,26 @@ impl CoordinatorConfig {
         }
     }
 
+    /// The engine forgets a silent job no later than the view forgets its
+    /// node: otherwise the engine would keep analysing jobs on nodes the
+    /// cluster view no longer lists.
+    fn check_forgetting(&self) -> Result<(), String> {
+        let silent_s = self.engine.silent_s;
+        if !(silent_s.is_finite() && silent_s >= 0.0) {
+            return Err(format!(
+                "[engine] silent_s ({silent_s}) must be zero (never forget) or a positive number of seconds"
+            ));
+        }
+        let expire_s = self.expire_after.as_secs_f64();
+        if expire_s > 0.0 && (silent_s == 0.0 || silent_s > expire_s) {
+            return Err(format!(
+                "[engine] silent_s ({silent_s} s{}) outlasts expire_after_s ({expire_s} s): the engine would keep analysing jobs on nodes the cluster view has forgotten; set silent_s at most expire_after_s",
+                if silent_s == 0.0 { ", never" } else { "" }
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the values; the error says which one and why.
     pub fn validate(&self) -> Result<(), String> {
         if self.id == 0 {
@@ -240,6 +260,7 @@ impl CoordinatorConfig {
                 e.window_s, e.warmup_s
             ));
         }
+        self.check_forgetting()?;
         if self.max_pushes_in_flight == 0 {
             return Err("max_pushes_in_flight must be at least 1".into());
         }
@@ -259,9 +280,6 @@ impl CoordinatorConfig {
                 self.snapshot_chunk_bytes,
                 MAX_RAFT_RPC_BYTES / 2
             ));
-        }
-        if self.peer_ca_file.is_some() && self.tls.is_none() {
-            return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
         }
         if self.peer_ca_file.is_some() && self.tls.is_none() {
             return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
@@ -315,5 +333,29 @@ mod tests {
             err.contains("snapshot_chunk_bytes 67108864") && err.contains("67108864 bytes at most"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_engine_may_not_keep_a_job_longer_than_the_view_keeps_its_node() {
+        let mut c = CoordinatorConfig::new(1, std::env::temp_dir());
+        assert!(c.engine.silent_s <= c.expire_after.as_secs_f64());
+        c.expire_after = std::time::Duration::from_secs(120);
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("silent_s (300 s)") && err.contains("expire_after_s (120 s)"),
+            "{err}"
+        );
+        c.engine.silent_s = 120.0;
+        assert_eq!(c.validate(), Ok(()));
+        c.engine.silent_s = 0.0;
+        assert!(c.validate().unwrap_err().contains("silent_s (0 s, never)"));
+        // Expiry off: the view never forgets, so the engine may do either.
+        c.expire_after = std::time::Duration::ZERO;
+        assert_eq!(c.validate(), Ok(()));
+        c.engine.silent_s = f64::NAN;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("[engine] silent_s (NaN)"));
     }
 }

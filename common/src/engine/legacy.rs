@@ -176,6 +176,7 @@ impl<C> EngineWith<C> {
             counters: self.counters,
             pending_links: self.pending_links,
             scratch: Default::default(),
+            forgot_jobs: false,
         }
     }
 }

@@ -111,6 +111,10 @@ pub struct Engine {
     pending_links: Vec<(String, u32, String, u32, u32)>,
     #[serde(skip)]
     scratch: Scratch,
+    /// Whether a job was forgotten since [`Engine::take_forgot_jobs`] last
+    /// asked (the replicated state forgets its records of it too).
+    #[serde(skip)]
+    forgot_jobs: bool,
 }
 
 impl PartialEq for Engine {
@@ -139,6 +143,7 @@ impl Engine {
             counters: EngineCounters::default(),
             pending_links: Vec::new(),
             scratch: Scratch::default(),
+            forgot_jobs: false,
         }
     }
 
@@ -150,6 +155,11 @@ impl Engine {
     /// Newest trace time seen, seconds (`-inf` before any observation).
     pub fn now(&self) -> f64 {
         self.now
+    }
+
+    /// Whether a job was forgotten since the last call.
+    pub fn take_forgot_jobs(&mut self) -> bool {
+        std::mem::take(&mut self.forgot_jobs)
     }
 
     /// Whether the job is tracked (live, or ended and not yet forgotten).

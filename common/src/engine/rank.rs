@@ -119,6 +119,7 @@ impl Engine {
         match oldest {
             Some((_, name)) => {
                 self.jobs.remove(&name);
+                self.forgot_jobs = true;
                 true
             }
             None => false,

@@ -46,6 +46,7 @@ impl Engine {
             .collect();
         for name in silent_jobs {
             if let Some(job) = self.jobs.remove(&name) {
+                self.forgot_jobs = true;
                 for &rank in job.ranks.keys() {
                     self.alerts
                         .resolve_subject(&Subject::Rank(name.clone(), rank), now);

@@ -105,6 +105,15 @@ impl MemorySnapshotBook {
             .map_or(0, |sets| entries_of(&sets))
     }
 
+    /// Forgets the jobs `keep` says no to.
+    pub fn retain_jobs(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        let before = self.jobs.len();
+        self.jobs.retain(|job, _| keep(job));
+        if self.jobs.len() != before {
+            self.entries.forget();
+        }
+    }
+
     /// Rank entries in all.
     pub fn entries(&self) -> usize {
         self.entries

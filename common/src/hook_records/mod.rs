@@ -45,6 +45,11 @@ impl HookState {
         &self.snapshots
     }
 
+    /// Forgets the named snapshots of the jobs `keep` says no to.
+    pub fn retain_jobs(&mut self, keep: impl FnMut(&str) -> bool) {
+        self.snapshots.retain_jobs(keep);
+    }
+
     /// What was applied and skipped.
     pub fn counters(&self) -> HookCounters {
         self.counters

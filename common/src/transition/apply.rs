@@ -40,7 +40,20 @@ impl Replicated {
     /// asking (nobody streams) costs nothing at all.
     pub fn apply(&mut self, command: Command, keep_applied: bool) -> Effects {
         let Command::V1(command) = command;
-        self.apply_v1(command, keep_applied)
+        let effects = self.apply_v1(command, keep_applied);
+        self.forget_what_the_engine_forgot();
+        effects
+    }
+
+    /// The named snapshots and step times of jobs the engine forgot (gone
+    /// silent, or the oldest ended one pushed out) go with them; a scan of
+    /// the jobs, only when the engine forgot one.
+    fn forget_what_the_engine_forgot(&mut self) {
+        if self.engine.take_forgot_jobs() {
+            let engine = &self.engine;
+            self.hook.retain_jobs(|job| engine.tracks_job(job));
+            self.steps.retain_jobs(|job| engine.tracks_job(job));
+        }
     }
 
     fn apply_v1(&mut self, command: CommandV1, keep_applied: bool) -> Effects {

@@ -551,3 +551,106 @@ fn a_batch_applies_only_pushes() {
     assert_eq!(got.result.each[1].windows_applied, 2);
     assert_eq!(r.state.cluster_view().gpus, 2);
 }
+
+/// A push from `agent` at `t_ms`: one window of its GPU 0 (a process of job
+/// `job`, rank 0) and `hook`.
+fn push_from(agent: &str, seq: u64, t_ms: u64, job: &str, hook: Vec<HookRecord>) -> Command {
+    let mut w = window(0, t_ms, GIB);
+    w.gpu.uuid = format!("GPU-{agent}");
+    if let Some(rank) = w.procs[0].rank.as_mut() {
+        rank.job = job.into();
+        rank.world_size = 1;
+    }
+    Command::V1(CommandV1::Push(PushBatch {
+        agent_id: agent.into(),
+        incarnation: 1,
+        seq,
+        node: agent.into(),
+        dropped_batches: 0,
+        windows: vec![w],
+        hook,
+        acks: Vec::new(),
+    }))
+}
+
+#[test]
+fn a_job_the_engine_forgets_takes_its_named_snapshots_and_step_times_with_it() {
+    use gpumon_proto::{EventRecord, StepRecord};
+    let snapshot = |t_ms: u64, job: &str| {
+        HookRecord::Event(EventRecord {
+            t_ms,
+            job: job.into(),
+            rank: 0,
+            name: "before_training".into(),
+            detail: None,
+            snapshot: Some(AllocStats {
+                allocated: GIB,
+                reserved: 2 * GIB,
+                ..AllocStats::default()
+            }),
+        })
+    };
+    let step = |t_ms: u64, job: &str| {
+        HookRecord::Step(StepRecord {
+            t_ms,
+            job: job.into(),
+            rank: 0,
+            step: t_ms / 1000,
+            duration_ms: 1000.0,
+            sections: vec![("forward".into(), 400.0)],
+            group: None,
+        })
+    };
+    let mut r = fresh();
+    // Node "gone" reports its job once, then never again (its agent died);
+    // node "live" keeps data time going and its job speaking.
+    let first = vec![snapshot(1_000, "silent"), step(1_000, "silent")];
+    r.apply(push_from("gone", 1, 1_000, "silent", first), false);
+    let silent_s = EngineConfig::default().silent_s;
+    let end_s = (silent_s as u64) + 2 * 60;
+    for (seq, s) in (1..=end_s).step_by(10).enumerate() {
+        let t_ms = s * 1000;
+        let hook = if seq == 0 {
+            vec![snapshot(t_ms, "alive"), step(t_ms, "alive")]
+        } else {
+            vec![step(t_ms, "alive")]
+        };
+        r.apply(
+            push_from("live", seq as u64 + 1, t_ms, "alive", hook),
+            false,
+        );
+        if s < 60 {
+            assert!(r.hook.snapshots().job("silent").is_some(), "at {s} s");
+            assert!(r.steps.job("silent").is_some(), "at {s} s");
+        }
+    }
+    assert!(!r.engine.tracks_job("silent"));
+    assert!(
+        r.hook.snapshots().job("silent").is_none(),
+        "its snapshots went with it"
+    );
+    assert!(
+        r.steps.job("silent").is_none(),
+        "its step times went with it"
+    );
+    assert!(r.hook.snapshots().get("alive", "before_training").is_some());
+    assert!(r.steps.job("alive").is_some());
+    // The same data with forgetting off keeps both, as before.
+    let mut kept = Replicated::new(
+        Limits::default(),
+        &EngineConfig {
+            silent_s: 0.0,
+            ..EngineConfig::default()
+        },
+    );
+    let first = vec![snapshot(1_000, "silent"), step(1_000, "silent")];
+    kept.apply(push_from("gone", 1, 1_000, "silent", first), false);
+    for (seq, s) in (1..=end_s).step_by(10).enumerate() {
+        let hook = vec![step(s * 1000, "alive")];
+        kept.apply(
+            push_from("live", seq as u64 + 1, s * 1000, "alive", hook),
+            false,
+        );
+    }
+    assert!(kept.hook.snapshots().job("silent").is_some());
+}
