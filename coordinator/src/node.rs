@@ -24,6 +24,7 @@ use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{snapshot_schedule, Raft};
 use crate::remote_write::RemoteWriteStats;
+use crate::service::{Proposer, StorageGuard};
 
 /// File name of the Raft log inside the data directory.
 pub const LOG_FILE: &str = "raft-log.redb";
@@ -220,13 +221,20 @@ impl Coordinator {
         form(&raft, &config, &advertise).await?;
 
         let (stop, mut stopped) = watch::channel(false);
+        let proposer = Proposer::new(
+            config.id,
+            raft.clone(),
+            StorageGuard::new(&config.data_dir, config.min_free_bytes),
+            link.clone(),
+        );
         let snapshots = snapshot_schedule::spawn(
             raft.clone(),
             config.id,
             config.snapshot_every_entries,
             stopped.clone(),
         );
-        let expiry = crate::expiry_task::spawn(raft.clone(), config.expire_after, stopped.clone());
+        let expiry =
+            crate::expiry_task::spawn(proposer.clone(), config.expire_after, stopped.clone());
         let contact = Contact::default();
         let backing = Backing::default();
         let elections = crate::raft::election::spawn(
@@ -239,13 +247,13 @@ impl Coordinator {
             stopped.clone(),
         );
         let planner = crate::release_task::spawn(
-            raft.clone(),
+            proposer.clone(),
             state_machine.clone(),
             config.planner.clone(),
             stopped.clone(),
         );
         let notifier = Notifier::spawn(
-            raft.clone(),
+            proposer.clone(),
             state_machine.clone(),
             config.notify.clone(),
             link.url(&advertise),
@@ -258,7 +266,7 @@ impl Coordinator {
             .map(|rw| {
                 crate::remote_write::spawn(
                     rw,
-                    raft.clone(),
+                    proposer.clone(),
                     state_machine.clone(),
                     remote_write_stats.clone(),
                     stopped.clone(),
@@ -275,7 +283,7 @@ impl Coordinator {
             max_pushes_in_flight: config.max_pushes_in_flight,
             credentials: config.credentials.clone(),
             data_dir: config.data_dir.clone(),
-            min_free_bytes: config.min_free_bytes,
+            proposer,
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),

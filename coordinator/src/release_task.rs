@@ -1,22 +1,23 @@
 //! The leader's release planner task: every `interval_ms`, on the leader
 //! only, it runs the pure planner (`gpumon_common::actions::plan_releases`)
-//! over the applied state and proposes what it returns through Raft. The
+//! over the applied state and proposes what it returns through the
+//! replica's one write path (`service::Proposer`). The
 //! book re-checks every rule at apply time, so a proposal racing a leader
 //! change, or a new leader planning again, cannot issue an action twice.
 
 use std::time::Duration;
 
 use gpumon_common::actions::{plan_dumps, plan_releases, IssueOutcome, PlannerConfig};
-use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::raft::state_machine::StateMachine;
-use crate::raft::{Command, CommandV1, Raft};
+use crate::raft::{Command, CommandV1};
+use crate::service::Proposer;
 
 /// Starts the planner; it ends when `stop` turns true.
 pub fn spawn(
-    raft: Raft,
+    proposer: Proposer,
     state_machine: StateMachine,
     config: PlannerConfig,
     mut stop: watch::Receiver<bool>,
@@ -31,7 +32,7 @@ pub fn spawn(
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            if raft.metrics().borrow().state != ServerState::Leader {
+            if !proposer.leads() {
                 continue;
             }
             let requests = {
@@ -53,9 +54,9 @@ pub fn spawn(
                 requests: requests.clone(),
                 rules: config.rules(),
             });
-            match raft.client_write(command).await {
-                Ok(resp) => {
-                    for (req, outcome) in requests.iter().zip(&resp.data.issued) {
+            match proposer.write(command, "the planned actions").await {
+                Ok(result) => {
+                    for (req, outcome) in requests.iter().zip(&result.issued) {
                         if let IssueOutcome::Issued { id } = outcome {
                             tracing::info!(id, job = %req.job, rank = req.rank, reason = %req.reason, "planned {}", req.kind.name());
                         }

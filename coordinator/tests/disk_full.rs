@@ -112,3 +112,126 @@ async fn a_full_disk_refuses_writes_with_507_and_they_resume_when_space_returns(
     );
     c.shutdown().await;
 }
+
+/// A webhook receiver on loopback that holds its first request until
+/// released, then answers 200 to everything; counts what it got.
+struct HeldReceiver {
+    url: String,
+    got: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HeldReceiver {
+    async fn start() -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let got = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let (g, r) = (got.clone(), release.clone());
+        let app = axum::Router::new().fallback(move || {
+            let (g, r) = (g.clone(), r.clone());
+            async move {
+                if g.fetch_add(1, Ordering::SeqCst) == 0 {
+                    r.notified().await;
+                }
+                axum::http::StatusCode::OK
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            url,
+            got,
+            release,
+            task,
+        }
+    }
+
+    fn got(&self) -> usize {
+        self.got.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for HeldReceiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Waits, at most 30 s, until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The leader's own writes take the same path as a client's: a notification
+/// it sent while the disk filled is not recorded (the storage check refuses
+/// the record, as it refuses a push), and while the disk stays full the
+/// notifier sends nothing more; once space returns it sends the unrecorded
+/// one again, once, and records it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_with_a_full_disk_neither_records_nor_keeps_sending_notifications() {
+    use gpumon_common::notify::ReceiverKind;
+    use gpumon_coordinator::notify::{NotifyConfig, Receiver};
+    let rx = HeldReceiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _fs = Tmpfs::mount(dir.path(), 32);
+    let data = dir.path().join("data");
+    let receivers = vec![Receiver::new(ReceiverKind::Webhook, rx.url.clone())];
+    let c = support::start_with(&data, |c| {
+        c.min_free_bytes = 12 * MIB;
+        c.notify = NotifyConfig {
+            receivers,
+            interval_ms: 100,
+            backoff_initial_ms: 50,
+            backoff_max_ms: 200,
+            ..NotifyConfig::default()
+        };
+    })
+    .await;
+    let url = c.api_url();
+    for seq in 1..=20 {
+        support::push(&url, &support::leak_batch(seq)).await;
+    }
+    until("the first notification arrives (and is held)", || {
+        rx.got() >= 1
+    })
+    .await;
+    let stats = || c.notify_stats().get(ReceiverKind::Webhook);
+    assert_eq!(stats().recorded, 0);
+
+    let free = rustix::fs::statvfs(dir.path())
+        .map(|s| s.f_bavail * s.f_frsize)
+        .unwrap();
+    let ballast = dir.path().join("ballast");
+    std::fs::write(&ballast, vec![0u8; (free - 8 * MIB) as usize]).unwrap();
+    let held = rx.got();
+    rx.release.notify_one();
+    until("the sent notification is refused its record", || {
+        stats().unrecorded >= 1
+    })
+    .await;
+    // Twenty rounds with the disk full: nothing more goes out.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(rx.got(), held, "a leader that cannot record sent again");
+    assert_eq!(stats().recorded, 0);
+
+    std::fs::remove_file(&ballast).unwrap();
+    // Each send is then recorded, or was refused its record once.
+    until("notifications are sent again and recorded", || {
+        let s = stats();
+        s.recorded >= 1 && rx.got() as u64 == s.recorded + s.unrecorded
+    })
+    .await;
+    c.shutdown().await;
+}

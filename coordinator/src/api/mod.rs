@@ -78,7 +78,7 @@ use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 use crate::remote_write::RemoteWriteStats;
-use crate::service::{Admission, Service, StorageGuard};
+use crate::service::{Admission, Proposer, Service};
 pub use metrics::rank_series::RankSeries;
 
 /// What every handler can reach.
@@ -106,8 +106,9 @@ pub struct AppParts {
     pub credentials: Credentials,
     /// The data directory, which readiness checks takes writes.
     pub data_dir: std::path::PathBuf,
-    /// Free space the data directory keeps; writes are refused (507) below.
-    pub min_free_bytes: u64,
+    /// The replica's one write path (its storage check refuses writes,
+    /// 507, below the free space the data directory keeps).
+    pub proposer: Proposer,
     /// Expiry and rate limit given to actions an admin issues.
     pub planner_rules: IssueRules,
     /// Turns `true` when the node stops, which ends every open stream.
@@ -182,13 +183,10 @@ impl AppState {
     /// State for a node.
     pub fn new(parts: AppParts) -> Self {
         let service = Service::new(
-            parts.id,
-            parts.raft.clone(),
+            parts.proposer,
             parts.state_machine.clone(),
             parts.planner_rules,
             Admission::new(parts.max_pushes_in_flight),
-            StorageGuard::new(&parts.data_dir, parts.min_free_bytes),
-            parts.link.clone(),
         );
         Self {
             inner: Arc::new(Inner {

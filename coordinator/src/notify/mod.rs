@@ -32,13 +32,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpumon_common::notify::{due, ReceiverId, ReceiverRule};
-use openraft::ServerState;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::raft::state_machine::StateMachine;
-use crate::raft::Raft;
+use crate::service::Proposer;
 pub use config::{NotifyConfig, Receiver};
 pub use counters::{NotifyCounts, NotifyStats};
 use payload::Message;
@@ -56,7 +55,7 @@ impl Notifier {
     /// without receivers); they end when `stop` turns true. `dashboard_url`
     /// is the default base of links (this replica's API URL).
     pub fn spawn(
-        raft: Raft,
+        proposer: Proposer,
         state_machine: StateMachine,
         config: NotifyConfig,
         dashboard_url: String,
@@ -101,7 +100,7 @@ impl Notifier {
                 receiver: receiver.clone(),
                 config: config.clone(),
                 client: client.clone(),
-                raft: raft.clone(),
+                proposer: proposer.clone(),
                 holds: holds.clone(),
                 stats: stats.clone(),
             };
@@ -114,7 +113,7 @@ impl Notifier {
             .trim_end_matches('/')
             .to_owned();
         let leader = Leader {
-            raft,
+            proposer,
             state_machine,
             config,
             queues,
@@ -141,7 +140,7 @@ impl Notifier {
 
 /// The leader loop's state.
 struct Leader {
-    raft: Raft,
+    proposer: Proposer,
     state_machine: StateMachine,
     config: Arc<NotifyConfig>,
     queues: HashMap<ReceiverId, (gpumon_common::notify::ReceiverKind, mpsc::Sender<Message>)>,
@@ -175,13 +174,10 @@ impl Leader {
 
     /// Leader, and caught up: it has applied an entry of its own term, so
     /// every notification an earlier leader recorded is in its book (a new
-    /// leader that read its book sooner could repeat one).
+    /// leader that read its book sooner could repeat one); and its disk has
+    /// room to record what it sends.
     fn ready(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        m.state == ServerState::Leader
-            && m.last_applied
-                .is_some_and(|l| l.leader_id.term == m.current_term)
+        self.proposer.leads_caught_up() && self.proposer.can_write()
     }
 
     /// Queues everything due now that is not held.

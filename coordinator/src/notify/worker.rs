@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_common::notify::{NotifyKey, ReceiverKind};
-use openraft::ServerState;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -21,7 +20,8 @@ use super::config::{NotifyConfig, Receiver};
 use super::counters::{Count, NotifyStats};
 use super::http::{NotifyClient, SendError};
 use super::payload::{alertmanager, slack, webhook, Message};
-use crate::raft::{Command, CommandV1, Raft};
+use crate::raft::{Command, CommandV1};
+use crate::service::Proposer;
 
 /// Where a key stands on this leader, outside the replicated book.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub(super) struct Worker {
     pub receiver: Receiver,
     pub config: Arc<NotifyConfig>,
     pub client: NotifyClient,
-    pub raft: Raft,
+    pub proposer: Proposer,
     pub holds: Holds,
     pub stats: NotifyStats,
 }
@@ -61,8 +61,9 @@ enum Failure {
 }
 
 impl Worker {
-    fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().state == ServerState::Leader
+    /// The leader, with room on its disk to record what it sends.
+    fn may_send(&self) -> bool {
+        self.proposer.leads() && self.proposer.can_write()
     }
 
     /// Runs until `stop` turns true or the queue closes.
@@ -100,7 +101,7 @@ impl Worker {
         let max_wait = Duration::from_millis(self.config.backoff_max_ms);
         let mut attempt = 1;
         loop {
-            if !self.is_leader() {
+            if !self.may_send() {
                 return Settled::Abandoned;
             }
             let failure = match self.post(m).await {
@@ -135,7 +136,11 @@ impl Worker {
             entries: vec![m.due.entry()],
             at_ms: wall_ms(),
         });
-        match self.raft.client_write(command).await {
+        match self
+            .proposer
+            .write(command, "the notification's record")
+            .await
+        {
             Ok(_) => {
                 self.stats.add(kind, Count::Recorded);
                 tracing::info!(

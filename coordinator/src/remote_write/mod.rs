@@ -39,17 +39,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::raft::state_machine::StateMachine;
-use crate::raft::Raft;
+use crate::service::Proposer;
 
 /// Starts the sender of `config`, counting into `stats`; it ends when
 /// `stop` turns true. Fails when the CA file or the token cannot be used.
 pub fn spawn(
     config: RemoteWriteConfig,
-    raft: Raft,
+    proposer: Proposer,
     state_machine: StateMachine,
     stats: RemoteWriteStats,
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, String> {
-    let sender = sender::Sender::new(config, raft, state_machine, stats)?;
+    let sender = sender::Sender::new(config, proposer, state_machine, stats)?;
     Ok(tokio::spawn(sender.run(stop)))
 }

@@ -12,7 +12,6 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_net::ClientTls;
-use openraft::ServerState;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
 };
@@ -26,7 +25,7 @@ use super::stats::{RemoteWriteStats, NO_ANSWER};
 use super::{encode, RemoteWriteConfig};
 use crate::notify::http::{Answer, NotifyClient};
 use crate::raft::state_machine::StateMachine;
-use crate::raft::Raft;
+use crate::service::Proposer;
 
 /// First wait before a request is tried again.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
@@ -40,7 +39,7 @@ pub(super) struct Sender {
     config: RemoteWriteConfig,
     client: NotifyClient,
     headers: HeaderMap,
-    raft: Raft,
+    proposer: Proposer,
     state_machine: StateMachine,
     stats: RemoteWriteStats,
     /// Where the next take starts; `Some` while this replica leads.
@@ -53,7 +52,7 @@ impl Sender {
     /// The sender of `config`; fails when the CA file cannot be used.
     pub(super) fn new(
         config: RemoteWriteConfig,
-        raft: Raft,
+        proposer: Proposer,
         state_machine: StateMachine,
         stats: RemoteWriteStats,
     ) -> Result<Self, String> {
@@ -69,7 +68,7 @@ impl Sender {
             config,
             client,
             headers,
-            raft,
+            proposer,
             state_machine,
             stats,
             cursors: None,
@@ -79,7 +78,7 @@ impl Sender {
 
     /// Runs until `stop` turns true; what is still queued then is dropped.
     pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.proposer.raft().metrics();
         let mut tick = tokio::time::interval(self.config.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut retry_at = Instant::now();
@@ -95,7 +94,10 @@ impl Sender {
                     }
                     self.follow_leadership();
                 }
-                _ = tick.tick() => self.take().await,
+                _ = tick.tick() => {
+                    self.follow_leadership();
+                    self.take().await;
+                }
                 _ = tokio::time::sleep_until(retry_at), if queued => {
                     if self.send_front().await {
                         backoff = BACKOFF_INITIAL;
@@ -115,7 +117,7 @@ impl Sender {
     /// Starts taking from the view as it is when this replica becomes the
     /// leader; stops when it no longer is (what is queued is still sent).
     fn follow_leadership(&mut self) {
-        let leads = self.raft.metrics().borrow().state == ServerState::Leader;
+        let leads = self.proposer.leads();
         match (leads, self.cursors.is_some()) {
             (true, false) => {
                 let cursors = Cursors::at(&self.state_machine.read().state);
