@@ -33,6 +33,7 @@ use super::hub::HookHub;
 use super::identity;
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
 use super::records::check_report;
+use super::tcp_owner::{self, PeerSocket};
 use crate::clock::now_ms;
 
 /// Longest time from connecting to a successful `register`.
@@ -53,6 +54,9 @@ pub(crate) struct Shared {
     last_warn_ms: AtomicU64,
     /// Ended sessions whose process's exit is being watched.
     exit_watches: Arc<AtomicUsize>,
+    /// One search of `/proc/*/fd` for a TCP peer's process at a time
+    /// ([`tcp_owner::find_holder`]); the others wait their turn.
+    pub holder_search: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -62,6 +66,7 @@ impl Shared {
             proc_root,
             last_warn_ms: AtomicU64::new(0),
             exit_watches: Arc::new(AtomicUsize::new(0)),
+            holder_search: tokio::sync::Semaphore::new(1),
         }
     }
 
@@ -79,12 +84,33 @@ impl Shared {
 /// Who is on the other end, as the transport tells it.
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
-    /// The kernel's answer on a Unix socket (`None` on TCP or when unknown).
+    /// The kernel's answer on a Unix socket; on loopback TCP the process
+    /// holding the peer's socket ([`tcp_owner`]). `None` when unknown.
     pub pid: Option<u32>,
-    /// The peer's user, the kernel's answer on a Unix socket (`None` on TCP).
+    /// The peer's user: the kernel's answer on a Unix socket, the socket's
+    /// user on loopback TCP; `None` when unknown.
     pub uid: Option<u32>,
-    /// For logs: `pid 123` or `127.0.0.1:5555`.
+    /// A loopback TCP peer's socket, when found in `/proc/net/tcp*`.
+    pub socket: Option<PeerSocket>,
+    /// For logs: `pid 123`, `pid 123 (127.0.0.1:5555)` or `127.0.0.1:5555`.
     pub label: String,
+}
+
+impl Peer {
+    /// The PID the kernel vouches for as the speaker of a claim for
+    /// `claimed`: the peer's, or `claimed` itself when that process holds
+    /// the peer's TCP socket too (it shares the connection, e.g. forked
+    /// after connecting, so it may speak on it as well).
+    fn vouched_pid(&self, proc_root: &std::path::Path, claimed: u32) -> Option<u32> {
+        match self.socket {
+            Some(s)
+                if self.pid != Some(claimed) && tcp_owner::holds(proc_root, claimed, s.inode) =>
+            {
+                Some(claimed)
+            }
+            _ => self.pid,
+        }
+    }
 }
 
 /// The session of a registered connection.
@@ -93,7 +119,8 @@ struct Registered {
     id: u64,
     job: String,
     rank: u32,
-    /// Its process, where the kernel vouched for it (a Unix socket peer).
+    /// Its process, where the kernel vouched for it (a Unix socket peer, or
+    /// a TCP peer whose process was found).
     verified_pid: Option<u32>,
 }
 
@@ -277,7 +304,8 @@ impl Connection {
 
     fn register(&mut self, body: &serde_json::Map<String, Value>) -> Result<Value, String> {
         let mut claim = protocol::parse_registration(body)?;
-        identity::verify(&self.shared.proc_root, self.peer.pid, &mut claim)?;
+        let peer_pid = self.peer.vouched_pid(&self.shared.proc_root, claim.pid);
+        identity::verify(&self.shared.proc_root, peer_pid, &mut claim)?;
         let hub = &self.shared.hub;
         let (job, rank, pid) = (claim.job.clone(), claim.rank, claim.pid);
         let id = match &self.guard.session {
@@ -285,7 +313,7 @@ impl Connection {
             // device once CUDA is initialised); job and rank must stay.
             Some(s) => hub.update(s.id, claim).map(|()| s.id)?,
             None => {
-                let verified = self.peer.pid.is_some_and(|p| p != 0);
+                let verified = peer_pid.is_some_and(|p| p != 0);
                 let id = hub.register(claim, verified, now_ms())?;
                 self.guard.session = Some(Registered {
                     id,

@@ -3,13 +3,13 @@
 //! On a GPU, NVML tells the engine when a rank's process leaves its device.
 //! A job on CPUs has no such witness, yet the hang detector must tell a
 //! rank whose process is gone from one that is stopped or hung. When the
-//! connection of a session the kernel vouched for (a Unix socket peer)
-//! closes, the agent looks at `/proc` for a while: the socket closes as the
+//! connection of a session the kernel vouched for (a Unix socket peer, or
+//! a loopback TCP peer whose process was found) closes, the agent looks at `/proc` for a while: the socket closes as the
 //! process starts to exit, a moment before it is a zombie. Once it is gone
 //! or a zombie, the hub queues a `process_exit` report for the rank.
 //!
-//! A claim over TCP is not checked: its PID is the process's word, not the
-//! kernel's. At most [`MAX_WATCHES`] sessions are watched at once, so a
+//! A session of a TCP peer whose process was not found is not watched: its
+//! PID is the process's word, not the kernel's. At most [`MAX_WATCHES`] sessions are watched at once, so a
 //! flood of short connections costs nothing more.
 
 use std::path::{Path, PathBuf};

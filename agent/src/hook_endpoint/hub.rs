@@ -132,6 +132,10 @@ pub struct HookStats {
     pub alerts_dropped: u64,
     /// Alerts posted while no live session matched them.
     pub alerts_unmatched: u64,
+    /// Loopback TCP connections whose process was not found (see
+    /// `tcp_owner`): their claims were checked against the claimed
+    /// process's environment only.
+    pub tcp_peers_unknown: u64,
 }
 
 /// The hook endpoint's shared state; see the module docs.
@@ -209,7 +213,8 @@ impl HookHub {
     /// session holds the same job and rank, or [`MAX_SESSIONS`] are open.
     ///
     /// `pid_verified`: the kernel says the claim's pid is the connecting
-    /// process (a Unix socket). Such a process takes back a session of its
+    /// process (a Unix socket, or a loopback TCP socket whose holder was
+    /// found). Such a process takes back a session of its
     /// own pid that is still open (its old connection died without the
     /// agent seeing it close, or it forked and reconnected): the old one
     /// ends, as if its connection had closed.
@@ -536,6 +541,11 @@ impl HookHub {
         self.lock().stats.idle_closed += 1;
     }
 
+    /// Counts a loopback TCP connection whose process was not found.
+    pub(crate) fn count_tcp_peer_unknown(&self) {
+        self.lock().stats.tcp_peers_unknown += 1;
+    }
+
     /// The live sessions, by id.
     pub fn sessions(&self) -> Vec<SessionInfo> {
         self.lock()
@@ -672,7 +682,7 @@ mod tests {
         let live: Vec<u64> = hub.sessions().iter().map(|s| s.id).collect();
         assert_eq!(live, vec![new]);
         assert_eq!(hub.stats().sessions_taken_back, 1);
-        // Another pid, or the same one unverified (TCP), is still refused.
+        // Another pid, or the same one unverified (a TCP peer whose process was not found), is still refused.
         let mut other = claim("j", 0);
         other.pid = 999;
         assert!(hub.register(other, true, 3).is_err());

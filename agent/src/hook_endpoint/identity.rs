@@ -8,9 +8,14 @@
 //! in `/proc/PID/status`, and the session then keeps the agent's view of the
 //! PID (the one NVML and `/proc` use here).
 //!
-//! When the kernel cannot name the peer (TCP, or a peer in a PID namespace
-//! the agent does not see, for which `SO_PEERCRED` gives 0) there is no PID
-//! to check against.
+//! Over loopback TCP the peer's PID is that of the process holding the
+//! peer's socket, found through `/proc` ([`super::tcp_owner`]), and the same
+//! rule applies (a claim for another process that holds the same socket,
+//! e.g. a fork of it, stands too). When the kernel cannot name the peer (a
+//! TCP peer whose process was not found: the agent may not look at it, it
+//! is in a PID namespace the agent does not see, or the search hit its
+//! bound; or a Unix peer in such a namespace, for which `SO_PEERCRED` gives
+//! 0) there is no PID to check against.
 //!
 //! Where `/proc/PID/environ` is readable and names a rank (a launcher's, or
 //! `GPUMON_JOB`'s rank 0), the claimed job and rank must match it (the job
@@ -20,8 +25,8 @@
 //! rank at all (a plain `python` process) allows one claim only: rank 0,
 //! local rank 0, of a world of 1 in job `pid-<PID>`, with the PID the
 //! process knows itself by; so such a process can never take a real job's
-//! rank. An unreadable environment (another user's process, TCP from a
-//! process the agent cannot see) leaves the claim as it is.
+//! rank. An unreadable environment (another user's process for an agent
+//! that is not root) leaves the claim as it is.
 //!
 //! A refusal names what the environment says only to the process itself
 //! (its PID checked against the kernel's): a peer the kernel cannot name
@@ -155,7 +160,8 @@ mod tests {
         );
         // No status file: only the exact pid will do.
         assert!(verify(root.path(), Some(501), &mut claim(7, "j", 0)).is_err());
-        // No peer pid (TCP, or a peer outside our namespace): nothing to check.
+        // No peer pid (a TCP peer whose process was not found, or a peer
+        // outside our namespace): nothing to check.
         verify(root.path(), None, &mut claim(8, "j", 0)).unwrap();
         verify(root.path(), Some(0), &mut claim(8, "j", 0)).unwrap();
     }
@@ -184,7 +190,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("does not name rank 2"), "{e}");
-        // A peer the kernel cannot name (TCP) is not told whose pid it is.
+        // A peer the kernel cannot name is not told whose pid it is.
         let e = verify(root.path(), None, &mut claim(600, "other", 3)).unwrap_err();
         assert!(!e.contains("llama"), "{e}");
         // Without RUN_ID the job is MASTER_ADDR:MASTER_PORT.

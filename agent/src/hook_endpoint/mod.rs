@@ -8,7 +8,9 @@
 //!   (`connection`), JSON lines with bounded reads;
 //! - `protocol` and `records`: parsing and checking requests and records,
 //!   pure functions; `identity`: checking a registering process against the
-//!   kernel's peer PID and its `/proc` environment;
+//!   kernel's peer PID and its `/proc` environment; `tcp_owner`: the
+//!   process behind a loopback TCP peer, from `/proc/net/tcp` and
+//!   `/proc/*/fd`;
 //! - [`HookHub`] (`hub`): sessions, the bounded queues of records and action
 //!   acks for the uplink, the actions waiting for each session, counters;
 //! - [`HookAlert`] (`alerts`): alerts posted to a job or rank
@@ -46,6 +48,7 @@ mod relay;
 mod server;
 mod source;
 mod stall;
+mod tcp_owner;
 
 pub use addr::{HookAddr, HookAddrError, MAX_UNIX_PATH_BYTES};
 pub use alerts::{
@@ -66,3 +69,4 @@ pub use server::{
     MAX_CONNECTIONS_PER_USER,
 };
 pub use source::{HookSource, FRESH_MS, TAIL_MS};
+pub use tcp_owner::{MAX_FD_ENTRIES, MAX_TABLE_BYTES};

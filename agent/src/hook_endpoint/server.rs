@@ -16,6 +16,19 @@
 //! PID, and the job and rank it claims must match its environment
 //! ([`super::identity`]). The file is removed at shutdown if it is still
 //! this server's.
+//!
+//! TCP is served only when configured (`--hook-listen HOST:PORT`; there is
+//! no hook endpoint at all by default) and only on loopback: a
+//! [`HookAddr`] cannot hold another address. TCP has no `SO_PEERCRED`, so
+//! for each accepted connection the server looks the peer's socket up in
+//! `/proc/net/tcp*` (its user, for the per-user cap) and then, in the
+//! connection's task and one search at a time, the process that holds it
+//! in `/proc/*/fd` ([`super::tcp_owner`]). A peer found so is held to the
+//! same rules as a Unix socket peer; one that is not found is counted
+//! ([`super::HookStats::tcp_peers_unknown`]) and its claims are checked
+//! against the claimed process's environment only. The table lookup runs
+//! off the runtime's threads but before the next `accept`, so connections
+//! are admitted in order; it is bounded ([`super::MAX_TABLE_BYTES`]).
 
 use std::future::Future;
 use std::io;
@@ -33,6 +46,7 @@ use super::addr::HookAddr;
 use super::connection::{self, Peer, Shared};
 use super::hub::{HookHub, MAX_SESSIONS};
 use super::protocol;
+use super::tcp_owner::{self, Holder, PeerSocket};
 use crate::discovery::DEFAULT_PROC_ROOT;
 
 /// Most open connections, registered or not; past it a connection is
@@ -40,8 +54,9 @@ use crate::discovery::DEFAULT_PROC_ROOT;
 pub const MAX_CONNECTIONS: usize = 2 * MAX_SESSIONS;
 
 /// Most open connections of one local user (the kernel's word on a Unix
-/// socket; every loopback TCP peer counts as one user), so that one user's
-/// connections cannot lock every other user's jobs out of a root agent.
+/// socket, the peer socket's user on loopback TCP; TCP peers whose socket
+/// was not found count as one user), so that one user's connections cannot
+/// lock every other user's jobs out of a root agent.
 pub const MAX_CONNECTIONS_PER_USER: usize = MAX_CONNECTIONS / 8;
 
 /// Why the hook endpoint could not listen.
@@ -186,8 +201,12 @@ impl HookServer {
                     }
                 }
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
+                    Ok((stream, mut peer)) => {
                         accept_failed = false;
+                        if let Stream::Tcp(s) = &stream {
+                            peer.socket = tcp_socket(&self.shared.proc_root, s).await;
+                            peer.uid = peer.socket.map(|s| s.uid);
+                        }
                         let shared = self.shared.clone();
                         match places.admit_from(peer.uid) {
                             Some(place) => {
@@ -302,14 +321,24 @@ impl Listener {
                     .filter(|&p| p != 0);
                 let uid = cred.map(|c| c.uid());
                 let label = pid.map_or_else(|| "unix peer".to_owned(), |p| format!("pid {p}"));
-                Ok((Stream::Unix(stream), Peer { pid, uid, label }))
+                Ok((
+                    Stream::Unix(stream),
+                    Peer {
+                        pid,
+                        uid,
+                        socket: None,
+                        label,
+                    },
+                ))
             }
             Listener::Tcp(l) => {
                 let (stream, from) = l.accept().await?;
                 let _ = stream.set_nodelay(true);
+                // Who it is comes after (`tcp_socket`, `find_tcp_holder`).
                 let peer = Peer {
                     pid: None,
                     uid: None,
+                    socket: None,
                     label: from.to_string(),
                 };
                 Ok((Stream::Tcp(stream), peer))
@@ -322,7 +351,10 @@ impl Stream {
     async fn serve(self, peer: Peer, shared: Arc<Shared>) {
         match self {
             Stream::Unix(s) => connection::serve(s, peer, shared).await,
-            Stream::Tcp(s) => connection::serve(s, peer, shared).await,
+            Stream::Tcp(s) => {
+                let peer = find_tcp_holder(peer, &shared).await;
+                connection::serve(s, peer, shared).await;
+            }
         }
     }
 
@@ -334,4 +366,44 @@ impl Stream {
             Stream::Tcp(mut s) => s.write_all(&answer).await,
         };
     }
+}
+
+/// The peer's socket of a loopback TCP connection, from the tables under
+/// `proc_root` (read on the blocking pool); `None` when not found.
+async fn tcp_socket(proc_root: &Path, stream: &tokio::net::TcpStream) -> Option<PeerSocket> {
+    let (from, local) = (stream.peer_addr().ok()?, stream.local_addr().ok()?);
+    let root = proc_root.to_owned();
+    tokio::task::spawn_blocking(move || tcp_owner::find_socket(&root, from, local))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `peer` with the PID of the process holding its TCP socket, when found
+/// (one search at a time, on the blocking pool); a peer left unknown is
+/// counted.
+async fn find_tcp_holder(mut peer: Peer, shared: &Shared) -> Peer {
+    let holder = match peer.socket {
+        Some(socket) => {
+            let _turn = shared.holder_search.acquire().await;
+            let root = shared.proc_root.clone();
+            tokio::task::spawn_blocking(move || {
+                tcp_owner::find_holder(&root, socket.uid, socket.inode)
+            })
+            .await
+            .unwrap_or(Holder::NotFound)
+        }
+        None => Holder::NotFound,
+    };
+    match holder {
+        Holder::Pid(pid) => {
+            peer.pid = Some(pid);
+            peer.label = format!("pid {pid} ({})", peer.label);
+        }
+        Holder::NotFound | Holder::TooMany => {
+            tracing::debug!(peer = %peer.label, socket = ?peer.socket, ?holder, "the process behind a TCP hook connection is unknown; its claims are checked against their environment only");
+            shared.hub.count_tcp_peer_unknown();
+        }
+    }
+    peer
 }
