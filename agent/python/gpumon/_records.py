@@ -17,6 +17,7 @@ from ._settings import (
     MAX_LABEL_BYTES,
     MAX_REPORT_BYTES,
     MAX_SECTIONS,
+    MAX_STEP_WAITS,
     PROTOCOL_VERSION,
 )
 
@@ -88,9 +89,11 @@ def clip_detail(detail: Optional[str]) -> Optional[str]:
 def to_record(item: tuple) -> Optional[Dict[str, Any]]:
     """The record for a tuple queued by the training thread (see ``_runtime``).
 
-    ``("step", t, step, duration_ms, sections, clock[, group])`` (``clock`` is
-    ``"cuda"`` or ``"cpu"``; ``group`` the rank's peer group, see ``_peers``),
-    ``("event", t, name, detail)`` or ``("snapshot", t, name, fields_or_None)``.
+    ``("step", t, step, duration_ms, sections, clock[, group[, waits]])``
+    (``clock`` is ``"cuda"`` or ``"cpu"``; ``group`` the rank's peer group,
+    see ``_peers``, or ``None``; ``waits`` ``{group name: [calls, ms]}``, see
+    ``_waits``), ``("event", t, name, detail)`` or ``("snapshot", t, name,
+    fields_or_None)``.
     """
     kind = item[0]
     if kind == "step":
@@ -103,8 +106,11 @@ def to_record(item: tuple) -> Optional[Dict[str, Any]]:
             "sections": _clip_sections(sections),
             "clock": clock,
         }
-        if len(item) > 6:
+        if len(item) > 6 and item[6] is not None:
             record["group"] = item[6]
+        waits = step_waits(item[7]) if len(item) > 7 else None
+        if waits:
+            record["waits"] = waits
         return record
     if kind == "event":
         _, t, name, detail = item
@@ -113,6 +119,16 @@ def to_record(item: tuple) -> Optional[Dict[str, Any]]:
         _, t, name, fields = item
         return {"type": "snapshot", "t": t, "name": clip_name(name), "stats": fields}
     return None
+
+
+def step_waits(waits: Optional[Mapping[str, Any]]) -> List[List[Any]]:
+    """A step record's ``waits``: ``[name, calls, ms]`` of the
+    :data:`MAX_STEP_WAITS` groups waited in longest, sorted by name."""
+    rows = []
+    for name, (calls, ms) in (waits or {}).items():
+        rows.append([clip_name(name), max(0, int(calls)), _wait_ms(ms)])
+    rows.sort(key=lambda row: (-row[2], row[0]))
+    return sorted(rows[:MAX_STEP_WAITS], key=lambda row: row[0])
 
 
 def alloc_record(t: float, fields: Dict[str, int]) -> Dict[str, Any]:
@@ -207,6 +223,12 @@ def _finite_ms(value: float) -> float:
     if not math.isfinite(value) or value < 0:
         return 0.0
     return round(value, 4)
+
+
+def _wait_ms(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        return 0.0
+    return round(value, 3)
 
 
 def _clip_sections(sections: Mapping[str, float]) -> Dict[str, float]:

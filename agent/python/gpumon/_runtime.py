@@ -17,7 +17,8 @@ Sections and steps are timed with ``perf_counter`` and, once the script has
 initialised CUDA, also with CUDA events (``_timing``): a step's record then
 waits, in the timeline, until the GPU has run past its events. On the CPU
 clock, the time the training thread blocks in collectives (``_collectives``)
-is taken out of the sections it fell in and reported as ``comm_wait``.
+is taken out of the sections it fell in and reported as ``comm_wait``,
+and per process group as the step's ``waits`` (``_waits``).
 
 For hung jobs the training thread also leaves, at each boundary, when the
 step ended and how long it took, and the wrappers which collective it is in
@@ -57,6 +58,7 @@ from ._snapshots import OOM_EVENT_NAME
 from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._stall import CollectiveLog, Progress, StallWatch, group_of
 from ._timing import CudaTimeline, cuda_clock
+from ._waits import GroupWaits
 
 logger = logging.getLogger("gpumon")
 
@@ -360,6 +362,10 @@ class Runtime:
         self._comm_t0 = 0.0
         self._comm_ms = 0.0
         self._comm_in: Dict[str, float] = {}
+        #: The same waits per process group, and the group name of the call
+        #: timed now (``None``: not counted there).
+        self._waits = GroupWaits()
+        self._comm_group: Optional[str] = None
         #: The model is wrapped in DDP: its wait is in backward, unseen here.
         self._ddp = False
 
@@ -392,6 +398,7 @@ class Runtime:
             self._auto = None
             self._explicit_open = 0
             self._open_names.clear()
+            waits = self._take_waits()
             if self._comm_ms:
                 self._take_out_comm(sections)
             if self._peers.open:
@@ -401,7 +408,7 @@ class Runtime:
                 self._anatomy.on_boundary()
                 if not self._collectives and step <= DISCOVERY_STEPS:
                     self._install_collectives()
-            self._end_step(step, time.time(), duration_ms, sections)
+            self._end_step(step, time.time(), duration_ms, sections, waits)
             if self._observe is not None:
                 self._observe_device()
             if self._actions_pending:
@@ -413,12 +420,20 @@ class Runtime:
         except Exception:
             logger.warning("gpumon: step boundary failed", exc_info=True)
 
-    def _end_step(self, step: int, t: float, duration_ms: float, sections: Dict[str, float]) -> None:
+    def _end_step(
+        self,
+        step: int,
+        t: float,
+        duration_ms: float,
+        sections: Dict[str, float],
+        waits: Optional[Dict[str, list]] = None,
+    ) -> None:
         """Queues the step's record, or hands it to the CUDA clock, which
         queues it once the GPU has run past the step's events."""
         timeline = self._timeline
         if timeline is None:
-            self._queue(("step", t, step, duration_ms, sections, "cpu"))
+            item: tuple = ("step", t, step, duration_ms, sections, "cpu")
+            self._queue(item + (waits,) if waits else item)
             if self._clock_probe:
                 self._probe_clock()
         elif not timeline.boundary(step, t, duration_ms, sections):
@@ -543,13 +558,22 @@ class Runtime:
         self._comm_depth = depth + 1
         if depth == 0:
             t0 = self._comm_t0 = perf_counter()
+            self._comm_group = None
             if where is not None:
-                name = where.name
-                try:
-                    self._collective_log.enter(name, group_of(name, where, args, kwargs or {}), t0)
-                except Exception:
-                    logger.debug("gpumon: a collective call was not noted", exc_info=True)
+                self._note_call(where, args, kwargs or {}, t0)
         return True
+
+    def _note_call(self, where: Where, args: tuple, kwargs: Dict[str, Any], t0: float) -> None:
+        """The outermost call begun at ``t0``, in the collective log, and the
+        group its wait counts in."""
+        op = where.name
+        try:
+            group = group_of(op, where, args, kwargs)
+            log = self._collective_log
+            log.enter(op, group, t0)
+            self._comm_group = self._waits.name(*log.attributed(op, group))
+        except Exception:
+            logger.debug("gpumon: a collective call was not noted", exc_info=True)
 
     def _comm_exit(self) -> None:
         depth = self._comm_depth - 1
@@ -559,6 +583,8 @@ class Runtime:
         self._collective_log.leave()
         ms = (perf_counter() - self._comm_t0) * 1000.0
         self._comm_ms += ms
+        if self._comm_group is not None:
+            self._waits.add(self._comm_group, ms)
         inside = self._comm_in
         names = set(self._open_names)
         if self._forward_depth > 0:
@@ -578,6 +604,13 @@ class Runtime:
             sections[_collectives.SECTION] = sections.get(_collectives.SECTION, 0.0) + self._comm_ms
         self._comm_ms = 0.0
         self._comm_in = {}
+
+    def _take_waits(self) -> Optional[Dict[str, list]]:
+        """The step's collective waits per process group, ``{name: [calls,
+        ms]}``, on the CPU clock (under DDP too); ``None`` when no call was
+        timed or the step is on the CUDA clock."""
+        waits = self._waits.take()
+        return waits if waits and self._timeline is None else None
 
     def _note_model(self, module: Any) -> None:
         """An outermost or watched module: DDP hides its wait in backward."""
@@ -664,8 +697,8 @@ class Runtime:
         if item[0] == "step":
             self._steps_by_clock[item[5]] = self._steps_by_clock.get(item[5], 0) + 1
             group = self._peers.key
-            if group is not None:
-                item = item + (group,)
+            if group is not None or len(item) > 6:
+                item = item[:6] + (group,) + item[6:]
         records = self._records
         if len(records) == QUEUE_MAXLEN:
             self._dropped += 1

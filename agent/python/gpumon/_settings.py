@@ -97,6 +97,8 @@ MAX_STALL_GROUPS = 16
 MAX_STALL_S = 2_592_000.0
 #: Process groups the collective wrappers count calls in.
 MAX_TRACKED_GROUPS = 64
+#: Process groups a step record's ``waits`` names, those waited in longest.
+MAX_STEP_WAITS = 8
 #: ``TORCH_FR_BUFFER_SIZE`` the hook sets when nobody did: torch's flight
 #: recorder then keeps the last this many collectives of each backend.
 FLIGHT_RECORDER_ENTRIES = 2000

@@ -62,11 +62,13 @@ class CollectiveLog:
         #: ``id(group)`` (``None``: the default group) -> ``[group, collectives, p2p calls, tick]``.
         self._groups: Dict[Optional[int], List[Any]] = {}
         self._tick = 0
-        self._last: Tuple[Any, Optional[int]] = (None, None)
+        #: ``(group, seq, point-to-point)`` of the last call noted, which a
+        #: ``Work.wait`` is taken to wait for.
+        self._last: Tuple[Any, Optional[int], bool] = (None, None, False)
 
     def enter(self, op: str, group: Any, t0: float) -> None:
         if op == WAIT:
-            group, seq = self._last
+            group, seq, _ = self._last
             self.current = (op, group, seq, t0)
             return
         key = None if group is None else id(group)
@@ -76,15 +78,23 @@ class CollectiveLog:
                 self.current = (op, group, None, t0)
                 return
             counts = self._groups[key] = [group, 0, 0, 0]
-        column = 2 if op in P2P else 1
+        p2p = op in P2P
+        column = 2 if p2p else 1
         counts[column] += 1
         self._tick += 1
         counts[3] = self._tick
-        self._last = (group, counts[column])
+        self._last = (group, counts[column], p2p)
         self.current = (op, group, counts[column], t0)
 
     def leave(self) -> None:
         self.current = None
+
+    def attributed(self, op: str, group: Any) -> Tuple[Any, bool]:
+        """``(group, point-to-point)`` of a call: for ``Work.wait`` those of
+        the call it is taken to wait for (:meth:`enter` first)."""
+        if op == WAIT:
+            return self._last[0], self._last[2]
+        return group, op in P2P
 
     def groups(self) -> List[Tuple[Any, int, int]]:
         """``(group, collectives entered, tick of the last call)``, any order."""

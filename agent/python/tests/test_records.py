@@ -73,6 +73,28 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual(record["group"], 2)
         self.assertNotIn("group", to_record(("step", 1.5, 7, 12.0, {}, "cpu")))
 
+    def test_step_with_its_waits_per_process_group(self):
+        waits = {"p2p": [2, 7.00049], "1": [3, 15.0], "0": [1, 20.1234]}
+        record = to_record(("step", 1.5, 7, 50.0, {}, "cpu", 2, waits))
+        self.assertEqual(record["group"], 2)
+        self.assertEqual(record["waits"], [["0", 1, 20.123], ["1", 3, 15.0], ["p2p", 2, 7.0]])
+        self.assertEqual(json.loads(encode_record(record))["waits"], record["waits"])
+        no_group = to_record(("step", 1.5, 7, 50.0, {}, "cpu", None, {"0": [1, 2.0]}))
+        self.assertNotIn("group", no_group)
+        self.assertEqual(no_group["waits"], [["0", 1, 2.0]])
+
+    def test_a_step_without_waits_has_no_key(self):
+        self.assertNotIn("waits", to_record(("step", 1.5, 7, 50.0, {}, "cpu")))
+        self.assertNotIn("waits", to_record(("step", 1.5, 7, 50.0, {}, "cpu", 2)))
+        self.assertNotIn("waits", to_record(("step", 1.5, 7, 50.0, {}, "cpu", None, {})))
+
+    def test_waits_keep_the_eight_longest_groups_sorted_by_name(self):
+        waits = {str(i): [1, float(i)] for i in range(12)}
+        waits["p2p"] = [4, float("nan")]
+        waits["x"] = [1, -1.0]
+        record = to_record(("step", 1.5, 7, 50.0, {}, "cpu", None, waits))
+        self.assertEqual(record["waits"], [[str(i), 1, float(i)] for i in (10, 11, 4, 5, 6, 7, 8, 9)])
+
     def test_clipping(self):
         sections = {("s%d" % i): 1.0 for i in range(40)}
         record = to_record(("step", 1.0, 1, 1.0, sections, "cpu"))
