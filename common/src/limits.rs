@@ -41,6 +41,11 @@ pub const MAX_LABEL_BYTES: usize = 128;
 pub const MAX_DETAIL_BYTES: usize = 1024;
 /// Most sections in one step record.
 pub const MAX_SECTIONS: usize = 32;
+/// Most process groups in one step record's collective waits (the hook
+/// sends its 8 longest).
+pub const MAX_WAIT_GROUPS: usize = 8;
+/// Most collective calls believed in one process group in one step.
+pub const MAX_WAIT_CALLS: u32 = 1 << 20;
 /// Largest world size believed (about a million ranks); a rank is below it.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 /// Largest device capacity or allocator byte count believed (1 PiB).

@@ -24,7 +24,7 @@ use std::cell::RefCell;
 
 use gpumon_common::engine::{Engine, EngineConfig};
 use gpumon_common::hook_records::{check_record, HookState};
-use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
+use gpumon_proto::{AllocRecord, AllocStats, EventRecord, GroupWait, HookRecord, StepRecord};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -107,6 +107,19 @@ fn record() -> impl Strategy<Value = HookRecord> {
         )
     };
     let sections = prop::collection::vec((extreme_name(), extreme_f64()), 0..64);
+    let waits = prop::collection::vec(
+        (
+            prop_oneof![3 => "[0-3]|p2p", 1 => extreme_name()],
+            any::<u32>(),
+            extreme_f64(),
+        )
+            .prop_map(|(group, calls, wait_ms)| GroupWait {
+                group,
+                calls,
+                wait_ms,
+            }),
+        0..12,
+    );
     let detail = prop::option::of(prop_oneof![
         "\\PC{0,16}",
         (1020usize..1030).prop_map(|n| "d".repeat(n))
@@ -120,8 +133,8 @@ fn record() -> impl Strategy<Value = HookRecord> {
                 stats,
             })
         }),
-        (subject(), any::<u64>(), extreme_f64(), sections).prop_map(
-            |((t_ms, job, rank), step, duration_ms, sections)| {
+        (subject(), any::<u64>(), extreme_f64(), sections, waits).prop_map(
+            |((t_ms, job, rank), step, duration_ms, sections, waits)| {
                 HookRecord::Step(StepRecord {
                     group: None,
                     t_ms,
@@ -130,6 +143,7 @@ fn record() -> impl Strategy<Value = HookRecord> {
                     step,
                     duration_ms,
                     sections,
+                    waits,
                 })
             }
         ),

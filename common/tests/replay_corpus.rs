@@ -126,6 +126,8 @@ fn check(name: &str) -> Vec<f64> {
             AlertKind::StageImbalance => &[],
             // The corpus has no stall record, so no hang can be judged: any is false.
             AlertKind::Hang => &["hang"],
+            // The corpus has no collective waits, so no link can be judged: any is false.
+            AlertKind::SlowLink => &[],
         };
         let explained = labels.events.iter().any(|l| {
             Some(l.job.as_str()) == a.job.as_deref()

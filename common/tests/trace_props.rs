@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 
 use gpumon_common::trace::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StepRecord, TraceError,
+    AllocRecord, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord, StepRecord, TraceError,
     TraceReader, TraceRecord, TraceWriter,
 };
 use proptest::prelude::*;
@@ -157,8 +157,9 @@ fn step() -> impl Strategy<Value = TraceRecord> {
         any::<u64>(),
         millis(0..100_000_000),
         prop::collection::btree_map(name(), millis(0..100_000_000), 0..5),
+        prop::collection::vec((name(), any::<u32>(), millis(0..100_000_000)), 0..3),
     )
-        .prop_map(|(t, job, rank, step, duration_ms, sections)| {
+        .prop_map(|(t, job, rank, step, duration_ms, sections, waits)| {
             TraceRecord::Step(StepRecord {
                 group: None,
                 t,
@@ -167,6 +168,14 @@ fn step() -> impl Strategy<Value = TraceRecord> {
                 step,
                 duration_ms,
                 sections,
+                waits: waits
+                    .into_iter()
+                    .map(|(group, calls, wait_ms)| GroupWait {
+                        group,
+                        calls,
+                        wait_ms,
+                    })
+                    .collect(),
             })
         })
 }

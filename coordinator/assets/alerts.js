@@ -34,6 +34,7 @@ const KIND_LABEL = {
   memory_level: "memory level",
   stage_imbalance: "stage imbalance",
   hang: "hung job",
+  slow_link: "slow link",
 };
 
 /** A table of alerts; `now` is the data time (seconds) "since" is measured from. */

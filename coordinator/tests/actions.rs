@@ -101,6 +101,7 @@ fn batch(seq: u64, gone: &[u32], extra: Vec<HookRecord>, acks: Vec<ActionAck>) -
                 }));
                 hook.push(HookRecord::Step(StepRecord {
                     group: None,
+                    waits: Default::default(),
                     t_ms: end_ms,
                     job: "job-x".into(),
                     rank: g,

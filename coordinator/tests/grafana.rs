@@ -466,6 +466,7 @@ fn batch(seq: u64) -> AgentMessage {
             }));
             push.hook.push(HookRecord::Step(StepRecord {
                 group: None,
+                waits: Default::default(),
                 t_ms: w.end_ms,
                 job: rank.job.clone(),
                 rank: rank.rank,

@@ -147,14 +147,14 @@ async fn refuses_bad_pushes_with_a_reason_and_counts_them() {
     let url = c.api_url();
     push(&url, &batch(1, GIB)).await;
 
-    // Variant 4 is protocol version 5, which no build speaks yet.
-    let mut v5 = wire::encode(&batch(2, GIB));
-    v5[0] = 4;
-    let resp = post(&url, v5).await;
+    // Variant 5 is protocol version 6, which no build speaks yet.
+    let mut v6 = wire::encode(&batch(2, GIB));
+    v6[0] = 5;
+    let resp = post(&url, v6).await;
     assert_eq!(resp.status(), 400);
     let body: ApiErrorBody = resp.json().await.unwrap();
     assert!(
-        body.message.contains("protocol version 5"),
+        body.message.contains("protocol version 6"),
         "{}",
         body.message
     );

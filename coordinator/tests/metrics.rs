@@ -128,6 +128,7 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
                 }));
                 hook.push(HookRecord::Step(StepRecord {
                     group: None,
+                    waits: Default::default(),
                     t_ms: end_ms,
                     job: job.into(),
                     rank: g,

@@ -71,6 +71,9 @@ enum HookRecordRepr {
     GroupedStep(StepRecordV1, u32),
     /// A stalled rank (protocol version 4).
     Stall(StallRecord),
+    /// A step, its peer group if any, and its collective waits per process
+    /// group (protocol version 5).
+    WaitedStep(StepRecordV1, Option<u32>, Vec<GroupWait>),
 }
 
 /// [`StepRecord`]'s fields before the peer group, in their order.
@@ -86,7 +89,7 @@ struct StepRecordV1 {
 
 impl From<HookRecordRepr> for HookRecord {
     fn from(r: HookRecordRepr) -> Self {
-        let step = |s: StepRecordV1, group| StepRecord {
+        let step = |s: StepRecordV1, group, waits| StepRecord {
             t_ms: s.t_ms,
             job: s.job,
             rank: s.rank,
@@ -94,13 +97,15 @@ impl From<HookRecordRepr> for HookRecord {
             duration_ms: s.duration_ms,
             sections: s.sections,
             group,
+            waits,
         };
         match r {
             HookRecordRepr::Alloc(a) => Self::Alloc(a),
-            HookRecordRepr::Step(s) => Self::Step(step(s, None)),
+            HookRecordRepr::Step(s) => Self::Step(step(s, None, Vec::new())),
             HookRecordRepr::Event(e) => Self::Event(e),
-            HookRecordRepr::GroupedStep(s, g) => Self::Step(step(s, Some(g))),
+            HookRecordRepr::GroupedStep(s, g) => Self::Step(step(s, Some(g), Vec::new())),
             HookRecordRepr::Stall(s) => Self::Stall(s),
+            HookRecordRepr::WaitedStep(s, g, waits) => Self::Step(step(s, g, waits)),
         }
     }
 }
@@ -120,9 +125,10 @@ impl From<HookRecord> for HookRecordRepr {
                     duration_ms: s.duration_ms,
                     sections: s.sections,
                 };
-                match s.group {
-                    Some(g) => Self::GroupedStep(v1, g),
-                    None => Self::Step(v1),
+                match (s.group, s.waits.is_empty()) {
+                    (group, false) => Self::WaitedStep(v1, group, s.waits),
+                    (Some(g), true) => Self::GroupedStep(v1, g),
+                    (None, true) => Self::Step(v1),
                 }
             }
         }
@@ -138,6 +144,12 @@ impl HookRecord {
     /// Whether encoding it takes protocol version 4 (a stall).
     pub fn needs_v4(&self) -> bool {
         matches!(self, Self::Stall(_))
+    }
+
+    /// Whether encoding it takes protocol version 5 (a step with its
+    /// collective waits).
+    pub fn needs_v5(&self) -> bool {
+        matches!(self, Self::Step(s) if !s.waits.is_empty())
     }
 
     /// The job and rank the record is about.
@@ -195,7 +207,33 @@ pub struct StepRecord {
     /// compared for stragglers only within their group. `None` when the
     /// hook saw no collective (the whole job is one group).
     pub group: Option<u32>,
+    /// The step's collective waits per process group: how long the training
+    /// thread blocked in each group's collectives (CPU clock only; empty
+    /// when the hook timed none, or on the CUDA clock).
+    pub waits: Vec<GroupWait>,
 }
+
+/// How long a rank blocked in one process group's collectives in a step.
+///
+/// A collective ends at nearly the same instant on every member, so a
+/// member's wait is how long before the last of them it arrived: the rank
+/// the others wait for waits least, and a wait no member escapes (the
+/// group's least) is the collective's own transfer time. Each rank's wait
+/// is measured on its own clock, so nodes' clocks never need to agree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupWait {
+    /// The process group's name as torch numbers it on every rank (`"0"`:
+    /// the default group), or `"p2p"` for point-to-point sends and
+    /// receives of any group.
+    pub group: String,
+    /// Collective calls in the group during the step.
+    pub calls: u32,
+    /// Time blocked in them, ms.
+    pub wait_ms: f64,
+}
+
+/// The name under which point-to-point waits are reported.
+pub const P2P_WAITS: &str = "p2p";
 
 impl StepRecord {
     /// Whether encoding it takes protocol version 3.

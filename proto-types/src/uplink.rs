@@ -22,6 +22,9 @@
 //!
 //! Version 4 likewise adds hook stall records ([`crate::StallRecord`]),
 //! the hang detector's evidence; it is answered in version 2.
+//!
+//! Version 5 likewise adds step records with their collective waits per
+//! process group ([`crate::StepRecord::waits`]); it is answered in version 2.
 
 use serde::{Deserialize, Serialize};
 
@@ -43,14 +46,20 @@ pub enum AgentMessage {
     /// Protocol version 4: as version 3, and pushes may hold stall records
     /// ([`crate::StallRecord`]).
     V4(AgentMessageV2),
+    /// Protocol version 5: as version 4, and step records may carry their
+    /// collective waits ([`crate::GroupWait`]).
+    V5(AgentMessageV2),
 }
 
 impl AgentMessage {
     /// A push in the oldest version that carries it: version 1 without
     /// placements or host memory, version 2 with either, version 3 with a
-    /// step record that names its peer group.
+    /// step record that names its peer group, version 4 with a stall record,
+    /// version 5 with a step record that carries its collective waits.
     pub fn push(pushed: PushBatchV2) -> Self {
-        if pushed.batch.hook.iter().any(HookRecord::needs_v4) {
+        if pushed.batch.hook.iter().any(HookRecord::needs_v5) {
+            Self::V5(AgentMessageV2::Push(pushed))
+        } else if pushed.batch.hook.iter().any(HookRecord::needs_v4) {
             Self::V4(AgentMessageV2::Push(pushed))
         } else if pushed.batch.hook.iter().any(HookRecord::needs_v3) {
             Self::V3(AgentMessageV2::Push(pushed))
@@ -61,13 +70,14 @@ impl AgentMessage {
         }
     }
 
-    /// The protocol version of the message (1 to 4).
+    /// The protocol version of the message (1 to 5).
     pub fn version(&self) -> u32 {
         match self {
             Self::V1(_) => 1,
             Self::V2(_) => 2,
             Self::V3(_) => 3,
             Self::V4(_) => 4,
+            Self::V5(_) => 5,
         }
     }
 }

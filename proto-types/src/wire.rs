@@ -180,6 +180,7 @@ mod tests {
                     step: 12,
                     duration_ms: 250.5,
                     sections: vec![("forward".into(), 80.0)],
+                    waits: Vec::new(),
                 }),
             ],
             acks: vec![ActionAck {
@@ -255,7 +256,7 @@ mod tests {
         assert_eq!(plain[0], 1);
         let grouped = HookRecord::Step(StepRecord {
             group: Some(2),
-            ..step
+            ..step.clone()
         });
         let bytes = postcard::to_allocvec(&grouped).unwrap();
         assert_eq!(bytes[0], 3, "a grouped step is a variant of its own");
@@ -289,10 +290,37 @@ mod tests {
         assert_eq!(postcard::to_allocvec(&stall).unwrap()[0], 4);
         let mut with_stall = with_group;
         with_stall.hook.push(stall);
-        let msg = AgentMessage::push(PushBatchV2::from(with_stall));
+        let msg = AgentMessage::push(PushBatchV2::from(with_stall.clone()));
         assert_eq!(msg.version(), 4);
         let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
         assert_eq!(back, msg);
+
+        // A step with its collective waits takes version 5 and the next
+        // variant, with or without a group; without waits nothing changes.
+        let waits = vec![crate::GroupWait {
+            group: "1".into(),
+            calls: 4,
+            wait_ms: 12.5,
+        }];
+        for group in [None, Some(2)] {
+            let waited = HookRecord::Step(StepRecord {
+                group,
+                waits: waits.clone(),
+                ..step.clone()
+            });
+            assert_eq!(postcard::to_allocvec(&waited).unwrap()[0], 5);
+            assert_eq!(
+                postcard::from_bytes::<HookRecord>(&postcard::to_allocvec(&waited).unwrap())
+                    .unwrap(),
+                waited
+            );
+            let mut with_waits = with_stall.clone();
+            with_waits.hook.push(waited);
+            let msg = AgentMessage::push(PushBatchV2::from(with_waits));
+            assert_eq!(msg.version(), 5);
+            let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
+            assert_eq!(back, msg);
+        }
     }
 
     fn reply() -> CoordinatorReplyV2 {
@@ -362,7 +390,7 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 4; // variant 4 = protocol version 5
+        bytes[0] = 5; // variant 5 = protocol version 6
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
@@ -372,7 +400,7 @@ mod tests {
                 max: 4
             }
         );
-        assert!(err.to_string().contains("version 5"));
+        assert!(err.to_string().contains("version 6"));
     }
 
     #[test]

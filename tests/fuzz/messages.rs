@@ -8,8 +8,9 @@
 
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, EventRecord,
-    GaugeStat, GpuInfo, GpuWindow, Hello, HookRecord, HostMemory, NodeAlert, PendingAction,
-    PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo, StepRecord,
+    GaugeStat, GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory, NodeAlert,
+    PendingAction, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
+    StepRecord,
 };
 
 pub fn gpu(index: u32) -> GpuInfo {
@@ -105,6 +106,28 @@ fn hook_records() -> Vec<HookRecord> {
             step: 120,
             duration_ms: 212.5,
             sections: vec![("data".into(), 12.1), ("forward".into(), 80.2)],
+            waits: Vec::new(),
+        }),
+        HookRecord::Step(StepRecord {
+            group: Some(2),
+            t_ms: 1_700_000_002_001,
+            job: "run-7".into(),
+            rank: 3,
+            step: 121,
+            duration_ms: 230.0,
+            sections: vec![("forward".into(), 70.0), ("comm_wait".into(), 31.5)],
+            waits: vec![
+                GroupWait {
+                    group: "1".into(),
+                    calls: 12,
+                    wait_ms: 24.0,
+                },
+                GroupWait {
+                    group: "p2p".into(),
+                    calls: 2,
+                    wait_ms: 7.5,
+                },
+            ],
         }),
         HookRecord::Event(EventRecord {
             t_ms: 1_700_000_002_002,

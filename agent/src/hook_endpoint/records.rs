@@ -14,7 +14,8 @@
 //! agent's clock comes in as `now_ms`.
 
 use gpumon_common::hook_records::check_record as check_fields;
-use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, StepRecord};
+use gpumon_common::limits::MAX_WAIT_GROUPS;
+use gpumon_proto::{AllocRecord, AllocStats, EventRecord, GroupWait, HookRecord, StepRecord};
 use serde_json::{Map, Value};
 
 /// Most records in one report.
@@ -165,6 +166,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             let sections = sections(obj.get("sections"))?;
             check_clock(obj.get("clock"))?;
             let group = peer_group(obj, rank)?;
+            let waits = group_waits(obj.get("waits"))?;
             let record = StepRecord {
                 group,
                 t_ms,
@@ -173,6 +175,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
                 step,
                 duration_ms,
                 sections,
+                waits,
             };
             (HookRecord::Step(record), None)
         }
@@ -320,6 +323,49 @@ fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// `waits`: `[[group, calls, ms], ...]` (absent or `null`: none); the
+/// record check bounds how many and their values.
+fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, String> {
+    let waits = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(waits)) => waits,
+        Some(other) => return Err(format!("waits must be an array, not {}", kind_of(other))),
+    };
+    if waits.len() > MAX_WAIT_GROUPS {
+        return Err(format!(
+            "{} process groups in waits; the limit is {MAX_WAIT_GROUPS}",
+            waits.len()
+        ));
+    }
+    waits
+        .iter()
+        .map(|w| match w.as_array().map(Vec::as_slice) {
+            Some([Value::String(group), calls, ms]) => {
+                let calls = calls
+                    .as_u64()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "the calls of waits {} must be a count, not {}",
+                            shown_str(group),
+                            shown(calls)
+                        )
+                    })?;
+                let wait_ms = millis(Some(ms), &format!("waits {}", shown_str(group)))?;
+                Ok(GroupWait {
+                    group: group.clone(),
+                    calls,
+                    wait_ms,
+                })
+            }
+            _ => Err(format!(
+                "each of waits must be [group, calls, ms], not {}",
+                shown(w)
+            )),
+        })
+        .collect()
 }
 
 /// A step's `clock`: `cuda`, `cpu`, or absent/`null` (`cpu`). Checked but
@@ -604,6 +650,68 @@ mod tests {
                 "record 0: group 4 is above the rank 3: a group is the lowest rank of its ranks",
                 "record 1: group must be a non-negative integer, not -1",
                 r#"record 2: group must be a non-negative integer, not "0""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_carries_its_collective_waits_per_process_group_checked() {
+        let step = |waits: Value| json!({"type": "step", "t": T, "step": 1, "duration_ms": 30.0, "waits": waits});
+        let accepted = check(json!([
+            step(json!([["0", 2, 5.16], ["1", 3, 21.5], ["p2p", 1, 3.0]])),
+            step(Value::Null),
+        ]))
+        .unwrap();
+        let waits: Vec<Vec<GroupWait>> = accepted
+            .records
+            .iter()
+            .map(|r| match r {
+                HookRecord::Step(s) => s.waits.clone(),
+                _ => panic!("{r:?}"),
+            })
+            .collect();
+        let wait = |group: &str, calls, wait_ms| GroupWait {
+            group: group.into(),
+            calls,
+            wait_ms,
+        };
+        assert_eq!(
+            waits,
+            [
+                vec![wait("0", 2, 5.16), wait("1", 3, 21.5), wait("p2p", 1, 3.0)],
+                vec![]
+            ]
+        );
+        let nine: Vec<Value> = (0..9).map(|g| json!([g.to_string(), 1, 1.0])).collect();
+        let refused = check(json!([
+            step(json!({"0": 1.0})),
+            step(json!([["0", 1]])),
+            step(json!([["0", -1, 1.0]])),
+            step(json!([["0", 1, "fast"]])),
+            step(json!([["0", 1, -2.0]])),
+        ]))
+        .unwrap();
+        assert_eq!((refused.records.len(), refused.skipped), (0, 5));
+        assert_eq!(
+            refused.reasons,
+            [
+                "record 0: waits must be an array, not an object",
+                "record 1: each of waits must be [group, calls, ms], not an array",
+                r#"record 2: the calls of waits "0" must be a count, not -1"#,
+                r#"record 3: waits "0" must be a number, not "fast""#,
+                r#"record 4: wait in process group "0" -2 ms is not a plausible duration (0 to one day)"#,
+            ]
+        );
+        let refused = check(json!([
+            step(json!([["1", 1, 1.0], ["1", 2, 1.0]])),
+            step(Value::Array(nine)),
+        ]))
+        .unwrap();
+        assert_eq!(
+            refused.reasons,
+            [
+                r#"record 0: process group "1" is named twice in waits"#,
+                "record 1: 9 process groups in waits; the limit is 8",
             ]
         );
     }

@@ -186,6 +186,7 @@ impl SimAgent {
             duration_ms: step_ms,
             sections,
             group: Some(0),
+            waits: Default::default(),
         }
     }
 

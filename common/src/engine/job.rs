@@ -5,11 +5,13 @@ use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::robust_stats::median_of;
+use super::straggler::links::LinkEvent;
 use super::straggler::stages::StageEvent;
 use super::straggler::StragglerEvent;
 use super::tracks::{GpuTracks, JobTrack};
 use super::Engine;
 use crate::units::fmt_bytes;
+use gpumon_proto::{GroupWait, P2P_WAITS};
 
 impl Engine {
     /// One rank's finished training step with its section timings (ms) and
@@ -24,6 +26,23 @@ impl Engine {
         duration_ms: f64,
         sections: impl IntoIterator<Item = (&'s str, f64)>,
         group: Option<u32>,
+    ) {
+        self.observe_waited_step(t, job, rank, step, duration_ms, sections, group, &[]);
+    }
+
+    /// [`Self::observe_step`] with the step's collective waits per process
+    /// group (the hook's, on the CPU clock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn observe_waited_step<'s>(
+        &mut self,
+        t: f64,
+        job: &str,
+        rank: u32,
+        step: u64,
+        duration_ms: f64,
+        sections: impl IntoIterator<Item = (&'s str, f64)>,
+        group: Option<u32>,
+        waits: &[GroupWait],
     ) {
         self.counters.step += 1;
         if !self.tick(t) {
@@ -56,16 +75,58 @@ impl Engine {
             .into_iter()
             .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);
         let group = group.unwrap_or(0);
-        let events =
-            j.straggler
-                .add_step(world, rank, group, step, t, duration_ms, sections, &params);
+        let events = j.straggler.add_waited_step(
+            world,
+            rank,
+            group,
+            step,
+            t,
+            duration_ms,
+            sections,
+            waits,
+            &params,
+        );
         let stages = j.straggler.take_stage_events();
+        let links = j.straggler.take_link_events();
         for e in events {
             self.straggler_event(job, e);
         }
         for e in stages {
             self.stage_event(job, e);
         }
+        for e in links {
+            self.link_event(job, e);
+        }
+    }
+
+    fn link_event(&mut self, job: &str, e: LinkEvent) {
+        let lowest = e.ranks.first().copied().unwrap_or(0);
+        let subject = Subject::Rank(job.to_owned(), lowest);
+        if e.edge == Edge::Cleared {
+            self.alerts.resolve(AlertKind::SlowLink, &subject, e.t);
+            return;
+        }
+        let mut a = subject.alert(AlertKind::SlowLink, e.t, Severity::Warning);
+        let ranks: Vec<String> = e.ranks.iter().map(u32::to_string).collect();
+        let extra_ms = e.floor_ms - e.baseline_floor_ms;
+        a.slowdown = (e.baseline_floor_ms > 0.0).then(|| e.floor_ms / e.baseline_floor_ms);
+        a.section = Some(format!("process group {}", e.group));
+        a.message = format!(
+            "the collectives of process group {} (ranks {}) of {job} take at least {:.0} ms per step for every member, against {:.0} ms before (+{:.0} ms, {:.0} % of a {:.0} ms step), while the members' own work is unchanged ({:.0} ms against {:.0} ms): the link between them is slow or congested",
+            e.group,
+            ranks.join(", "),
+            e.floor_ms,
+            e.baseline_floor_ms,
+            extra_ms,
+            extra_ms / e.step_ms.max(f64::MIN_POSITIVE) * 100.0,
+            e.step_ms,
+            e.busy_ms,
+            e.baseline_busy_ms,
+        );
+        a.recommendation = Some(
+            "check the network path between these ranks' nodes (link errors, a degraded NIC or switch port, congestion from other jobs) and the collective's size".into(),
+        );
+        self.alerts.raise(subject, a);
     }
 
     fn stage_event(&mut self, job: &str, e: StageEvent) {
@@ -139,6 +200,18 @@ impl Engine {
             e.excess_frac * 100.0,
             e.step_ms
         );
+        if !e.groups.is_empty() {
+            let parts: Vec<String> = e
+                .groups
+                .iter()
+                .map(|(group, ms)| match group.as_str() {
+                    P2P_WAITS => format!("in sends and receives ({ms:.0} ms per step)"),
+                    g => format!("in process group {g} ({ms:.0} ms per step)"),
+                })
+                .collect();
+            message.push_str(": ");
+            message.push_str(&parts.join(", "));
+        }
         let cause = if e.section == "data" {
             Some(format!(
                 "likely cause: waiting on its data loader ({extra_ms:.0} ms more per step in data)"

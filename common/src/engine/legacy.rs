@@ -3,7 +3,7 @@
 //! `snapshot_file`): formats up to 4 before memory levels (of GPUs and of
 //! host RAM) joined its configuration, format 5 with its configuration
 //! encoded field by field, format 6 before the straggler tracker's peer
-//! groups. Postcard is field-order sensitive: these mirrors must keep the
+//! groups, formats 7 and 8 before its collective waits. Postcard is field-order sensitive: these mirrors must keep the
 //! old order exactly.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
 use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
-use super::straggler::legacy::StragglerTrackerV6;
+use super::straggler::legacy::{StragglerTrackerV6, StragglerTrackerV8};
 use super::straggler::StragglerParams;
 use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
@@ -124,15 +124,15 @@ impl StragglerParamsV5 {
     }
 }
 
-/// [`Engine`] with its configuration `C` and the straggler tracker of
-/// formats 2 to 6, as those formats hold it.
+/// [`Engine`] with its configuration `C` and straggler tracker `S` (by
+/// default that of formats 2 to 6), as older formats hold it.
 #[derive(Debug, Deserialize)]
-pub struct EngineWith<C> {
+pub struct EngineWith<C, S = StragglerTrackerV6> {
     cfg: C,
     now: f64,
     nodes: GpuTracks,
     gpu_count: usize,
-    jobs: BTreeMap<String, Shared<JobTrackWith<StragglerTrackerV6>>>,
+    jobs: BTreeMap<String, Shared<JobTrackWith<S>>>,
     alerts: AlertBook,
     counters: EngineCounters,
     pending_links: Vec<(String, u32, String, u32, u32)>,
@@ -144,6 +144,8 @@ pub type EngineV4 = EngineWith<EngineConfigV4>;
 pub type EngineV5 = EngineWith<EngineConfigV5>;
 /// [`Engine`] as snapshot format 6 holds it.
 pub type EngineV6 = EngineWith<ConfigToml>;
+/// [`Engine`] as snapshot formats 7 and 8 hold it: before collective waits.
+pub type EngineV8 = EngineWith<ConfigToml, StragglerTrackerV8>;
 
 /// The configuration as TOML text of what differs from the defaults (formats 6 on).
 #[derive(Debug, Deserialize)]
@@ -156,9 +158,28 @@ impl EngineV6 {
     }
 }
 
+impl EngineV8 {
+    /// The engine with its straggler trackers upgraded.
+    pub fn upgrade(self) -> Engine {
+        self.upgrade_with(|cfg| cfg.0, StragglerTrackerV8::upgrade)
+    }
+}
+
 impl<C> EngineWith<C> {
     /// The engine, its configuration upgraded by `upgrade`.
     fn upgrade_cfg(self, upgrade: impl FnOnce(C) -> EngineConfig) -> Engine {
+        self.upgrade_with(upgrade, StragglerTrackerV6::upgrade)
+    }
+}
+
+impl<C, S: Clone> EngineWith<C, S> {
+    /// The engine, its configuration upgraded by `upgrade` and its straggler
+    /// trackers by `tracker`.
+    fn upgrade_with(
+        self,
+        upgrade: impl FnOnce(C) -> EngineConfig,
+        tracker: impl Fn(S) -> super::straggler::StragglerTracker,
+    ) -> Engine {
         Engine {
             cfg: upgrade(self.cfg),
             now: self.now,
@@ -168,7 +189,7 @@ impl<C> EngineWith<C> {
                 .jobs
                 .into_iter()
                 .map(|(name, job)| {
-                    let job = job.into_inner().map_straggler(StragglerTrackerV6::upgrade);
+                    let job = job.into_inner().map_straggler(&tracker);
                     (name, Shared::new(job))
                 })
                 .collect(),

@@ -68,7 +68,7 @@ impl HookState {
                 // The engine reads a hook's allocator statistics as their
                 // trace record: one mapping of them, the one the stream writes.
                 HookRecord::Alloc(a) => engine.observe_alloc(&alloc_ref(a)),
-                HookRecord::Step(s) => engine.observe_step(
+                HookRecord::Step(s) => engine.observe_waited_step(
                     t,
                     &s.job,
                     s.rank,
@@ -76,6 +76,7 @@ impl HookState {
                     s.duration_ms,
                     s.sections.iter().map(|(name, ms)| (name.as_str(), *ms)),
                     s.group,
+                    &s.waits,
                 ),
                 HookRecord::Event(e) => match &e.snapshot {
                     Some(stats) => {
@@ -122,6 +123,7 @@ mod tests {
             alloc(2_000, 30, 20),
             HookRecord::Step(StepRecord {
                 group: None,
+                waits: Default::default(),
                 t_ms: 2_500,
                 job: "j".into(),
                 rank: 1,

@@ -146,6 +146,7 @@ mod tests {
     fn step(rank: u32, step: u64, forward_ms: f64) -> StepRecord {
         StepRecord {
             group: None,
+            waits: Default::default(),
             t_ms: 1_000 * step,
             job: "j".into(),
             rank,

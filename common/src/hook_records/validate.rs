@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::limits::{
     MAX_DETAIL_BYTES, MAX_DEVICE_BYTES, MAX_LABEL_BYTES, MAX_NAME_BYTES, MAX_SECTIONS, MAX_STEP_MS,
-    MAX_WORLD_SIZE,
+    MAX_WAIT_CALLS, MAX_WAIT_GROUPS, MAX_WORLD_SIZE,
 };
 
 /// Why a record was skipped; the text is what the agent answers the hook.
@@ -67,6 +67,17 @@ pub enum InvalidRecord {
     /// Too many sections in one step.
     #[error("{0} sections; the limit is {MAX_SECTIONS}")]
     TooManySections(usize),
+    /// Too many process groups in one step's collective waits.
+    #[error("{0} process groups in waits; the limit is {MAX_WAIT_GROUPS}")]
+    TooManyWaitGroups(usize),
+    /// A process group named twice in one step's collective waits.
+    #[error("process group {0:?} is named twice in waits")]
+    RepeatedWaitGroup(String),
+    /// More collective calls in one group and step than believed.
+    #[error(
+        "{0} calls in one process group in one step is beyond belief (above {MAX_WAIT_CALLS})"
+    )]
+    TooManyWaitCalls(u32),
     /// A detail over the limit.
     #[error("detail is {0} bytes; the limit is {MAX_DETAIL_BYTES}")]
     LongDetail(usize),
@@ -195,6 +206,19 @@ pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
                 label("section name", name, MAX_LABEL_BYTES)?;
                 duration(|| format!("section {name:?}"), *ms)?;
             }
+            if s.waits.len() > MAX_WAIT_GROUPS {
+                return Err(InvalidRecord::TooManyWaitGroups(s.waits.len()));
+            }
+            for (i, w) in s.waits.iter().enumerate() {
+                label("process group", &w.group, MAX_LABEL_BYTES)?;
+                if s.waits[..i].iter().any(|o| o.group == w.group) {
+                    return Err(InvalidRecord::RepeatedWaitGroup(w.group.clone()));
+                }
+                if w.calls > MAX_WAIT_CALLS {
+                    return Err(InvalidRecord::TooManyWaitCalls(w.calls));
+                }
+                duration(|| format!("wait in process group {:?}", w.group), w.wait_ms)?;
+            }
             Ok(())
         }
         HookRecord::Event(e) => {
@@ -225,7 +249,46 @@ mod tests {
             step: 1,
             duration_ms,
             sections,
+            waits: Vec::new(),
         })
+    }
+
+    #[test]
+    fn collective_waits_are_bounded_named_once_and_plausible() {
+        use gpumon_proto::GroupWait;
+        let with = |waits: Vec<GroupWait>| match step(100.0, vec![]) {
+            HookRecord::Step(s) => HookRecord::Step(StepRecord { waits, ..s }),
+            _ => unreachable!(),
+        };
+        let wait = |group: &str, calls: u32, wait_ms: f64| GroupWait {
+            group: group.into(),
+            calls,
+            wait_ms,
+        };
+        assert!(check_record(&with(vec![wait("0", 2, 3.5), wait("p2p", 1, 0.0)])).is_ok());
+        let nine = (0..9).map(|g| wait(&g.to_string(), 1, 1.0)).collect();
+        assert_eq!(
+            check_record(&with(nine)),
+            Err(InvalidRecord::TooManyWaitGroups(9))
+        );
+        assert_eq!(
+            check_record(&with(vec![wait("1", 1, 1.0), wait("1", 2, 1.0)])),
+            Err(InvalidRecord::RepeatedWaitGroup("1".into()))
+        );
+        assert_eq!(
+            check_record(&with(vec![wait("", 1, 1.0)])),
+            Err(InvalidRecord::EmptyName("process group"))
+        );
+        assert_eq!(
+            check_record(&with(vec![wait("1", u32::MAX, 1.0)])),
+            Err(InvalidRecord::TooManyWaitCalls(u32::MAX))
+        );
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            assert!(matches!(
+                check_record(&with(vec![wait("1", 1, bad)])),
+                Err(InvalidRecord::BadDuration { .. })
+            ));
+        }
     }
 
     #[test]

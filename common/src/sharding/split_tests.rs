@@ -110,6 +110,7 @@ fn ack(id: u64) -> ActionAck {
 fn step(job: &str) -> HookRecord {
     HookRecord::Step(StepRecord {
         group: None,
+        waits: Default::default(),
         t_ms: 1_000,
         job: job.into(),
         rank: 0,

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use super::record::{ProcRecord, StallRecord, TraceRecord};
+use super::record::{GroupWait, ProcRecord, StallRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 use crate::limits::MAX_DEVICE_BYTES;
 
@@ -71,6 +71,8 @@ pub(super) struct Scratch {
     pub sections: Vec<(Str, f64)>,
     /// The current `stall` record.
     pub stall: StallRecord,
+    /// The `waits` of the current `step` record.
+    pub waits: Vec<GroupWait>,
 }
 
 /// Every field any record type has, as read from one line: `None` when the
@@ -106,6 +108,7 @@ pub(super) struct Fields {
     pub(super) duration_ms: Option<f64>,
     pub(super) sections: bool,
     pub(super) group: Option<Option<u32>>,
+    pub(super) waits: bool,
     pub(super) detail: Option<Option<Str>>,
 }
 
@@ -150,6 +153,7 @@ impl Fields {
         scratch.arena.clear();
         scratch.procs.clear();
         scratch.sections.clear();
+        scratch.waits.clear();
     }
 
     /// Whether every field without a default in the owned record is present.
@@ -242,6 +246,8 @@ impl Fields {
                 f.duration_ms = Some(r.duration_ms);
                 f.sections = true;
                 f.group = Some(r.group);
+                f.waits = !r.waits.is_empty();
+                scratch.waits = r.waits;
                 for (name, ms) in r.sections {
                     let name = Str::copy(&name, arena);
                     scratch.sections.push((name, ms));
@@ -391,6 +397,11 @@ impl Fields {
                 step: f.step.unwrap_or_default(),
                 duration_ms: f.duration_ms.unwrap_or_default(),
                 group: f.group.flatten(),
+                waits: if f.waits {
+                    scratch.waits.clone()
+                } else {
+                    Vec::new()
+                },
                 sections: scratch
                     .sections
                     .iter()

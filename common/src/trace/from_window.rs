@@ -101,6 +101,7 @@ pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
         HookRecord::Alloc(a) => RecordRef::Alloc(alloc_ref(a)).to_owned(),
         HookRecord::Step(s) => TraceRecord::Step(StepRecord {
             group: s.group,
+            waits: s.waits.clone(),
             t,
             job: s.job.clone(),
             rank: s.rank,

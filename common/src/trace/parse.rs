@@ -16,7 +16,7 @@ use serde::de::{
 use serde::Deserialize;
 
 use super::fields::{Fields, Scratch, Str, MAX_FAST_SECTIONS};
-use super::record::ProcRecord;
+use super::record::{GroupWait, ProcRecord};
 
 /// Parses `line` into `fields` in one serde_json pass; `None` when the
 /// careful path must decide.
@@ -64,6 +64,7 @@ enum Key {
     DurationMs,
     Sections,
     Group,
+    Waits,
     Detail,
     Other,
 }
@@ -114,6 +115,7 @@ impl Visitor<'_> for KeyVisitor {
             "duration_ms" => Key::DurationMs,
             "sections" => Key::Sections,
             "group" => Key::Group,
+            "waits" => Key::Waits,
             "detail" => Key::Detail,
             _ => Key::Other,
         })
@@ -211,6 +213,14 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_> {
                     map.next_value_seed(SectionsSeed { line, scratch })?;
                 }
                 Key::Group => set(&mut f.group, map.next_value()?)?,
+                Key::Waits => {
+                    if std::mem::replace(&mut f.waits, true) {
+                        return Err(A::Error::custom("duplicate field"));
+                    }
+                    scratch.waits = map
+                        .next_value::<Option<Vec<GroupWait>>>()?
+                        .unwrap_or_default();
+                }
                 Key::Detail => set(
                     &mut f.detail,
                     map.next_value_seed(OptStrSeed(StrSeed::new(line, scratch)))?,

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+pub use gpumon_proto::GroupWait;
 use serde::{Deserialize, Serialize};
 
 /// One record; `t` is seconds since the trace start.
@@ -155,6 +156,21 @@ pub struct StepRecord {
     /// without it reads as before, and readers that predate it skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<u32>,
+    /// The step's collective waits per process group (see
+    /// [`gpumon_proto::GroupWait`]): `[{"group": "1", "calls": 12,
+    /// "wait_ms": 24.0}, ...]`. Optional within trace version 1, like
+    /// `group`.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_none"
+    )]
+    pub waits: Vec<GroupWait>,
+}
+
+/// `null` reads as no waits, as an absent field does.
+fn null_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<GroupWait>, D::Error> {
+    Ok(Option::<Vec<GroupWait>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `event`: a user marker.

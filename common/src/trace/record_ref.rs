@@ -8,6 +8,8 @@
 
 use std::borrow::Cow;
 
+use gpumon_proto::GroupWait;
+
 use super::record::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StallRecord, StepRecord,
     TraceRecord,
@@ -147,6 +149,8 @@ pub struct StepRef<'a> {
     pub sections: Vec<(Cow<'a, str>, f64)>,
     /// The rank's peer group (see [`StepRecord::group`]).
     pub group: Option<u32>,
+    /// Its collective waits per process group (see [`StepRecord::waits`]).
+    pub waits: Vec<GroupWait>,
 }
 
 /// `event`: a user marker, borrowed.
@@ -222,6 +226,7 @@ impl RecordRef<'_> {
             })),
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
                 group: r.group,
+                waits: r.waits,
                 t: r.t,
                 job: r.job.into_owned(),
                 rank: r.rank,
@@ -264,6 +269,7 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
             })),
             TraceRecord::Step(r) => RecordRef::Step(StepRef {
                 group: r.group,
+                waits: r.waits.clone(),
                 t: r.t,
                 job: Cow::Borrowed(&r.job),
                 rank: r.rank,

@@ -89,6 +89,7 @@ impl TraceCommands {
                 None,
                 Some(HookRecord::Step(StepRecord {
                     group: s.group,
+                    waits: s.waits.clone(),
                     t_ms: ms(s.t),
                     job: s.job.to_string(),
                     rank: s.rank,

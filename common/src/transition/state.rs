@@ -74,11 +74,41 @@ impl Replicated {
     }
 }
 
-/// [`Replicated`] as snapshot format 7 laid it out: before hung jobs.
+/// [`Replicated`] as snapshot format 8 laid it out: the straggler trackers
+/// before collective waits ([`crate::engine::legacy::EngineV8`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV8 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV8,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+    hangs: HangWatch,
+}
+
+impl ReplicatedV8 {
+    /// The current layout.
+    pub fn upgrade(self) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine.upgrade(),
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+            hangs: old.hangs,
+        }
+    }
+}
+
+/// [`Replicated`] as snapshot format 7 laid it out: before hung jobs (and
+/// collective waits).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV7 {
     state: ClusterState,
-    engine: Engine,
+    engine: crate::engine::legacy::EngineV8,
     actions: ActionBook,
     hook: HookState,
     steps: StepTimes,
@@ -91,7 +121,7 @@ impl ReplicatedV7 {
         let old = self;
         Replicated {
             state: old.state,
-            engine: old.engine,
+            engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
             steps: old.steps,

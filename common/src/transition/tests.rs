@@ -599,6 +599,7 @@ fn a_job_the_engine_forgets_takes_its_named_snapshots_and_step_times_with_it() {
             duration_ms: 1000.0,
             sections: vec![("forward".into(), 400.0)],
             group: None,
+            waits: Default::default(),
         })
     };
     let mut r = fresh();

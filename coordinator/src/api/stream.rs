@@ -428,6 +428,7 @@ mod tests {
                 }),
                 HookRecord::Step(S {
                     group: None,
+                    waits: Default::default(),
                     t_ms: 2_000,
                     job: "j".into(),
                     rank: 1,

@@ -19,6 +19,7 @@
 //! | 6 | the engine's configuration is TOML text (what differs from the defaults), so a new tunable takes its default in an older snapshot without a new format |
 //! | 7 | the straggler detector's open steps keep each rank's peer group, and it keeps a pipeline-stage tracker |
 //! | 8 | + the hang detector (each rank's latest stall report, open episodes) |
+//! | 9 | the straggler detector's open steps and scores keep each rank's collective waits per process group, and it keeps a slow-link tracker per group |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -31,7 +32,9 @@ use gpumon_common::cluster::{ClusterStateV4, Limits};
 use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
-use gpumon_common::transition::{ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7};
+use gpumon_common::transition::{
+    ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
+};
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +47,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 8;
+pub const CURRENT_VERSION: u32 = 9;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -64,8 +67,19 @@ enum SnapshotFile {
     V6 { meta: Meta, data: Vec<u8> },
     /// All of the replicated data but the hang detector.
     V7 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data, the straggler detector before
+    /// collective waits.
     V8 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V9 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`Applied`] as format 8 laid it out, before collective waits.
+#[derive(Deserialize)]
+struct AppliedV8 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV8,
 }
 
 /// [`Applied`] as format 7 laid it out, before the hang detector.
@@ -237,13 +251,22 @@ pub fn load(
             (meta, 7)
         }
         SnapshotFile::V8 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 8).map_err(fail)?;
+            let old: AppliedV8 = postcard::from_bytes(&data).map_err(decode_err(8))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 8 has no collective waits: they fill in from the next steps");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade();
+            (meta, 8)
+        }
+        SnapshotFile::V9 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(8))?;
+            applied = decode_applied(&data).map_err(decode_err(9))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 8,
+                version: 9,
             }));
         }
     };
@@ -257,7 +280,7 @@ pub fn load(
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
-/// `BASE.v8.HEX`. A follower checks both before it installs the snapshot
+/// `BASE.v9.HEX`. A follower checks both before it installs the snapshot
 /// ([`check_sealed`]), and a replica before it loads its file.
 pub fn seal_id(base: &str, data: &[u8]) -> String {
     seal_id_with(base, &super::digest::checksum(data))
@@ -315,13 +338,13 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V8 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V9 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V8`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V9`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -340,7 +363,9 @@ enum SnapshotHeaderRef<'a> {
     V6,
     #[allow(dead_code)]
     V7,
-    V8 {
+    #[allow(dead_code)]
+    V8,
+    V9 {
         meta: &'a Meta,
     },
 }
@@ -363,7 +388,7 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V8 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V9 { meta }, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
             .map(drop)
@@ -397,7 +422,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V8 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V9 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -65,7 +65,8 @@ impl Service {
             AgentMessage::V1(AgentMessageV1::Hello(hello))
             | AgentMessage::V2(AgentMessageV2::Hello(hello))
             | AgentMessage::V3(AgentMessageV2::Hello(hello))
-            | AgentMessage::V4(AgentMessageV2::Hello(hello)) => {
+            | AgentMessage::V4(AgentMessageV2::Hello(hello))
+            | AgentMessage::V5(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .state
@@ -79,7 +80,8 @@ impl Service {
             }
             AgentMessage::V2(AgentMessageV2::Push(pushed))
             | AgentMessage::V3(AgentMessageV2::Push(pushed))
-            | AgentMessage::V4(AgentMessageV2::Push(pushed)) => {
+            | AgentMessage::V4(AgentMessageV2::Push(pushed))
+            | AgentMessage::V5(AgentMessageV2::Push(pushed)) => {
                 let PushBatchV2 {
                     batch,
                     placements,

@@ -32,11 +32,15 @@ pub enum AlertKind {
     /// least a minute) while they wait in a collective; the alert's rank is
     /// the one they wait for.
     Hang,
+    /// A process group's collectives take longer for every member while
+    /// the members' own work is unchanged (the alert's rank is the group's
+    /// lowest in the deciding step).
+    SlowLink,
 }
 
 impl AlertKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 8] = [
+    pub const ALL: [AlertKind; 9] = [
         AlertKind::OomPredicted,
         AlertKind::Leak,
         AlertKind::Fragmentation,
@@ -45,6 +49,7 @@ impl AlertKind {
         AlertKind::MemoryLevel,
         AlertKind::StageImbalance,
         AlertKind::Hang,
+        AlertKind::SlowLink,
     ];
 
     /// The name used in reports and the API.
@@ -58,6 +63,7 @@ impl AlertKind {
             AlertKind::MemoryLevel => "memory_level",
             AlertKind::StageImbalance => "stage_imbalance",
             AlertKind::Hang => "hang",
+            AlertKind::SlowLink => "slow_link",
         }
     }
 }

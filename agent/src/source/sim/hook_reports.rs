@@ -99,6 +99,7 @@ impl Tape {
     ) {
         self.records.push(HookRecord::Step(StepRecord {
             group: None,
+            waits: Default::default(),
             t_ms,
             job: info.job.clone(),
             rank: info.rank,

@@ -171,6 +171,7 @@ fn stall_reports_past_the_bound_are_counted_not_kept() {
                 duration_ms: 100.0,
                 sections: Vec::new(),
                 group: None,
+                waits: Default::default(),
             })
         })
         .collect();
@@ -254,6 +255,7 @@ impl Job {
             duration_ms: 100.0,
             sections: Vec::new(),
             group: None,
+            waits: Default::default(),
         });
         self.observe(vec![record]);
     }

@@ -71,6 +71,7 @@ mod tests {
                 t: 0.0,
                 duration_ms: 1.0,
                 sections: [f64::NAN; super::super::MAX_SECTIONS],
+                waits: [f64::NAN; super::super::MAX_WAIT_GROUPS],
             })
             .collect()
     }

@@ -33,9 +33,11 @@
 
 mod classes;
 pub mod legacy;
+pub mod links;
 pub mod roles;
 mod row_index;
 pub mod stages;
+mod waits;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -45,9 +47,12 @@ use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
 use crate::shared::Shared;
 use classes::peer_groups;
+use gpumon_proto::{GroupWait, P2P_WAITS};
+use links::{LinkEvent, LinkStep, LinkTracker};
 use roles::WaitIn;
 use row_index::RowIndex;
 use stages::{StageEvent, StageStep, StageTracker};
+pub use waits::MAX_WAIT_GROUPS;
 
 /// Section names tracked per job; more are ignored.
 pub const MAX_SECTIONS: usize = 8;
@@ -161,6 +166,10 @@ pub struct StragglerEvent {
     /// The other ranks of its peer group (at most [`stages::MAX_NAMED_RANKS`]),
     /// when the job has several (a pipeline's stages); empty otherwise.
     pub peers: Vec<u32>,
+    /// The process groups in which the others wait for it, with the median
+    /// wait per step, ms, longest first (from the hook's collective waits;
+    /// empty without them).
+    pub groups: Vec<(String, f64)>,
 }
 
 impl StragglerEvent {
@@ -183,6 +192,8 @@ pub(crate) struct Row {
     t: f64,
     duration_ms: f64,
     sections: [f64; MAX_SECTIONS],
+    /// Its collective waits per interned process group (NaN when absent).
+    waits: [f64; MAX_WAIT_GROUPS],
 }
 
 /// One rank's comparison with its peers in one step.
@@ -199,6 +210,9 @@ pub(crate) struct Score {
     section_ms: [f64; MAX_SECTIONS],
     /// Per section: its peers' median time, ms (NaN when absent).
     section_median_ms: [f64; MAX_SECTIONS],
+    /// Per interned process group: how long the group's other members
+    /// waited for it, ms (NaN when it is not in the group).
+    group_deficit_ms: [f64; MAX_WAIT_GROUPS],
 }
 
 fn same_bits(a: &[f64], b: &[f64]) -> bool {
@@ -211,6 +225,7 @@ impl PartialEq for Row {
             && self.group == o.group
             && same_bits(&[self.t, self.duration_ms], &[o.t, o.duration_ms])
             && same_bits(&self.sections, &o.sections)
+            && same_bits(&self.waits, &o.waits)
     }
 }
 
@@ -221,6 +236,7 @@ impl PartialEq for Score {
             &[o.excess, o.ratio, o.wait_deficit_ms, o.step_ms],
         ) && same_bits(&self.section_ms, &o.section_ms)
             && same_bits(&self.section_median_ms, &o.section_median_ms)
+            && same_bits(&self.group_deficit_ms, &o.group_deficit_ms)
     }
 }
 
@@ -252,6 +268,10 @@ pub struct StragglerTracker {
     noise: VecDeque<f64>,
     sigma: Option<f64>,
     stages: StageTracker,
+    /// Interned process group names of the collective waits.
+    wait_groups: Vec<String>,
+    /// Per interned group, its slow-link state.
+    links: Vec<LinkTracker>,
     #[serde(skip)]
     scratch: Scratch,
     #[serde(skip)]
@@ -259,6 +279,9 @@ pub struct StragglerTracker {
     /// Stage events of the latest step record, until taken.
     #[serde(skip)]
     stage_events: Vec<StageEvent>,
+    /// Slow-link events of the latest step record, until taken.
+    #[serde(skip)]
+    link_events: Vec<LinkEvent>,
 }
 
 impl StragglerTracker {
@@ -277,12 +300,41 @@ impl StragglerTracker {
         sections: impl IntoIterator<Item = (&'s str, f64)>,
         p: &StragglerParams,
     ) -> Vec<StragglerEvent> {
+        self.add_waited_step(
+            world_size,
+            rank,
+            group,
+            step,
+            t,
+            duration_ms,
+            sections,
+            &[],
+            p,
+        )
+    }
+
+    /// [`Self::add_step`] with the step's collective waits per process
+    /// group (its slow-link events wait in [`Self::take_link_events`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_waited_step<'s>(
+        &mut self,
+        world_size: u32,
+        rank: u32,
+        group: u32,
+        step: u64,
+        t: f64,
+        duration_ms: f64,
+        sections: impl IntoIterator<Item = (&'s str, f64)>,
+        waits: &[GroupWait],
+        p: &StragglerParams,
+    ) -> Vec<StragglerEvent> {
         let mut row = Row {
             rank,
             group,
             t,
             duration_ms,
             sections: [f64::NAN; MAX_SECTIONS],
+            waits: waits::row_waits(&mut self.wait_groups, waits),
         };
         for (name, ms) in sections {
             if let Some(i) = self.section_index(name) {
@@ -323,6 +375,11 @@ impl StragglerTracker {
             }
         }
         events
+    }
+
+    /// The slow-link findings raised or cleared since last taken.
+    pub fn take_link_events(&mut self) -> Vec<LinkEvent> {
+        std::mem::take(&mut self.link_events)
     }
 
     /// The stage imbalance findings raised or cleared since last taken.
@@ -394,10 +451,15 @@ impl StragglerTracker {
         if groups.len() > 1 {
             self.observe_stages(&rows, &split, &groups, step_ms, p);
         }
+        let deficits = waits::deficits(&rows, self.wait_groups.len(), &mut self.scratch.0);
+        if !self.wait_groups.is_empty() {
+            self.observe_links(&rows, &split, step_ms, p);
+        }
         // The rows scored in this step: those of groups of two or more.
         let mut scored = Vec::with_capacity(rows.len());
         for group in groups.iter().filter(|g| g.len() >= 2) {
-            self.score_group(&rows, &split, group, step_ms, p.window_steps, &mut scored);
+            let at = (step_ms, p.window_steps);
+            self.score_group(&rows, &split, &deficits, group, at, &mut scored);
         }
         if self.noise.len() < MIN_NOISE_SAMPLES {
             return;
@@ -468,7 +530,7 @@ impl StragglerTracker {
                         row.t,
                         Edge::Steady,
                         evidence,
-                        &self.sections,
+                        [&self.sections, &self.wait_groups],
                         wait_in,
                         &mut self.scratch.0,
                     ));
@@ -488,7 +550,7 @@ impl StragglerTracker {
                 row.t,
                 edge,
                 evidence,
-                &self.sections,
+                [&self.sections, &self.wait_groups],
                 wait_in,
                 &mut self.scratch.0,
             ));
@@ -505,9 +567,9 @@ impl StragglerTracker {
         &mut self,
         rows: &[Row],
         split: &[(f64, f64)],
+        deficits: &[[f64; MAX_WAIT_GROUPS]],
         group: &[usize],
-        step_ms: f64,
-        window: usize,
+        (step_ms, window): (f64, usize),
         scored: &mut Vec<usize>,
     ) {
         let scratch = &mut self.scratch.0;
@@ -541,6 +603,7 @@ impl StragglerTracker {
                 step_ms,
                 section_ms: row.sections,
                 section_median_ms: section_peers[j],
+                group_deficit_ms: deficits[i],
             };
             let entry = self.ranks.entry(row.rank).or_default();
             if entry.scores.len() == window.max(1) {
@@ -558,6 +621,45 @@ impl StragglerTracker {
             }
             self.noise.push_back(score.excess - level);
             scored.push(i);
+        }
+    }
+
+    /// Feeds each process group's floor (its members' least wait) and its
+    /// members' median busy time to its link tracker (see [`links`]).
+    fn observe_links(
+        &mut self,
+        rows: &[Row],
+        split: &[(f64, f64)],
+        step_ms: f64,
+        p: &StragglerParams,
+    ) {
+        let t = rows.iter().map(|r| r.t).fold(f64::NEG_INFINITY, f64::max);
+        let scratch = &mut self.scratch.0;
+        self.links
+            .resize_with(self.wait_groups.len(), LinkTracker::default);
+        for (g, name) in self.wait_groups.iter().enumerate() {
+            if name == P2P_WAITS {
+                continue;
+            }
+            let members = || (0..rows.len()).filter(move |&i| !rows[i].waits[g].is_nan());
+            if members().nth(1).is_none() {
+                continue;
+            }
+            let floor_ms = members()
+                .map(|i| rows[i].waits[g])
+                .fold(f64::INFINITY, f64::min);
+            let Some(busy_ms) = median_of(members().map(|i| split[i].0), scratch) else {
+                continue;
+            };
+            let step = LinkStep {
+                floor_ms,
+                busy_ms,
+                step_ms,
+            };
+            let ranks = || members().map(|i| rows[i].rank).collect();
+            if let Some(e) = self.links[g].observe(t, name, ranks, step, p, scratch) {
+                self.link_events.push(e);
+            }
         }
     }
 
@@ -685,7 +787,7 @@ fn explain<'a>(
     t: f64,
     edge: Edge,
     evidence: impl Iterator<Item = &'a Score> + Clone,
-    names: &[String],
+    [names, wait_groups]: [&[String]; 2],
     wait_in: WaitIn,
     scratch: &mut Vec<f64>,
 ) -> StragglerEvent {
@@ -731,6 +833,7 @@ fn explain<'a>(
         wait_deficit_ms,
         step_ms,
         peers: Vec::new(),
+        groups: waits::named_groups(evidence, wait_groups, scratch),
     }
 }
 

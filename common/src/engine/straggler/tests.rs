@@ -582,3 +582,122 @@ fn raised_ranks(events: &[StragglerEvent]) -> Vec<u32> {
     ranks.dedup();
     ranks
 }
+
+/// A job of 4 ranks in one peer group whose collectives all go through
+/// process group "1" at the end of each step: each rank arrives when its
+/// own work is done, and every member leaves `transfer(step)` ms after the
+/// last arrives. Every tenth step they also meet in a world all-reduce
+/// (group "0", a loss log or a stop check) with a 1 ms transfer. `work(rank, step)` scales a
+/// rank's forward. Returns the straggler and link events of 300 steps of
+/// about 100 ms.
+fn collective_job(
+    work: impl Fn(u32, u64) -> f64,
+    transfer: impl Fn(u64) -> f64,
+) -> (Vec<StragglerEvent>, Vec<links::LinkEvent>) {
+    let mut tr = StragglerTracker::default();
+    let p = StragglerParams::default();
+    let (mut stragglers, mut links) = (Vec::new(), Vec::new());
+    for step in 0..300u64 {
+        let own: Vec<(f64, f64)> = (0..4u32)
+            .map(|rank| {
+                let jitter = |salt: u64| {
+                    1.0 + 0.01 * (((u64::from(rank) * 7 + step * 13 + salt) % 5) as f64 - 2.0)
+                };
+                (30.0 * work(rank, step) * jitter(1), 60.0 * jitter(2))
+            })
+            .collect();
+        let last = own.iter().map(|(f, b)| f + b).fold(0.0, f64::max);
+        let end = last + transfer(step);
+        for rank in 0..4u32 {
+            let (fwd, bwd) = own[rank as usize];
+            let wait = end - fwd - bwd;
+            let sections = [
+                ("forward", fwd),
+                ("backward", bwd),
+                ("comm_wait", wait + 1.0),
+            ];
+            let mut waits = vec![GroupWait {
+                group: "1".into(),
+                calls: 8,
+                wait_ms: wait,
+            }];
+            if step % 10 == 0 {
+                waits.push(GroupWait {
+                    group: "0".into(),
+                    calls: 1,
+                    wait_ms: wait - transfer(step) + 1.0,
+                });
+            }
+            let t = step as f64 * 0.1 + 0.001 * f64::from(rank);
+            let duration = end + 1.0;
+            stragglers
+                .extend(tr.add_waited_step(4, rank, 0, step, t, duration, sections, &waits, &p));
+            links.extend(tr.take_link_events());
+        }
+    }
+    (stragglers, links)
+}
+
+#[test]
+fn a_groups_collectives_slower_for_every_member_are_a_slow_link_not_a_straggler() {
+    let (stragglers, links) =
+        collective_job(|_, _| 1.0, |step| if step >= 100 { 25.0 } else { 5.0 });
+    assert!(stragglers.is_empty(), "{stragglers:?}");
+    let raised: Vec<_> = links.iter().filter(|e| e.edge == Edge::Raised).collect();
+    assert_eq!(raised.len(), 1, "{links:?}");
+    let e = raised[0];
+    assert_eq!(
+        (e.group.as_str(), e.ranks.as_slice()),
+        ("1", &[0, 1, 2, 3][..])
+    );
+    assert!((e.baseline_floor_ms - 5.0).abs() < 1.0, "{e:?}");
+    assert!((e.floor_ms - 25.0).abs() < 1.0, "{e:?}");
+    assert!((e.busy_ms - e.baseline_busy_ms).abs() < 2.0, "{e:?}");
+    // Raised after the 10 s gate, not before the link slowed.
+    assert!(e.t >= 10.0 + 10.0 && e.t <= 10.0 + 15.0, "{e:?}");
+}
+
+#[test]
+fn a_slow_link_clears_when_the_link_is_back() {
+    let (_, links) = collective_job(
+        |_, _| 1.0,
+        |step| {
+            if (100..200).contains(&step) {
+                25.0
+            } else {
+                5.0
+            }
+        },
+    );
+    let edges: Vec<Edge> = links.iter().map(|e| e.edge).collect();
+    assert_eq!(edges, vec![Edge::Raised, Edge::Cleared], "{links:?}");
+}
+
+#[test]
+fn a_straggler_is_named_with_the_process_group_its_peers_wait_in_and_is_no_slow_link() {
+    let slow_rank_2 = |rank: u32, step: u64| if rank == 2 && step >= 100 { 1.8 } else { 1.0 };
+    let (stragglers, links) = collective_job(slow_rank_2, |_| 5.0);
+    assert!(
+        links.is_empty(),
+        "the last to arrive waits no longer: {links:?}"
+    );
+    assert_eq!(raised_ranks(&stragglers), vec![2]);
+    let e = stragglers.iter().find(|e| e.edge == Edge::Raised).unwrap();
+    // The world group, met every tenth step, costs no step much.
+    let [(group, ms)] = e.groups.as_slice() else {
+        panic!("only group 1 carries the wait every step: {e:?}")
+    };
+    // Its forward takes 24 ms longer; the others wait that much for it in "1".
+    assert_eq!(group, "1");
+    assert!((ms - 24.0).abs() < 3.0, "{e:?}");
+}
+
+#[test]
+fn every_rank_slower_is_neither_a_straggler_nor_a_slow_link() {
+    let (stragglers, links) =
+        collective_job(|_, step| if step >= 100 { 1.8 } else { 1.0 }, |_| 5.0);
+    assert!(
+        stragglers.is_empty() && links.is_empty(),
+        "{stragglers:?} {links:?}"
+    );
+}

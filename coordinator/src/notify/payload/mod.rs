@@ -87,6 +87,7 @@ pub fn what(kind: AlertKind) -> &'static str {
         AlertKind::Straggler => "Straggler",
         AlertKind::MemoryLevel => "Memory level",
         AlertKind::StageImbalance => "Pipeline stage imbalance",
+        AlertKind::SlowLink => "Slow link",
         AlertKind::Hang => "Hung job",
     }
 }

@@ -19,8 +19,8 @@ use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, Receiv
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
     ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveWait, EventRecord, GpuInfo,
-    GpuWindow, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch,
-    PushBatchV2, RankInfo, StallRecord, StepRecord,
+    GpuWindow, GroupWait, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow,
+    PushBatch, PushBatchV2, RankInfo, StallRecord, StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -88,6 +88,11 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
             step: 7,
             duration_ms: 120.0,
             sections: vec![("forward".into(), 40.0), ("backward".into(), 70.0)],
+            waits: vec![GroupWait {
+                group: "1".into(),
+                calls: 3,
+                wait_ms: 9.5,
+            }],
         }),
         HookRecord::Event(EventRecord {
             t_ms,
@@ -232,7 +237,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V8 {
+    let file = SnapshotFile::V9 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -348,7 +353,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V8 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V9 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -407,7 +412,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v8."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v9."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -420,7 +425,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v8.", ".v9.");
+    let other_format = id.replace(".v9.", ".v10.");
     let err = check_sealed(&other_format, &data).unwrap_err();
     assert!(err.contains("format 9"), "{err}");
 
