@@ -290,5 +290,11 @@ fn encode_hook(s: &Sources, enc: &mut DescriptorEncoder) -> fmt::Result {
         "gpumon_agent_hook_connections_idle_closed",
         "Hook connections closed for sending nothing past their deadline",
         h.idle_closed,
+    )?;
+    counter(
+        enc,
+        "gpumon_agent_hook_tcp_peers_unknown",
+        "Loopback TCP hook connections whose process the agent could not find (their claims are checked against the claimed process's environment only)",
+        h.tcp_peers_unknown,
     )
 }
