@@ -49,8 +49,22 @@ impl Trend {
 /// Reusable buffers so that fitting does not allocate once warmed up.
 #[derive(Debug, Default, Clone)]
 pub struct TrendScratch {
-    slopes: Vec<f64>,
+    /// The pair slopes as [`order_key`]s.
+    slopes: Vec<i64>,
     values: Vec<f64>,
+}
+
+/// `x` as an integer in `f64::total_cmp`'s order: selecting among these
+/// compares integers, not floats converted twice per comparison, and picks
+/// the very same values (the fit's selection was a fifth of a replay).
+fn order_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+}
+
+/// The `f64` whose [`order_key`] is `key`.
+fn from_order_key(key: i64) -> f64 {
+    f64::from_bits((key ^ ((((key >> 63) as u64) >> 1) as i64)) as u64)
 }
 
 /// Fits `points` (time, value) in time order. `z_interval` is the two-sided
@@ -72,7 +86,7 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
             s += sign(yj - yi);
             let dt = tj - ti;
             if dt > 0.0 {
-                scratch.slopes.push((yj - yi) / dt);
+                scratch.slopes.push(order_key((yj - yi) / dt));
             }
         }
     }
@@ -138,28 +152,25 @@ fn sign(d: f64) -> i64 {
 /// The median and the `lo`-th and `hi`-th smallest values (0-based, `lo` at
 /// or below the middle, `hi` at or above it), by selection instead of a full
 /// sort: O(n) rather than O(n log n) on the pair slopes, the fit's main cost.
-fn order_statistics(values: &mut [f64], lo: usize, hi: usize) -> [f64; 3] {
-    let n = values.len();
+/// `keys` are [`order_key`]s; the statistics are the values they stand for.
+fn order_statistics(keys: &mut [i64], lo: usize, hi: usize) -> [f64; 3] {
+    let n = keys.len();
     let mid = n / 2;
-    let (left, upper, right) = values.select_nth_unstable_by(mid, f64::total_cmp);
+    let (left, upper, right) = keys.select_nth_unstable(mid);
     let upper = *upper;
-    let lower_mid = left.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let median = if n % 2 == 1 {
-        upper
-    } else {
-        (lower_mid + upper) / 2.0
+    let median = match (n % 2 == 1, left.iter().max()) {
+        (false, Some(&lower_mid)) => (from_order_key(lower_mid) + from_order_key(upper)) / 2.0,
+        _ => from_order_key(upper),
     };
     let low = match lo.cmp(&mid) {
-        std::cmp::Ordering::Less => *left.select_nth_unstable_by(lo, f64::total_cmp).1,
+        std::cmp::Ordering::Less => *left.select_nth_unstable(lo).1,
         _ => upper,
     };
     let high = match hi.cmp(&mid) {
-        std::cmp::Ordering::Greater => {
-            *right.select_nth_unstable_by(hi - mid - 1, f64::total_cmp).1
-        }
+        std::cmp::Ordering::Greater => *right.select_nth_unstable(hi - mid - 1).1,
         _ => upper,
     };
-    [median, low, high]
+    [median, from_order_key(low), from_order_key(high)]
 }
 
 /// Var(S) with the correction for tied values, which a staircase of cached
@@ -244,15 +255,43 @@ mod tests {
 
     #[test]
     fn selection_matches_a_full_sort() {
-        let mut values: Vec<f64> = (0..101).map(|i| ((i * 37) % 101) as f64).collect();
+        let keys = |v: &[f64]| v.iter().copied().map(order_key).collect::<Vec<i64>>();
+        let values: Vec<f64> = (0..101).map(|i| ((i * 37) % 101) as f64 - 50.5).collect();
         let mut sorted = values.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(
-            order_statistics(&mut values, 10, 90),
-            [50.0, sorted[10], sorted[90]]
+            order_statistics(&mut keys(&values), 10, 90),
+            [sorted[50], sorted[10], sorted[90]]
         );
-        let mut even: Vec<f64> = (0..10).rev().map(f64::from).collect();
-        assert_eq!(order_statistics(&mut even, 0, 9), [4.5, 0.0, 9.0]);
+        let even: Vec<f64> = (0..10).rev().map(f64::from).collect();
+        assert_eq!(order_statistics(&mut keys(&even), 0, 9), [4.5, 0.0, 9.0]);
+    }
+
+    #[test]
+    fn order_keys_sort_as_total_cmp_and_give_the_values_back() {
+        let mut values = vec![
+            -f64::INFINITY,
+            -1e300,
+            -2.5,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            3.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        values.reverse();
+        let mut by_key = values.clone();
+        by_key.sort_by_key(|&v| order_key(v));
+        let mut by_total = values.clone();
+        by_total.sort_by(f64::total_cmp);
+        assert_eq!(
+            by_key.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            by_total.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        for v in values {
+            assert_eq!(from_order_key(order_key(v)).to_bits(), v.to_bits());
+        }
     }
 
     #[test]
