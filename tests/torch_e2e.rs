@@ -358,6 +358,72 @@ async fn with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a
     );
 }
 
+/// The same pipeline with stage 0's gradient all-reduce slowed 20 s in:
+/// each call takes 10 ms longer on both its ranks, inside the collective
+/// (what a slower link looks like to them; their own work is unchanged).
+/// A `slow_link` naming the stage's process group within 30 s, and no
+/// straggler or stage alert.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_gpumon_call_a_slow_link_in_a_pipeline_stage_is_named_within_30_s() {
+    let test = "with_no_gpumon_call_a_slow_link_in_a_pipeline_stage_is_named_within_30_s";
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args: Vec<String> = [
+        "--parallel",
+        "pipeline",
+        "--duration-s",
+        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+        "--slow-rank",
+        "0",
+        "--slow-in",
+        "link",
+        // Stage 0's two replicas share a CPU and now compute at the same
+        // time more often, which stretches their own work's wall time by up
+        // to a few tens of ms: a delay well above that keeps the link plain.
+        "--link-delay-ms",
+        "10",
+        "--slow-after-s",
+        &SLOW_AFTER_S.to_string(),
+        "--instrument",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut job = Job::start("torch-pipeline-slow-link", &python, &args).await;
+    let start = job.slowdown_start().await;
+    let deadline = start + ALERT_WITHIN.as_secs_f64();
+    let alert = job
+        .wait_for_alert(
+            "slow_link",
+            deadline,
+            "a slow_link alert naming stage 0's process group",
+            |a| a["rank"] == 0 && a["updated_t"].as_f64().is_some_and(|t| t >= start),
+        )
+        .await;
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    job.steps_after_slowdown().await;
+    let stragglers = job.straggler_alerts().await.unwrap();
+    let stages = job.alerts_of("stage_imbalance").await.unwrap();
+    job.stop().await;
+    report(&format!(
+        "{test}: alert {after:.1} s after the link slowed: {}\n{test}: {:.0} s",
+        alert["message"].as_str().unwrap_or("?"),
+        began.elapsed().as_secs_f64()
+    ));
+    let message = alert["message"].as_str().unwrap_or("");
+    assert!(message.contains("(ranks 0, 1)"), "{message}");
+    assert!(
+        stragglers.is_empty() && stages.is_empty(),
+        "a slow link is no straggler and no heavy stage: {} {}",
+        alert_lines(&stragglers),
+        alert_lines(&stages)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pipeline_job_with_no_slow_rank_trains_120_s_without_a_straggler_or_stage_alert() {
     clean_run_has_no_alert(

@@ -34,7 +34,11 @@ gradient back; each stage then all-reduces its gradients within its own
 process group. Both stages do the same work until the slowdown:
 ``--slow-in forward`` slows the slow rank's stage forward alone, ``--slow-in
 stage`` every rank of the slow rank's stage (``--slow-repeats`` extra passes
-of its products every step: an uneven split of the model). Without CUDA the hook has no device to report, and an agent sampling
+of its products every step: an uneven split of the model), ``--slow-in
+link`` the slow rank's stage's gradient all-reduce: every call of it takes
+``--link-delay-ms`` longer on each of the stage's ranks, inside the
+collective (``ProcessGroup.allreduce``), which is how a slower link looks to
+the ranks: their own work is unchanged and every member waits longer. Without CUDA the hook has no device to report, and an agent sampling
 no GPU would show no rank, so the script hands ``gpumon.init`` a memory
 source for a stand-in CPU device per rank.
 
@@ -107,9 +111,16 @@ def parse_args(argv):
     p.add_argument("--slow-rank", type=int, default=None, help="the rank made slow (none by default)")
     p.add_argument(
         "--slow-in",
-        choices=("forward", "data", "optimizer", "stage"),
+        choices=("forward", "data", "optimizer", "stage", "link"),
         default="forward",
-        help="stage: every rank of the slow rank's pipeline stage, in forward",
+        help="stage: every rank of the slow rank's pipeline stage, in forward; "
+        "link: that stage's gradient all-reduce (see --link-delay-ms)",
+    )
+    p.add_argument(
+        "--link-delay-ms",
+        type=float,
+        default=5.0,
+        help="with --slow-in link, the delay added to each call of the stage's all-reduce",
     )
     p.add_argument(
         "--instrument",
@@ -254,7 +265,7 @@ class Slowdown:
 
     def __init__(self, args, rank):
         self.active_rank = args.slow_rank == rank
-        if args.slow_in == "stage" and args.slow_rank is not None:
+        if args.slow_in in ("stage", "link") and args.slow_rank is not None:
             half = int(os.environ["WORLD_SIZE"]) // 2
             self.active_rank = rank // half == args.slow_rank // half
         self.from_step = args.slow_from_step
@@ -395,9 +406,29 @@ class Stage:
         return loss
 
 
+class SlowLink:
+    """``--slow-in link``: while ``on``, each ``allreduce`` of ``group``
+    sleeps ``delay_s`` inside the collective before it runs, on this rank."""
+
+    def __init__(self, group, delay_s):
+        self.group = group
+        self.delay_s = delay_s
+        self.on = False
+        original = dist.ProcessGroup.allreduce
+        link = self
+
+        def allreduce(pg, *args, **kwargs):
+            if link.on and pg is link.group:
+                time.sleep(link.delay_s)
+            return original(pg, *args, **kwargs)
+
+        dist.ProcessGroup.allreduce = allreduce
+
+
 def pipeline_main(args, rank, world, slowdown, stats):
     """The pipeline job's loop (see the module docs)."""
     stage = Stage(args, rank, world)
+    link = SlowLink(stage.group, args.link_delay_ms / 1000.0) if args.slow_in == "link" else None
     optimizer = torch.optim.SGD(stage.model.parameters(), lr=1e-3)
     target_map = torch.randn(args.width, args.width)
     # A replica's two stages draw the same batches.
@@ -411,6 +442,8 @@ def pipeline_main(args, rank, world, slowdown, stats):
         slow = slowdown.check(step, time.monotonic() - start)
         extra = args.slow_repeats if slow and args.slow_in in ("forward", "stage") else 0
         batches.delay_s = args.slow_data_ms / 1000.0 if slow and args.slow_in == "data" else 0.0
+        if link is not None:
+            link.on = slow
         began = time.time()
         t0 = time.perf_counter()
         x, y = next(loader)
@@ -440,8 +473,8 @@ def main(argv):
     gpumon.init(memory_source=CpuMemory(local_rank))
 
     torch.manual_seed(0)
-    if args.slow_in == "stage" and args.parallel != "pipeline":
-        raise SystemExit("ddp_train: --slow-in stage is for --parallel pipeline")
+    if args.slow_in in ("stage", "link") and args.parallel != "pipeline":
+        raise SystemExit("ddp_train: --slow-in %s is for --parallel pipeline" % args.slow_in)
     if args.parallel == "pipeline":
         if args.slow_in == "optimizer" and args.slow_rank is not None:
             raise SystemExit("ddp_train: --slow-in optimizer is for DDP only")
