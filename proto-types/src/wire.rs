@@ -396,8 +396,8 @@ mod tests {
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 5,
-                max: 4
+                got: 6,
+                max: 5
             }
         );
         assert!(err.to_string().contains("version 6"));
