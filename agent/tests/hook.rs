@@ -555,17 +555,7 @@ async fn a_hooked_process_that_is_killed_is_reported_as_exited() {
         .await;
     child.start_kill().unwrap();
     bounded(child.wait()).await.unwrap();
-    let mut exits = Vec::new();
-    server
-        .until(|hub| {
-            let (records, _) = hub.take_outgoing();
-            exits.extend(records.into_iter().filter_map(|r| match r {
-                HookRecord::Stall(s) if s.source == "process_exit" => Some(s),
-                _ => None,
-            }));
-            !exits.is_empty()
-        })
-        .await;
+    let exits = server.process_exits().await;
     assert_eq!(exits.len(), 1, "{exits:?}");
     let e = &exits[0];
     assert_eq!((e.job.as_str(), e.rank), (standalone_job(pid).as_str(), 0));

@@ -8,7 +8,6 @@ mod support;
 
 use gpumon_agent::discovery::standalone_job;
 use gpumon_agent::hook_endpoint::{HookAddr, MAX_CONNECTIONS_PER_USER};
-use gpumon_proto::HookRecord;
 use serde_json::{json, Value};
 use support::*;
 
@@ -48,17 +47,7 @@ async fn python_on_tcp(server: &Server, script: &str, args: &[String]) -> (u32, 
 /// is gone after its connection closed: only a session whose PID the
 /// kernel vouched for is watched).
 async fn exited(server: &Server) -> String {
-    let mut exits = Vec::new();
-    server
-        .until(|hub| {
-            let (records, _) = hub.take_outgoing();
-            exits.extend(records.into_iter().filter_map(|r| match r {
-                HookRecord::Stall(s) if s.source == "process_exit" => Some(s),
-                _ => None,
-            }));
-            !exits.is_empty()
-        })
-        .await;
+    let mut exits = server.process_exits().await;
     assert_eq!(exits.len(), 1, "{exits:?}");
     assert_eq!(exits[0].rank, 0);
     exits.remove(0).job

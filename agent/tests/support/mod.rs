@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use gpumon_agent::hook_endpoint::{HookAddr, HookHub, HookServer, HookServerOptions};
 use gpumon_proto::{
     wire, AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply, CoordinatorReplyV2,
-    NodeAlert, PendingAction, PushBatchV2, PushOutcome,
+    HookRecord, NodeAlert, PendingAction, PushBatchV2, PushOutcome, StallRecord,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -113,6 +113,22 @@ impl Server {
             }
         })
         .await;
+    }
+
+    /// Awaits the agent's word that a hooked process exited: the
+    /// `process_exit` stall records queued for the coordinator, at least one.
+    pub async fn process_exits(&self) -> Vec<StallRecord> {
+        let mut exits = Vec::new();
+        self.until(|hub| {
+            let (records, _) = hub.take_outgoing();
+            exits.extend(records.into_iter().filter_map(|r| match r {
+                HookRecord::Stall(s) if s.source == "process_exit" => Some(s),
+                _ => None,
+            }));
+            !exits.is_empty()
+        })
+        .await;
+        exits
     }
 
     /// Stops the server and waits for it.
