@@ -299,6 +299,54 @@ async fn with_no_gpumon_call_a_slow_replica_of_a_pipeline_stage_is_named_within_
     .await;
 }
 
+/// What a pipeline job slowed 20 s in showed: the alert of `kind` naming
+/// rank `rank` (raised or updated after the slowdown), how long after the
+/// slowdown it came, and the straggler and stage alerts once the job has
+/// stepped on; the job, stopped.
+struct PipelineFinding {
+    job: Job,
+    alert: Value,
+    after: f64,
+    stragglers: Vec<Value>,
+    stages: Vec<Value>,
+}
+
+/// Runs the pipeline job `name` with `slow` (the `--slow-*` arguments)
+/// and waits for its finding (see [`PipelineFinding`]).
+async fn pipeline_finding(
+    python: &std::path::Path,
+    name: &str,
+    slow: &[&str],
+    (kind, rank, what): (&str, u32, &str),
+) -> PipelineFinding {
+    let duration_s = (SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string();
+    let slow_after_s = SLOW_AFTER_S.to_string();
+    let mut args = vec!["--parallel", "pipeline", "--duration-s", &duration_s];
+    args.extend_from_slice(slow);
+    args.extend(["--slow-after-s", &slow_after_s, "--instrument", "none"]);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut job = Job::start(name, python, &args).await;
+    let start = job.slowdown_start().await;
+    let deadline = start + ALERT_WITHIN.as_secs_f64();
+    let alert = job
+        .wait_for_alert(kind, deadline, what, |a| {
+            a["rank"] == rank && a["updated_t"].as_f64().is_some_and(|t| t >= start)
+        })
+        .await;
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    job.steps_after_slowdown().await;
+    let stragglers = job.straggler_alerts().await.unwrap();
+    let stages = job.alerts_of("stage_imbalance").await.unwrap();
+    job.stop().await;
+    PipelineFinding {
+        job,
+        alert,
+        after,
+        stragglers,
+        stages,
+    }
+}
+
 /// The same pipeline with stage 1 made heavier (both its replicas) 20 s in:
 /// a `stage_imbalance` naming stage 1 within 30 s, and no straggler.
 #[tokio::test(flavor = "multi_thread")]
@@ -309,52 +357,34 @@ async fn with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let args: Vec<String> = [
-        "--parallel",
-        "pipeline",
-        "--duration-s",
-        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+    let heavy = HEAVY_STAGE.to_string();
+    let slow = [
         "--slow-rank",
-        &HEAVY_STAGE.to_string(),
+        &heavy,
         "--slow-in",
         "stage",
         "--slow-repeats",
         "6",
-        "--slow-after-s",
-        &SLOW_AFTER_S.to_string(),
-        "--instrument",
-        "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut job = Job::start("torch-pipeline-heavy-stage", &python, &args).await;
-    let start = job.slowdown_start().await;
-    let deadline = start + ALERT_WITHIN.as_secs_f64();
-    let alert = job
-        .wait_for_alert(
-            "stage_imbalance",
-            deadline,
-            "a stage_imbalance alert naming stage 1",
-            |a| a["rank"] == HEAVY_STAGE && a["updated_t"].as_f64().is_some_and(|t| t >= start),
-        )
-        .await;
-    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
-    job.steps_after_slowdown().await;
-    let stragglers = job.straggler_alerts().await.unwrap();
-    job.stop().await;
+    ];
+    let what = (
+        "stage_imbalance",
+        HEAVY_STAGE,
+        "a stage_imbalance alert naming stage 1",
+    );
+    let f = pipeline_finding(&python, "torch-pipeline-heavy-stage", &slow, what).await;
     report(&format!(
-        "{test}: alert {after:.1} s after stage 1 grew heavier: {}\n{test}: section medians (ms) before -> after:\n{}\n{test}: {:.0} s",
-        alert["message"].as_str().unwrap_or("?"),
-        job.rank_medians(),
+        "{test}: alert {:.1} s after stage 1 grew heavier: {}\n{test}: section medians (ms) before -> after:\n{}\n{test}: {:.0} s",
+        f.after,
+        f.alert["message"].as_str().unwrap_or("?"),
+        f.job.rank_medians(),
         began.elapsed().as_secs_f64()
     ));
-    let message = alert["message"].as_str().unwrap_or("");
+    let message = f.alert["message"].as_str().unwrap_or("");
     assert!(message.contains("ranks 2, 3"), "{message}");
     assert!(
-        stragglers.is_empty(),
+        f.stragglers.is_empty(),
         "a heavy stage is no straggler: {}",
-        alert_lines(&stragglers)
+        alert_lines(&f.stragglers)
     );
 }
 
@@ -371,11 +401,7 @@ async fn with_no_gpumon_call_a_slow_link_in_a_pipeline_stage_is_named_within_30_
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    let args: Vec<String> = [
-        "--parallel",
-        "pipeline",
-        "--duration-s",
-        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+    let slow = [
         "--slow-rank",
         "0",
         "--slow-in",
@@ -385,42 +411,26 @@ async fn with_no_gpumon_call_a_slow_link_in_a_pipeline_stage_is_named_within_30_
         // to a few tens of ms: a delay well above that keeps the link plain.
         "--link-delay-ms",
         "10",
-        "--slow-after-s",
-        &SLOW_AFTER_S.to_string(),
-        "--instrument",
-        "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut job = Job::start("torch-pipeline-slow-link", &python, &args).await;
-    let start = job.slowdown_start().await;
-    let deadline = start + ALERT_WITHIN.as_secs_f64();
-    let alert = job
-        .wait_for_alert(
-            "slow_link",
-            deadline,
-            "a slow_link alert naming stage 0's process group",
-            |a| a["rank"] == 0 && a["updated_t"].as_f64().is_some_and(|t| t >= start),
-        )
-        .await;
-    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
-    job.steps_after_slowdown().await;
-    let stragglers = job.straggler_alerts().await.unwrap();
-    let stages = job.alerts_of("stage_imbalance").await.unwrap();
-    job.stop().await;
+    ];
+    let what = (
+        "slow_link",
+        0,
+        "a slow_link alert naming stage 0's process group",
+    );
+    let f = pipeline_finding(&python, "torch-pipeline-slow-link", &slow, what).await;
     report(&format!(
-        "{test}: alert {after:.1} s after the link slowed: {}\n{test}: {:.0} s",
-        alert["message"].as_str().unwrap_or("?"),
+        "{test}: alert {:.1} s after the link slowed: {}\n{test}: {:.0} s",
+        f.after,
+        f.alert["message"].as_str().unwrap_or("?"),
         began.elapsed().as_secs_f64()
     ));
-    let message = alert["message"].as_str().unwrap_or("");
+    let message = f.alert["message"].as_str().unwrap_or("");
     assert!(message.contains("(ranks 0, 1)"), "{message}");
     assert!(
-        stragglers.is_empty() && stages.is_empty(),
+        f.stragglers.is_empty() && f.stages.is_empty(),
         "a slow link is no straggler and no heavy stage: {} {}",
-        alert_lines(&stragglers),
-        alert_lines(&stages)
+        alert_lines(&f.stragglers),
+        alert_lines(&f.stages)
     );
 }
 
