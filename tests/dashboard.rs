@@ -19,7 +19,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use gpumon_proto::api::{Alert, AlertsBody, JobWithAnalysis, NodesView};
+use gpumon_proto::api::{Alert, AlertsBody, ApiErrorBody, ConfigBody, JobWithAnalysis, NodesView};
 use support::browser::{assert_png, dump_dom, require_chromium, screenshot};
 use support::chromium::{find, parse_tags, Tag};
 use support::{artifacts_dir, get, gpumon, wait_for, Proc};
@@ -217,6 +217,37 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
         assert_alert_shown(&tags, a, "alerts page");
     }
 
+    // The settings page, after a live change.
+    change_settings(
+        &url,
+        serde_json::json!({"set": {"straggler.min_loss_ms": 7}}),
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the change on this replica",
+        || async {
+            let body: ConfigBody = get(&format!("{url}/api/v1/config"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let changed = body.cluster_overrides.get("straggler.min_loss_ms");
+            (changed.map(String::as_str) == Some("7"))
+                .then_some(())
+                .ok_or(format!("{:?}", body.cluster_overrides))
+        },
+    )
+    .await;
+    let tags = parse_tags(&dump_dom(&format!("{url}/#/settings")).await);
+    assert_live(&tags, "settings page");
+    let row = find(&tags, |t| {
+        t.has_class("setting-row") && t.attr("data-key") == Some("straggler.min_loss_ms")
+    })
+    .expect("the settings page has a row for straggler.min_loss_ms");
+    assert_eq!(
+        (row.attr("data-value"), row.attr("data-source")),
+        (Some("7"), Some("cluster"))
+    );
+
     // Pictures for people.
     let artifacts = artifacts_dir();
     for (name, route) in [
@@ -231,6 +262,30 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
 
     let _ = child.kill().await;
     drain.abort();
+}
+
+/// `POST /api/v1/config` with `body`, to the leader (a follower's 421 names it).
+async fn change_settings(url: &str, body: serde_json::Value) {
+    let client = gpumon_net::plain_client_builder().build().unwrap();
+    let mut target = url.to_owned();
+    for _ in 0..3 {
+        let resp = client
+            .post(format!("{target}/api/v1/config"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        if resp.status().is_success() {
+            return;
+        }
+        let status = resp.status();
+        let err: ApiErrorBody = resp.json().await.unwrap();
+        match err.leader_url {
+            Some(leader) if status == 421 => target = leader,
+            _ => panic!("POST {target}/api/v1/config: {status}: {}", err.message),
+        }
+    }
+    panic!("no leader took the settings change");
 }
 
 fn is(a: &Alert, kind: &str, rank: u32) -> bool {

@@ -43,6 +43,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Show or change the coordinators' Raft membership.
     Cluster(ClusterArgs),
+    /// Show or change detection and notification settings live, cluster-wide or for one job (through the Raft log; nothing restarts).
+    Config(ConfigArgs),
     /// Load generators against a running cluster (`gpumon bench ingest`).
     Bench(crate::cmd_bench::BenchArgs),
     /// Run a training command (e.g. torchrun ...) with the gpumon hook injected; starts a local agent if none answers.
@@ -466,6 +468,59 @@ pub struct CoordinatorArgs {
 /// `gpumon cluster`.
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(subcommand)]
+    pub what: ClusterCommand,
+}
+
+/// `gpumon config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(subcommand)]
+    pub what: ConfigCommand,
+}
+
+/// What `gpumon config` does.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Every live setting: the value in effect, where it comes from, what it takes.
+    Show {
+        /// The values in effect for this job's ranks.
+        #[arg(long)]
+        job: Option<String>,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change settings live, through the Raft log: every replica applies the change from the next window, nothing restarts.
+    Set {
+        /// For this job only (keys that judge a job's ranks).
+        #[arg(long)]
+        job: Option<String>,
+        /// KEY=VALUE pairs, e.g. straggler.min_loss_ms=5.
+        #[arg(value_name = "KEY=VALUE", required = true)]
+        pairs: Vec<String>,
+    },
+    /// Put settings back to what applies without a live change (the job's to the cluster's, the cluster's to the configuration file's).
+    Reset {
+        /// The job's settings.
+        #[arg(long)]
+        job: Option<String>,
+        /// Every live change of the scope.
+        #[arg(long, conflicts_with = "keys")]
+        all: bool,
+        /// The keys.
+        #[arg(value_name = "KEY", required_unless_present = "all")]
+        keys: Vec<String>,
+    },
+}
+
+/// How an admin command reaches the coordinators.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
     /// Coordinator base URLs, comma-separated; any replica will do.
     #[arg(
         long,
@@ -496,8 +551,6 @@ pub struct ClusterArgs {
     pub admin_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
-    #[command(subcommand)]
-    pub what: ClusterCommand,
 }
 
 /// What `gpumon cluster` does.

@@ -10,44 +10,19 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use gpumon_coordinator::peers::check_addr;
-use gpumon_proto::api::{AddMember, ApiErrorBody, RaftStatus};
-use reqwest::{Method, StatusCode};
+use gpumon_proto::api::{AddMember, RaftStatus};
+use reqwest::Method;
 
-use gpumon_common::secrets::read_secret;
-
+use crate::admin_client::Admin;
 use crate::args::{ClusterArgs, ClusterCommand};
 use crate::{usage, Failure};
-
-/// Leader hints followed before giving up.
-const MAX_HOPS: usize = 3;
 /// Time allowed for one membership change (a new replica must catch up first).
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(150);
 
 pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
-    let urls: Vec<String> = args
-        .coordinators
-        .iter()
-        .map(|u| u.trim().trim_end_matches('/').to_owned())
-        .filter(|u| !u.is_empty())
-        .collect();
-    if urls.is_empty() {
-        return Err(usage("--coordinators is empty"));
-    }
-    let token = match (&args.admin_token_file, &args.admin_token) {
-        (Some(path), _) => Some(read_secret(path).map_err(usage)?.expose().to_owned()),
-        (None, token) => token.clone(),
-    };
-    let tls = args.tls.resolve((None, None, None)).map_err(usage)?;
-    let client = gpumon_net::client_builder(&tls)?
-        .timeout(CHANGE_TIMEOUT)
-        .connect_timeout(Duration::from_secs(2))
-        .build()?;
-    let admin = Admin {
-        client: &client,
-        token: token.as_deref(),
-    };
+    let admin = Admin::new(&args.admin, CHANGE_TIMEOUT)?;
     match args.what {
-        ClusterCommand::Status { json } => status(&admin, &urls, json).await,
+        ClusterCommand::Status { json } => status(&admin, json).await,
         ClusterCommand::Add { member, learner } => {
             let (id, addr) = member
                 .split_once('=')
@@ -63,8 +38,8 @@ pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
                 addr: addr.to_owned(),
                 learner,
             })?;
-            let s = admin
-                .change(&urls, Method::POST, "/api/v1/cluster/members", Some(body))
+            let s: RaftStatus = admin
+                .change(Method::POST, "/api/v1/cluster/members", Some(body))
                 .await?;
             let what = if learner { "learner" } else { "voter" };
             println!("added replica {id} at {addr} as a {what}");
@@ -72,9 +47,8 @@ pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
             Ok(())
         }
         ClusterCommand::Remove { id } => {
-            let s = admin
+            let s: RaftStatus = admin
                 .change(
-                    &urls,
                     Method::DELETE,
                     &format!("/api/v1/cluster/members/{id}"),
                     None,
@@ -87,83 +61,10 @@ pub async fn run(args: ClusterArgs) -> Result<(), Failure> {
     }
 }
 
-/// A membership change sent to the leader, following hints.
-struct Admin<'a> {
-    client: &'a reqwest::Client,
-    token: Option<&'a str>,
-}
-
-impl Admin<'_> {
-    async fn change(
-        &self,
-        urls: &[String],
-        method: Method,
-        path: &str,
-        body: Option<Vec<u8>>,
-    ) -> Result<RaftStatus, Failure> {
-        let mut last_error = None;
-        let mut targets: Vec<String> = urls.to_vec();
-        let mut hops = 0;
-        while let Some(base) = targets.first().cloned() {
-            targets.remove(0);
-            let url = format!("{base}{path}");
-            let mut req = self.client.request(method.clone(), &url);
-            if let Some(token) = self.token {
-                req = req.bearer_auth(token);
-            }
-            if let Some(b) = &body {
-                req = req
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(b.clone());
-            }
-            let resp = match req.send().await {
-                Ok(r) => r,
-                Err(e) => {
-                    last_error = Some(anyhow!("cannot reach {url}: {e}"));
-                    continue;
-                }
-            };
-            let code = resp.status();
-            if code.is_success() {
-                return Ok(resp
-                    .json()
-                    .await
-                    .with_context(|| format!("{url} answered unexpected JSON"))?);
-            }
-            let text = resp.text().await.unwrap_or_default();
-            let err: Option<ApiErrorBody> = serde_json::from_str(&text).ok();
-            let message = err.as_ref().map_or(text.clone(), |e| e.message.clone());
-            match code {
-                StatusCode::MISDIRECTED_REQUEST => {
-                    if let Some(leader) = err.and_then(|e| e.leader_url) {
-                        hops += 1;
-                        if hops > MAX_HOPS {
-                            return Err(anyhow!(
-                                "leader hints went round in circles; last: {leader}"
-                            )
-                            .into());
-                        }
-                        targets.insert(0, leader);
-                    }
-                    last_error = Some(anyhow!("{url}: {message}"));
-                }
-                StatusCode::SERVICE_UNAVAILABLE => last_error = Some(anyhow!("{url}: {message}")),
-                StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT => {
-                    return Err(usage(format!("{url}: {message}")))
-                }
-                _ => return Err(anyhow!("{url} answered {code}: {message}").into()),
-            }
-        }
-        Err(last_error
-            .unwrap_or_else(|| anyhow!("no coordinator answered"))
-            .into())
-    }
-}
-
-async fn fetch_status(admin: &Admin<'_>, base: &str) -> anyhow::Result<RaftStatus> {
+async fn fetch_status(admin: &Admin, base: &str) -> anyhow::Result<RaftStatus> {
     let url = format!("{base}/api/v1/raft");
     let mut req = admin.client.get(&url);
-    if let Some(token) = admin.token {
+    if let Some(token) = &admin.token {
         req = req.bearer_auth(token);
     }
     let resp = req
@@ -179,11 +80,11 @@ async fn fetch_status(admin: &Admin<'_>, base: &str) -> anyhow::Result<RaftStatu
         .with_context(|| format!("{url} answered unexpected JSON"))
 }
 
-async fn status(admin: &Admin<'_>, urls: &[String], json: bool) -> Result<(), Failure> {
+async fn status(admin: &Admin, json: bool) -> Result<(), Failure> {
     let mut first = None;
     let mut errors = Vec::new();
     let mut scheme = "http";
-    for url in urls {
+    for url in &admin.urls {
         match fetch_status(admin, url).await {
             Ok(s) => {
                 first = Some(s);

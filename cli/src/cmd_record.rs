@@ -393,6 +393,7 @@ fn set_t(record: &mut TraceRecord, t: f64) {
         TraceRecord::Step(r) => r.t = t,
         TraceRecord::Event(r) => r.t = t,
         TraceRecord::Stall(r) => r.t = t,
+        TraceRecord::Settings(r) => r.t = t,
     }
 }
 

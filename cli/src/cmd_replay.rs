@@ -68,6 +68,9 @@ pub fn run(args: ReplayArgs, config_file: Option<&Path>) -> Result<(), Failure> 
         })
         .with_context(|| format!("cannot replay {}", args.trace.display()))
         .map_err(Failure::Runtime)?;
+    for refused in replay.settings_refused() {
+        eprintln!("replay: a settings change was refused, as a replica would have: {refused}");
+    }
     let report = replay.report(reader.stats(), reader.source());
     write_report(&report, args.output.as_deref()).map_err(Failure::Runtime)?;
     if !quiet {

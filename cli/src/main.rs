@@ -3,6 +3,7 @@
 //! exit codes: 0 success, 1 runtime failure, 2 bad usage or configuration;
 //! `gpumon run` exits with its command's code.
 
+mod admin_client;
 mod api_client;
 mod args;
 mod client_settings;
@@ -10,6 +11,7 @@ mod cmd_agent;
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_compare;
+mod cmd_config;
 mod cmd_coordinator;
 mod cmd_demo;
 mod cmd_profile;
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         | Command::Record(_)
         | Command::Bench(_)
         | Command::Cluster(_)
+        | Command::Config(_)
         | Command::Profile(_)
         | Command::Snapshots(_)
         | Command::Sweep(_)
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
             Command::Record(r) => cmd_record::run(r, cli.config.as_deref()).await,
             Command::Bench(b) => cmd_bench::run(b).await,
             Command::Cluster(c) => cmd_cluster::run(c).await,
+            Command::Config(c) => cmd_config::run(c).await,
             Command::Run(r) => cmd_run::run(r).await,
             Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
             Command::Snapshots(s) => cmd_snapshots::run(s, cli.config.as_deref()).await,

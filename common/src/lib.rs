@@ -14,6 +14,7 @@
 //! - [`limits`]: the bounds on names, records and bytes that every process applies;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`secrets`]: secrets and tokens read from owner-only files;
+//! - [`settings`]: the settings that change live, through the log;
 //! - [`net`]: whether an address names this machine only;
 //! - [`units`]: byte and time formatting;
 //! - [`logging`]: the one tracing setup every binary uses;
@@ -47,6 +48,7 @@ pub mod net;
 pub mod notify;
 pub mod replay;
 pub mod secrets;
+pub mod settings;
 pub mod sharding;
 pub mod shared;
 pub mod step_verdict;

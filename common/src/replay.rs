@@ -16,7 +16,7 @@ use crate::cluster::Limits;
 use crate::engine::summary::{DeviceSummary, JobSummary};
 use crate::engine::{Alert, AlertKind, EngineConfig, EngineCounters};
 use crate::trace::{ReadStats, RecordRef, TraceError, TraceReader};
-use crate::transition::{Replicated, TraceCommands};
+use crate::transition::{settings_command, Replicated, TraceCommands};
 
 /// Report format version, in the report's `gpumon_report` field.
 pub const REPORT_VERSION: u32 = 1;
@@ -27,7 +27,11 @@ pub const REPORT_VERSION: u32 = 1;
 pub struct Replay {
     state: Replicated,
     commands: TraceCommands,
+    settings_refused: Vec<String>,
 }
+
+/// Refused settings changes a replay keeps, with their reasons.
+pub const MAX_REFUSALS_KEPT: usize = 16;
 
 /// Where a replay is, for progress lines.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -52,6 +56,7 @@ impl Replay {
         Self {
             state: Replicated::new(limits, engine_config),
             commands: TraceCommands::default(),
+            settings_refused: Vec::new(),
         }
     }
 
@@ -66,6 +71,19 @@ impl Replay {
         if let Some(command) = self.commands.add(record) {
             self.state.apply(command, false);
         }
+        if let RecordRef::Settings(s) = record {
+            let effects = self.state.apply(settings_command(s), false);
+            if let Some(reason) = effects.result.settings_refused {
+                self.settings_refused.push(format!("t={}: {reason}", s.t));
+                self.settings_refused.truncate(MAX_REFUSALS_KEPT);
+            }
+        }
+    }
+
+    /// The trace's settings changes that were refused, with why (the first
+    /// [`MAX_REFUSALS_KEPT`]).
+    pub fn settings_refused(&self) -> &[String] {
+        &self.settings_refused
     }
 
     /// Applies what the last records left waiting.

@@ -198,6 +198,8 @@ fn fleet() -> Fleet {
                 TraceRecord::Step(s) => (node_of(&s.job, s.rank), 1),
                 TraceRecord::Event(e) => (node_of(&e.job, e.rank), 1),
                 TraceRecord::Stall(s) => (node_of(&s.job, s.rank), 1),
+                // The public traces hold no settings changes.
+                TraceRecord::Settings(_) => (String::new(), 1),
             };
             keyed.push(((t_ms / PUSH_MS, node, kind, t_ms, i, j), record));
         }
@@ -271,6 +273,7 @@ fn remap(deal: &Deal, i: usize, record: TraceRecord, extra: &mut Vec<TraceRecord
             s.job = job_name(trace, &s.job);
             TraceRecord::Stall(s)
         }
+        TraceRecord::Settings(s) => TraceRecord::Settings(s),
     }
 }
 

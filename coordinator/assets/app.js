@@ -11,6 +11,7 @@ import { BIG_JOB_RANKS, BigJobPage, COLUMNS, POINTS, TOP_RANKS } from "./bigjob.
 import { clockIsUtc, el, fmtClock, placeholder, section, setClockUtc } from "./dom.js";
 import { JobPage } from "./job.js";
 import { renderOverview } from "./overview.js";
+import { settingsPanel } from "./settings.js";
 
 /** A view older than this (ms) is flagged in the header as possibly stale. */
 const STALE_VIEW_MS = 2000;
@@ -79,6 +80,7 @@ function parseRoute() {
   }
   if (h === "alerts") return { page: "alerts", key: "alerts" };
   if (h === "actions") return { page: "actions", key: "actions" };
+  if (h === "settings") return { page: "settings", key: "settings" };
   return { page: "overview", key: "overview" };
 }
 
@@ -127,6 +129,8 @@ async function load(route) {
     d.recent = await getJson("api/v1/alerts?limit=" + LIST_LIMIT);
   } else if (route.page === "actions") {
     d.actions = await getJson("api/v1/actions?limit=" + LIST_LIMIT);
+  } else if (route.page === "settings") {
+    d.settings = await getJson("api/v1/config");
   }
   return d;
 }
@@ -228,6 +232,11 @@ function render(route, d) {
     const [s, body] = section("Actions", "Actions on training processes, newest first" +
       (d.actions.truncated ? " (" + d.actions.truncated + " older not shown)" : "") + ".");
     body.append(actionTable(d.actions.actions));
+    root.replaceChildren(s);
+  } else if (route.page === "settings") {
+    const [s, body] = section("Settings", "Detection and notification settings in effect; " +
+      "change them live with gpumon config set (through the Raft log, nothing restarts).");
+    body.append(...settingsPanel(d.settings));
     root.replaceChildren(s);
   }
 }

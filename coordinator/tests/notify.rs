@@ -385,6 +385,59 @@ async fn slack_and_webhook_get_firing_repeats_after_the_interval_and_one_resolve
 }
 
 #[tokio::test]
+async fn a_job_muted_below_critical_by_a_live_setting_announces_only_critical_alerts() {
+    let rx = Recorder::start(Mode::Ok).await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_with(dir.path(), |c| {
+        c.notify = notify(vec![Receiver::new(ReceiverKind::Webhook, rx.url("/hook"))]);
+    })
+    .await;
+    let url = c.api_url();
+    let client = gpumon_net::plain_client_builder().build().unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let resp = client
+            .post(format!("{url}/api/v1/config"))
+            .json(&serde_json::json!({"job": "job-x", "set": {"notify.min_severity": "critical"}}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        match status.as_u16() {
+            200 => break,
+            // Not elected yet.
+            421 if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => panic!("{status}: {body}"),
+        }
+    }
+    fire(&url).await;
+    fired_kinds(&url).await;
+    let fired = alerts(&url).await;
+    let critical = fired.iter().filter(|a| a["severity"] == "critical").count();
+    assert!(
+        fired.len() > critical,
+        "the data raises alerts below critical: {fired:?}"
+    );
+    if critical > 0 {
+        rx.wait_for("/hook", "the critical alerts", |g| {
+            count(g, "new") == critical
+        })
+        .await;
+    }
+    // Several notifier rounds: nothing below critical arrives.
+    tokio::time::sleep(QUIET).await;
+    let hook = rx.accepted("/hook");
+    assert_eq!(count(&hook, "new"), critical, "{:?}", notices(&hook));
+    assert!(
+        hook.iter().all(|g| g.body["severity"] == "critical"),
+        "{:?}",
+        notices(&hook)
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_receiver_failing_twice_gets_each_notification_exactly_once() {
     let rx = Recorder::start(Mode::FailFirst(2)).await;
     let dir = tempfile::tempdir().unwrap();

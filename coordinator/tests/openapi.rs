@@ -12,8 +12,8 @@ mod schema;
 mod support;
 
 use gpumon_proto::api::{
-    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, JobScaleSummary, JobWithAnalysis, JobsView,
-    MemorySnapshotsAnswer, NodesView, RaftStatus,
+    ActionsBody, AlertsBody, ApiErrorBody, ClusterView, ConfigBody, JobScaleSummary,
+    JobWithAnalysis, JobsView, MemorySnapshotsAnswer, NodesView, RaftStatus,
 };
 use gpumon_proto::{AgentMessage, AgentMessageV1, PodPlacement, ProcPlacement};
 use schema::check;
@@ -43,6 +43,7 @@ fn typed(path: &str, body: &Value) -> Value {
         "/api/v1/alerts" => back::<AlertsBody>(body),
         "/api/v1/actions" => back::<ActionsBody>(body),
         "/api/v1/raft" => back::<RaftStatus>(body),
+        "/api/v1/config" => back::<ConfigBody>(body),
         other => panic!("no type for GET {other}: add it here"),
     }
 }

@@ -142,7 +142,7 @@ impl Engine {
 
     /// A GPU's closed envelope window: regime, forecast, NVML-based leak.
     fn gpu_window(&mut self, node: &str, gpu: u32, point: EnvelopePoint) {
-        let cfg = self.cfg.clone();
+        let cfg = self.cfg.effective().clone();
         let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
             return;
         };

@@ -51,7 +51,7 @@ impl Engine {
         if !duration_ms.is_finite() || duration_ms < 0.0 {
             return;
         }
-        let params = self.cfg.straggler;
+        let params = self.cfg.for_job(job).straggler;
         let Some(r) = self.rank_track(t, job, rank, None) else {
             return;
         };
@@ -270,7 +270,7 @@ impl Engine {
 
     /// Compares the ranks' memory levels, at most once per window per job.
     pub(super) fn evaluate_imbalance(&mut self, job: &str, t: f64) {
-        let params = self.cfg.imbalance;
+        let params = self.cfg.for_job(job).imbalance;
         let window = (t / self.cfg.window_s).floor() as i64;
         let Some(j) = self.jobs.get(job) else {
             return;

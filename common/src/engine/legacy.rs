@@ -23,6 +23,7 @@ use super::straggler::legacy::{StragglerTrackerV6, StragglerTrackerV8};
 use super::straggler::StragglerParams;
 use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
+use crate::settings::Settings;
 use crate::shared::Shared;
 
 /// [`EngineConfig`] before `memory_levels`.
@@ -149,12 +150,12 @@ pub type EngineV8 = EngineWith<ConfigToml, StragglerTrackerV8>;
 
 /// The configuration as TOML text of what differs from the defaults (formats 6 on).
 #[derive(Debug, Deserialize)]
-pub struct ConfigToml(#[serde(with = "super::config::as_toml")] EngineConfig);
+pub struct ConfigToml(#[serde(with = "crate::settings::as_toml")] Settings);
 
 impl EngineV6 {
     /// The engine with its straggler trackers upgraded.
     pub fn upgrade(self) -> Engine {
-        self.upgrade_cfg(|cfg| cfg.0)
+        self.upgrade_with(|cfg| cfg.0, StragglerTrackerV6::upgrade)
     }
 }
 
@@ -168,7 +169,7 @@ impl EngineV8 {
 impl<C> EngineWith<C> {
     /// The engine, its configuration upgraded by `upgrade`.
     fn upgrade_cfg(self, upgrade: impl FnOnce(C) -> EngineConfig) -> Engine {
-        self.upgrade_with(upgrade, StragglerTrackerV6::upgrade)
+        self.upgrade_with(|c| Settings::new(upgrade(c)), StragglerTrackerV6::upgrade)
     }
 }
 
@@ -177,7 +178,7 @@ impl<C, S: Clone> EngineWith<C, S> {
     /// trackers by `tracker`.
     fn upgrade_with(
         self,
-        upgrade: impl FnOnce(C) -> EngineConfig,
+        upgrade: impl FnOnce(C) -> Settings,
         tracker: impl Fn(S) -> super::straggler::StragglerTracker,
     ) -> Engine {
         Engine {

@@ -64,6 +64,7 @@ pub use input::{AllocObs, GpuObs, RankObs};
 pub use latch::{Edge, Latch};
 pub use tracks::Marker;
 
+use crate::settings::{Settings, SettingsChange};
 use crate::shared::Shared;
 use tracks::{GpuTracks, JobTrack};
 use trend::TrendScratch;
@@ -99,8 +100,8 @@ struct Scratch {
 /// The engine; see the module docs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Engine {
-    #[serde(with = "config::as_toml")]
-    cfg: EngineConfig,
+    #[serde(with = "crate::settings::as_toml")]
+    cfg: Settings,
     now: f64,
     nodes: GpuTracks,
     gpu_count: usize,
@@ -134,7 +135,7 @@ impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
         let alerts = AlertBook::new(cfg.max_alerts);
         Self {
-            cfg,
+            cfg: Settings::new(cfg),
             now: f64::NEG_INFINITY,
             nodes: BTreeMap::new(),
             gpu_count: 0,
@@ -147,9 +148,21 @@ impl Engine {
         }
     }
 
-    /// The configuration it runs with.
+    /// The cluster-wide configuration it runs with, live settings applied.
     pub fn config(&self) -> &EngineConfig {
+        self.cfg.effective()
+    }
+
+    /// Its settings: the configuration it started with and the live
+    /// overrides, cluster-wide and per job.
+    pub fn settings(&self) -> &Settings {
         &self.cfg
+    }
+
+    /// Applies a live settings change whole, from the next observation on,
+    /// or refuses it (see [`Settings::apply`]).
+    pub fn change_settings(&mut self, change: &SettingsChange) -> Result<(), String> {
+        self.cfg.apply(change)
     }
 
     /// Newest trace time seen, seconds (`-inf` before any observation).

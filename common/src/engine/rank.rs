@@ -253,7 +253,8 @@ impl Engine {
         ) else {
             return;
         };
-        let edge = r.leak.update(true, 1, self.cfg.leak.clear_after);
+        let clear_after = self.cfg.for_job(&a.job).leak.clear_after;
+        let edge = r.leak.update(true, 1, clear_after);
         r.leak_rate = Some(f.slope_bytes_per_s);
         let place = (r.node.clone(), r.gpu);
         self.leak_edge(
@@ -274,7 +275,7 @@ impl Engine {
         allocated: super::envelope::EnvelopePoint,
         reserved: super::envelope::EnvelopePoint,
     ) {
-        let cfg = self.cfg.clone();
+        let cfg = self.cfg.for_job(job).clone();
         let capacity = self.rank_capacity(job, rank);
         let Some(r) = rank_in(&mut self.jobs, job, rank) else {
             return;

@@ -50,7 +50,7 @@ impl Engine {
     pub fn job(&self, name: &str) -> Option<JobSummary> {
         let j = self.jobs.get(name)?;
         let mut scratch = Vec::new();
-        let params = &self.cfg.imbalance;
+        let params = &self.cfg.for_job(name).imbalance;
         let levels = imbalance_levels(self.gpu_tracks(), j, params.level_points, &mut scratch);
         let median = (levels.len() >= params.min_ranks.max(3))
             .then(|| median_of(levels.iter().map(|l| l.1), &mut scratch))

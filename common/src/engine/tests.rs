@@ -250,15 +250,7 @@ fn a_heavy_rank_is_imbalanced_with_its_excess() {
 
 #[test]
 fn a_slow_rank_is_a_straggler_naming_its_section() {
-    let mut sc = Scenario::steady(8, 400);
-    sc.forward_ms = Box::new(|rank, step| {
-        if rank == 6 && step >= 150 {
-            390.0
-        } else {
-            300.0
-        }
-    });
-    let e = sc.run();
+    let e = slow_rank_six().run();
     let a: Vec<_> = e.alerts().collect();
     assert_eq!(a.len(), 1, "{:?}", kinds(&e));
     assert_eq!((a[0].kind, a[0].rank), (AlertKind::Straggler, Some(6)));
@@ -531,4 +523,61 @@ fn the_configuration_survives_a_snapshot_with_only_what_differs_from_the_default
     );
     let plain: Engine = postcard::from_bytes(&default_bytes).unwrap();
     assert_eq!(plain.config(), &EngineConfig::default());
+}
+
+fn job_setting(key: &str, value: &str) -> crate::settings::SettingsChange {
+    crate::settings::SettingsChange {
+        job: Some("job".into()),
+        set: vec![(key.into(), value.into())],
+        ..Default::default()
+    }
+}
+
+/// Rank 6's forward is 30 % longer from step 150: its peers wait 90 ms of
+/// each 1 s step for it (9 %).
+fn slow_rank_six() -> Scenario {
+    let mut sc = Scenario::steady(8, 400);
+    sc.forward_ms = Box::new(|rank, step| {
+        if rank == 6 && step >= 150 {
+            390.0
+        } else {
+            300.0
+        }
+    });
+    sc
+}
+
+#[test]
+fn a_jobs_own_loss_floor_holds_its_straggler_back_and_a_reset_applies_from_then_on() {
+    let sc = slow_rank_six();
+    let mut e = Engine::new(EngineConfig::default());
+    e.change_settings(&job_setting("straggler.min_loss_frac", "0.2"))
+        .unwrap();
+    sc.feed(&mut e, 0, 250);
+    assert!(
+        !kinds(&e).contains(&(AlertKind::Straggler, Some(6))),
+        "a 9 % loss is under the job's 20 % floor: {:?}",
+        kinds(&e)
+    );
+    assert_eq!(
+        e.settings().for_job("other-job").straggler.min_loss_frac,
+        EngineConfig::default().straggler.min_loss_frac,
+        "another job keeps the cluster's floor"
+    );
+    e.change_settings(&crate::settings::SettingsChange {
+        job: Some("job".into()),
+        reset_all: true,
+        ..Default::default()
+    })
+    .unwrap();
+    sc.feed(&mut e, 250, 400);
+    let raised: Vec<f64> = e
+        .alerts()
+        .filter(|a| a.kind == AlertKind::Straggler && a.rank == Some(6))
+        .map(|a| a.t)
+        .collect();
+    assert!(
+        matches!(raised.as_slice(), [t] if *t >= 250.0 && *t - 250.0 <= 60.0),
+        "named once, after the reset: {raised:?}"
+    );
 }

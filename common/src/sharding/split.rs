@@ -127,6 +127,7 @@ impl PushSplitter {
             | CommandV1::DeliverActions { .. }
             | CommandV1::Notified { .. }
             | CommandV1::Expire { .. }
+            | CommandV1::Settings(_)
             | CommandV1::Batch(_) => return None,
         };
         let parts = self.split(map, pushed);

@@ -12,9 +12,9 @@
 
 use std::borrow::Cow;
 
-use super::record::{GroupWait, ProcRecord, StallRecord, TraceRecord};
+use super::record::{GroupWait, ProcRecord, SettingsRecord, StallRecord, TraceRecord};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
-use crate::limits::MAX_DEVICE_BYTES;
+use crate::limits::{MAX_DEVICE_BYTES, MAX_LABEL_BYTES};
 
 /// Most negative `t` believed (clock skew before the first record), seconds.
 pub(super) const MIN_T: f64 = -60.0;
@@ -22,6 +22,9 @@ pub(super) const MIN_T: f64 = -60.0;
 /// Most `sections` the fast parsers take; a longer map takes the careful
 /// path, which keeps their duplicate check linear.
 pub(super) const MAX_FAST_SECTIONS: usize = 32;
+
+/// Most keys one `settings` record sets and resets together.
+const MAX_SETTINGS_KEYS: usize = 256;
 
 /// Which record type the current [`Fields`] hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,6 +37,8 @@ pub(super) enum Kind {
     Event,
     /// Read by the careful path only (nested objects; rare).
     Stall,
+    /// Read by the careful path only (rare).
+    Settings,
 }
 
 /// A string of the current record: a range of the line (the string had no
@@ -71,6 +76,8 @@ pub(super) struct Scratch {
     pub sections: Vec<(Str, f64)>,
     /// The current `stall` record.
     pub stall: StallRecord,
+    /// The current `settings` record.
+    pub settings: SettingsRecord,
     /// The `waits` of the current `step` record.
     pub waits: Vec<GroupWait>,
 }
@@ -140,7 +147,7 @@ pub(super) fn verdict<'a>(
         "step" => Kind::Step,
         "event" => Kind::Event,
         // The fast parsers do not read its nested objects: the careful path does.
-        "stall" => return None,
+        "stall" | "settings" => return None,
         other => return Some(Verdict::Unknown(other)),
     };
     fields.has_required(kind).then_some(Verdict::Record(kind))
@@ -188,7 +195,7 @@ impl Fields {
                         && f.duration_ms.is_some()
                 }
                 Kind::Event => f.job.is_some() && f.rank.is_some() && f.name.is_some(),
-                Kind::Stall => true,
+                Kind::Stall | Kind::Settings => true,
             }
     }
 
@@ -268,6 +275,11 @@ impl Fields {
                 scratch.stall = r;
                 Kind::Stall
             }
+            TraceRecord::Settings(r) => {
+                f.t = Some(r.t);
+                scratch.settings = r;
+                Kind::Settings
+            }
         }
     }
 
@@ -322,6 +334,17 @@ impl Fields {
                 }
             }
             Kind::Event => {}
+            Kind::Settings => {
+                let s = &scratch.settings;
+                let keys = s.set.len() + s.reset.len();
+                let longest = s.set.keys().chain(&s.reset).map(String::len).max();
+                if keys > MAX_SETTINGS_KEYS || longest.unwrap_or(0) > MAX_LABEL_BYTES {
+                    return Err(format!(
+                        "settings: {keys} keys (at most {MAX_SETTINGS_KEYS}) or a key name of {} bytes (at most {MAX_LABEL_BYTES})",
+                        longest.unwrap_or(0)
+                    ));
+                }
+            }
             Kind::Stall => {
                 let s = &scratch.stall;
                 let waited = s.waiting.as_ref().map_or(0.0, |w| w.waited_s);
@@ -419,6 +442,7 @@ impl Fields {
                     .map(|d| Cow::Borrowed(d.text(line, arena))),
             }),
             Kind::Stall => RecordRef::Stall(Cow::Borrowed(&scratch.stall)),
+            Kind::Settings => RecordRef::Settings(Cow::Borrowed(&scratch.settings)),
         }
     }
 }

@@ -12,7 +12,8 @@ use thiserror::Error;
 
 use super::fields::{self, Fields, Kind, Scratch, Verdict};
 use super::record::{
-    AllocRecord, EventRecord, GpuRecord, RankRecord, StallRecord, StepRecord, TraceRecord,
+    AllocRecord, EventRecord, GpuRecord, RankRecord, SettingsRecord, StallRecord, StepRecord,
+    TraceRecord,
 };
 use super::record_ref::RecordRef;
 use super::TRACE_VERSION;
@@ -322,6 +323,7 @@ impl<R: BufRead> TraceReader<R> {
             Some("step") => typed::<StepRecord>(bytes).map(TraceRecord::Step),
             Some("event") => typed::<EventRecord>(bytes).map(TraceRecord::Event),
             Some("stall") => typed::<StallRecord>(bytes).map(TraceRecord::Stall),
+            Some("settings") => typed::<SettingsRecord>(bytes).map(TraceRecord::Settings),
             Some(other) => {
                 self.stats.unknown(other);
                 return Ok(None);

@@ -21,6 +21,8 @@ pub enum TraceRecord {
     Event(EventRecord),
     /// A rank that has finished no step for a while (see `engine::hang`).
     Stall(StallRecord),
+    /// A live settings change (see `settings`).
+    Settings(SettingsRecord),
 }
 
 impl TraceRecord {
@@ -33,6 +35,7 @@ impl TraceRecord {
             TraceRecord::Step(r) => r.t,
             TraceRecord::Event(r) => r.t,
             TraceRecord::Stall(r) => r.t,
+            TraceRecord::Settings(r) => r.t,
         }
     }
 }
@@ -237,4 +240,44 @@ pub struct WaitRecord {
     /// The process group's timeout, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
+}
+
+/// `settings`: an admin's live settings change, at the point of the trace
+/// where it took effect.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SettingsRecord {
+    /// Seconds since the trace start.
+    pub t: f64,
+    /// The job it is for; absent: cluster-wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Keys set, with their values (numbers, or a severity's name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, SettingValue>,
+    /// Keys put back to what applies without an override.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reset: Vec<String>,
+    /// Every override of the scope dropped (before `reset` and `set`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_all: bool,
+}
+
+/// A setting's value in a trace: a number or a name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    /// A number.
+    Number(f64),
+    /// A name (a severity).
+    Text(String),
+}
+
+impl SettingValue {
+    /// The value as the settings take it.
+    pub fn text(&self) -> String {
+        match self {
+            SettingValue::Number(n) => n.to_string(),
+            SettingValue::Text(s) => s.clone(),
+        }
+    }
 }

@@ -11,8 +11,8 @@ use std::borrow::Cow;
 use gpumon_proto::GroupWait;
 
 use super::record::{
-    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, StallRecord, StepRecord,
-    TraceRecord,
+    AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, SettingsRecord, StallRecord,
+    StepRecord, TraceRecord,
 };
 
 /// `$Owned { .. }` from the borrowed record `$r`, field for field: the
@@ -53,6 +53,8 @@ pub enum RecordRef<'a> {
     Event(EventRef<'a>),
     /// A stalled rank (rare: kept whole).
     Stall(Cow<'a, StallRecord>),
+    /// A live settings change (rare: kept whole).
+    Settings(Cow<'a, SettingsRecord>),
 }
 
 /// `gpu`: one NVML sample of one device, borrowed.
@@ -188,11 +190,12 @@ impl RecordRef<'_> {
             RecordRef::Step(r) => r.t,
             RecordRef::Event(r) => r.t,
             RecordRef::Stall(r) => r.t,
+            RecordRef::Settings(r) => r.t,
         }
     }
 
     /// The record's `type` as written in the trace: `gpu`, `rank`, `alloc`,
-    /// `step` or `event`.
+    /// `step`, `event`, `stall` or `settings`.
     pub fn type_name(&self) -> &'static str {
         match self {
             RecordRef::Gpu(_) => "gpu",
@@ -201,6 +204,7 @@ impl RecordRef<'_> {
             RecordRef::Step(_) => "step",
             RecordRef::Event(_) => "event",
             RecordRef::Stall(_) => "stall",
+            RecordRef::Settings(_) => "settings",
         }
     }
 
@@ -246,6 +250,7 @@ impl RecordRef<'_> {
                 detail: r.detail.map(Cow::into_owned),
             }),
             RecordRef::Stall(r) => TraceRecord::Stall(r.into_owned()),
+            RecordRef::Settings(r) => TraceRecord::Settings(r.into_owned()),
         }
     }
 }
@@ -289,6 +294,7 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
                 detail: r.detail.as_deref().map(Cow::Borrowed),
             }),
             TraceRecord::Stall(r) => RecordRef::Stall(Cow::Borrowed(r)),
+            TraceRecord::Settings(r) => RecordRef::Settings(Cow::Borrowed(r)),
         }
     }
 }

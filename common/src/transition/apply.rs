@@ -7,6 +7,8 @@ use crate::actions::RankPlace;
 use crate::cluster::{ClusterEvent, ClusterState};
 use crate::engine::hang::HangWatch;
 use crate::hook_records::check_record;
+use crate::settings::SettingsChange;
+use crate::trace::{SettingValue, SettingsRecord};
 
 /// The windows and hook records of one pushed batch that were applied:
 /// duplicates and invalid ones left out, in the batch's order. Live readers
@@ -17,8 +19,11 @@ pub struct AppliedBatch {
     pub node: String,
     /// The applied windows.
     pub windows: Vec<GpuWindow>,
-    /// The applied hook records (windows and records are not both empty).
+    /// The applied hook records.
     pub hook: Vec<HookRecord>,
+    /// A live settings change that took effect (then `node` is empty and
+    /// there are no windows or records), at the data time it did.
+    pub settings: Option<SettingsRecord>,
 }
 
 /// What applying one command did.
@@ -95,6 +100,7 @@ impl Replicated {
                 self.notify.apply(&entries, at_ms);
                 Effects::default()
             }
+            CommandV1::Settings(change) => self.apply_settings(change, keep_applied),
             CommandV1::Expire { stale_after_ms } => {
                 let mut events = Vec::new();
                 self.state.expire(stale_after_ms, &mut events);
@@ -106,6 +112,32 @@ impl Replicated {
                     ..Effects::default()
                 }
             }
+        }
+    }
+
+    /// A live settings change, whole or not at all; one that took effect
+    /// is handed to live readers as a trace's `settings` record.
+    fn apply_settings(&mut self, change: SettingsChange, keep_applied: bool) -> Effects {
+        match self.engine.change_settings(&change) {
+            Ok(()) => Effects {
+                applied: keep_applied
+                    .then(|| AppliedBatch {
+                        node: String::new(),
+                        windows: Vec::new(),
+                        hook: Vec::new(),
+                        settings: Some(settings_record(self.now_t(), change)),
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Effects::default()
+            },
+            Err(reason) => Effects {
+                result: CommandResult {
+                    settings_refused: Some(reason),
+                    ..CommandResult::default()
+                },
+                ..Effects::default()
+            },
         }
     }
 
@@ -223,5 +255,21 @@ fn applied_part(batch: PushBatch, applied_indexes: &[u32], hook_applied: bool) -
         node: batch.node,
         windows,
         hook,
+        settings: None,
+    }
+}
+
+/// A change as a trace records it: numbers as numbers, names as text.
+fn settings_record(t: f64, change: SettingsChange) -> SettingsRecord {
+    let value = |text: String| match text.parse::<f64>() {
+        Ok(n) if n.is_finite() => SettingValue::Number(n),
+        _ => SettingValue::Text(text),
+    };
+    SettingsRecord {
+        t,
+        job: change.job,
+        set: change.set.into_iter().map(|(k, v)| (k, value(v))).collect(),
+        reset: change.reset,
+        reset_all: change.reset_all,
     }
 }

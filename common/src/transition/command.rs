@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionRequest, IssueOutcome, IssueRules};
 use crate::notify::NotifiedEntry;
+use crate::settings::SettingsChange;
 
 /// One entry of the replicated log. Versioned: the log outlives binaries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +69,10 @@ pub enum CommandV1 {
     /// it is skipped, with a default result), at most
     /// [`MAX_PUSHES_PER_BATCH`].
     Batch(Vec<CommandV1>),
+    /// An admin changed the live settings (`settings`): checked before it
+    /// was proposed and again where it is applied, which refuses it whole
+    /// when it does not fit the state it meets.
+    Settings(SettingsChange),
 }
 
 /// Most pushes the leader puts in one [`CommandV1::Batch`].
@@ -105,4 +110,7 @@ pub struct CommandResult {
     /// The result of each push of a [`CommandV1::Batch`], in order.
     #[serde(default)]
     pub each: Vec<CommandResult>,
+    /// Why a [`CommandV1::Settings`] change was refused, if it was.
+    #[serde(default)]
+    pub settings_refused: Option<String>,
 }

@@ -20,7 +20,22 @@ use gpumon_proto::{
 };
 
 use super::{Command, CommandV1};
-use crate::trace::{GpuRef, RankRef, RecordRef};
+use crate::settings::SettingsChange;
+use crate::trace::{GpuRef, RankRef, RecordRef, SettingsRecord};
+
+/// The command of a `settings` record, as the admin's change was committed.
+pub fn settings_command(record: &SettingsRecord) -> Command {
+    Command::V1(CommandV1::Settings(SettingsChange {
+        job: record.job.clone(),
+        set: record
+            .set
+            .iter()
+            .map(|(k, v)| (k.clone(), v.text()))
+            .collect(),
+        reset: record.reset.clone(),
+        reset_all: record.reset_all,
+    }))
+}
 
 /// The node that pushes hook records of a rank no `rank` record placed.
 pub const UNPLACED_NODE: &str = "trace";
@@ -58,9 +73,12 @@ pub struct TraceCommands {
 impl TraceCommands {
     /// Takes one record; returns the push it completed, if any (the record
     /// then starts the next one). A `rank` record only places its rank for
-    /// the windows that follow.
+    /// the windows that follow. A `settings` record is a command of its
+    /// own, not a push: it returns the push being filled, and
+    /// [`settings_command`] gives the change, to apply after it.
     pub fn add(&mut self, record: &RecordRef<'_>) -> Option<Command> {
         let (node, window, hook) = match record {
+            RecordRef::Settings(_) => return self.finish(),
             RecordRef::Gpu(g) => (g.node.as_ref(), Some(self.window(g)), None),
             RecordRef::Rank(r) => {
                 self.place(r);

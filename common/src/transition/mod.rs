@@ -22,10 +22,12 @@ mod state;
 
 pub use apply::{AppliedBatch, Effects};
 pub use command::{Command, CommandResult, CommandV1, MAX_PUSHES_PER_BATCH};
-pub use from_trace::TraceCommands;
+pub use from_trace::{settings_command, TraceCommands};
 pub use state::{Replicated, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8};
 
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod settings_tests;
 #[cfg(test)]
 mod tests;

@@ -73,6 +73,7 @@ const ASSETS: &[Asset] = &[
     asset!("job.js", JS),
     asset!("matrix.js", JS),
     asset!("overview.js", JS),
+    asset!("settings.js", JS),
     asset!("snapshots.js", JS),
     asset!("app.css", CSS),
     asset!("vendor/uplot/uPlot.iife.min.js", JS),

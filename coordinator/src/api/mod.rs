@@ -14,6 +14,8 @@
 //! | `GET /api/v1/alerts?active=&job=&limit=` | | [`gpumon_proto::api::AlertsBody`]: alert episodes, oldest first |
 //! | `GET /api/v1/actions?job=&state=&limit=` | | [`gpumon_proto::api::ActionsBody`]: actions on training processes and how they ended |
 //! | `POST /api/v1/actions` | JSON [`gpumon_proto::api::IssueRequest`] | admin, leader: issue actions by hand; [`gpumon_proto::api::IssueResponse`] |
+//! | `GET /api/v1/config?job=` | | [`gpumon_proto::api::ConfigBody`]: the live settings in effect; see `config` |
+//! | `POST /api/v1/config` | JSON [`gpumon_proto::api::ConfigChange`] | admin, leader: change settings live through the log |
 //! | `GET /api/v1/raft` | | [`gpumon_proto::api::RaftStatus`]: this replica's Raft figures and state digest |
 //! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
 //! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
@@ -33,6 +35,7 @@
 mod actions;
 mod alerts;
 mod auth;
+mod config;
 mod consistency;
 mod dashboard;
 mod error;

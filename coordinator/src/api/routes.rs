@@ -9,8 +9,8 @@ use axum::routing::{on, MethodFilter, MethodRouter};
 
 use super::auth::Access;
 use super::{
-    actions, alerts, dashboard, health, ingest, job_scale, members, memory_snapshots, metrics,
-    openapi, raft_rpc, raft_status, read, stream, AppState,
+    actions, alerts, config, dashboard, health, ingest, job_scale, members, memory_snapshots,
+    metrics, openapi, raft_rpc, raft_status, read, stream, AppState,
 };
 
 /// Which layers a route sits behind, and whether the API document shows it.
@@ -137,6 +137,12 @@ pub const ROUTES: &[Route] = &[
     }),
     route(Get, "/api/v1/alerts", (Consistent, Read), |m| {
         on(m, alerts::alerts)
+    }),
+    route(Get, "/api/v1/config", (Consistent, Read), |m| {
+        on(m, config::show)
+    }),
+    route(Post, "/api/v1/config", (Consistent, Admin), |m| {
+        on(m, config::change)
     }),
     route(Get, "/api/v1/raft", (Consistent, Read), |m| {
         on(m, raft_status::raft_status)

@@ -243,6 +243,9 @@ impl Encoder {
                 push_line(&mut out, &record);
             }
         }
+        if let Some(s) = &batch.settings {
+            push_line(&mut out, &TraceRecord::Settings(s.clone()));
+        }
         out
     }
 
@@ -358,6 +361,7 @@ mod tests {
     fn ranks_are_announced_once_then_again_when_they_move() {
         let mut enc = Encoder::default();
         let batch = |end_ms, pid| AppliedBatch {
+            settings: None,
             node: "n0".into(),
             windows: vec![window(end_ms, 0, pid), window(end_ms, 1, 200)],
             hook: Vec::new(),
@@ -383,6 +387,7 @@ mod tests {
     fn gpu_lines_are_trace_records_with_the_peak_least_newest_and_absolute_time() {
         let mut enc = Encoder::default();
         let out = enc.batch(&AppliedBatch {
+            settings: None,
             node: "n0".into(),
             windows: vec![window(1_700_000_000_250, 0, 100)],
             hook: Vec::new(),
@@ -409,10 +414,36 @@ mod tests {
     }
 
     #[test]
+    fn a_settings_change_is_a_settings_line_a_replay_reads() {
+        use gpumon_common::trace::{SettingValue, SettingsRecord};
+        let record = SettingsRecord {
+            t: 1_700_000_010.0,
+            job: Some("j".into()),
+            set: [(
+                "straggler.min_loss_ms".to_owned(),
+                SettingValue::Number(5.0),
+            )]
+            .into(),
+            reset: Vec::new(),
+            reset_all: false,
+        };
+        let out = Encoder::default().batch(&AppliedBatch {
+            settings: Some(record.clone()),
+            node: String::new(),
+            windows: Vec::new(),
+            hook: Vec::new(),
+        });
+        let line = String::from_utf8(out).unwrap();
+        let back: TraceRecord = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(back, TraceRecord::Settings(record));
+    }
+
+    #[test]
     fn hook_records_follow_the_windows_as_trace_records() {
         use gpumon_proto::{AllocRecord as A, AllocStats, EventRecord as E, StepRecord as S};
         let mut enc = Encoder::default();
         let out = enc.batch(&AppliedBatch {
+            settings: None,
             node: "n0".into(),
             windows: Vec::new(),
             hook: vec![
@@ -471,6 +502,7 @@ mod tests {
     fn a_gap_carries_the_last_time_and_the_count() {
         let mut enc = Encoder::default();
         enc.batch(&AppliedBatch {
+            settings: None,
             node: "n0".into(),
             windows: vec![window(5_000, 0, 100)],
             hook: Vec::new(),
@@ -515,6 +547,7 @@ mod tests {
         for i in 0..3u64 {
             applied_tx
                 .send(Arc::new(AppliedBatch {
+                    settings: None,
                     node: "n0".into(),
                     windows: vec![window(1_000 * (i + 1), 0, 100)],
                     hook: Vec::new(),
@@ -557,6 +590,7 @@ mod tests {
         assert_eq!(&got.recv().await.unwrap()[..], BLANK_LINE);
         assert_eq!(began.elapsed(), KEEPALIVE);
         let batch = AppliedBatch {
+            settings: None,
             node: "n0".into(),
             windows: vec![window(1_000, 0, 100)],
             hook: Vec::new(),

@@ -183,9 +183,15 @@ impl NotifyConfig {
     /// The repeat interval `due` uses for a receiver: Alertmanager's is its
     /// refresh period when shorter, so firing alerts never lapse there.
     pub fn repeat_ms_for(&self, kind: ReceiverKind) -> u64 {
+        self.repeat_ms_with(kind, self.repeat_interval_ms)
+    }
+
+    /// [`NotifyConfig::repeat_ms_for`] with `repeat_interval_ms` in place
+    /// of the configured one (a live setting's).
+    pub fn repeat_ms_with(&self, kind: ReceiverKind, repeat_interval_ms: u64) -> u64 {
         match kind {
-            ReceiverKind::Alertmanager => self.repeat_interval_ms.min(self.alertmanager_refresh_ms),
-            _ => self.repeat_interval_ms,
+            ReceiverKind::Alertmanager => repeat_interval_ms.min(self.alertmanager_refresh_ms),
+            _ => repeat_interval_ms,
         }
     }
 

@@ -31,7 +31,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon_common::notify::{due, ReceiverId, ReceiverRule};
+use gpumon_common::engine::Severity;
+use gpumon_common::notify::{due, Notice, ReceiverId, ReceiverRule};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -151,15 +152,6 @@ struct Leader {
 
 impl Leader {
     async fn run(self, mut stop: watch::Receiver<bool>) {
-        let rules: Vec<ReceiverRule> = self
-            .config
-            .receivers
-            .iter()
-            .map(|r| ReceiverRule {
-                id: r.id(),
-                repeat_interval_ms: self.config.repeat_ms_for(r.kind),
-            })
-            .collect();
         let every = Duration::from_millis(self.config.interval_ms);
         loop {
             tokio::select! {
@@ -167,7 +159,7 @@ impl Leader {
                 _ = stop.wait_for(|s| *s) => return,
             }
             if self.ready() {
-                self.round(&rules);
+                self.round();
             }
         }
     }
@@ -180,17 +172,38 @@ impl Leader {
         self.proposer.leads_caught_up() && self.proposer.can_write()
     }
 
-    /// Queues everything due now that is not held.
-    fn round(&self, rules: &[ReceiverRule]) {
+    /// The receivers' repeat intervals, the live setting's where one is set.
+    fn rules(&self, repeat_override_ms: Option<u64>) -> Vec<ReceiverRule> {
+        let interval = repeat_override_ms.unwrap_or(self.config.repeat_interval_ms);
+        self.config
+            .receivers
+            .iter()
+            .map(|r| ReceiverRule {
+                id: r.id(),
+                repeat_interval_ms: self.config.repeat_ms_with(r.kind, interval),
+            })
+            .collect()
+    }
+
+    /// Queues everything due now that is not held. New episodes are
+    /// announced from the smallest severity that applies to their job (the
+    /// live settings', else the configured one).
+    fn round(&self) {
         let (dues, data_now_t) = {
             let applied = self.state_machine.read();
-            let dues = due(
+            let live = applied.engine.settings().notify();
+            let mut dues = due(
                 &applied.notify,
                 applied.engine.alerts(),
                 wall_ms(),
-                rules,
-                self.config.min_severity,
+                &self.rules(live.repeat_interval_ms),
+                Severity::Warning,
             );
+            let configured = self.config.min_severity;
+            dues.retain(|d| {
+                d.notice != Notice::New
+                    || d.alert.severity >= live.min_severity_for(d.alert.job.as_deref(), configured)
+            });
             (dues, applied.now_t())
         };
         if dues.is_empty() {

@@ -91,6 +91,10 @@ impl StateMachine {
             Some(loaded) => (loaded.applied, Some(loaded.meta)),
             None => (Applied::empty(limits, engine_config), None),
         };
+        if applied.data.engine.settings().base() != engine_config {
+            tracing::warn!(path = %path.display(),
+                "this replica's [engine] differs from the settings its snapshot holds: the cluster's settings (the snapshot's, then the log's) apply, so that every replica computes the same state; change them live with `gpumon config set`");
+        }
         let (events, _) = broadcast::channel(1024);
         let (applied_batches, _) = broadcast::channel(APPLIED_CHANNEL_CAPACITY);
         Ok(Self {

@@ -18,6 +18,7 @@ mod ingest;
 mod members;
 mod proposer;
 mod push_bounds;
+mod settings;
 mod storage;
 
 use gpumon_common::actions::IssueRules;

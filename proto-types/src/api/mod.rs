@@ -13,6 +13,7 @@
 //! - [`actions`]: actions on training processes;
 //! - [`memory_snapshots`]: named memory (allocator) snapshots and their comparison;
 //! - [`raft`]: Raft figures and membership changes;
+//! - [`settings`]: live settings, cluster-wide and per job;
 //! - [`query`]: the `consistency` parameter every read takes;
 //! - [`error`]: the error body.
 //!
@@ -30,6 +31,7 @@ pub mod jobs;
 pub mod memory_snapshots;
 pub mod query;
 pub mod raft;
+pub mod settings;
 pub mod step_verdict;
 
 pub use actions::{
@@ -59,4 +61,5 @@ pub use memory_snapshots::{
 };
 pub use query::{Consistency, ReadQuery};
 pub use raft::{AddMember, PeerReplication, RaftMember, RaftStatus};
+pub use settings::{ConfigBody, ConfigChange, ConfigQuery, SettingInput, SettingView};
 pub use step_verdict::{StepBound, StepPart, StepVerdict};

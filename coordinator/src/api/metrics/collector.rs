@@ -121,6 +121,7 @@ pub fn encode(s: &Scrape, enc: &mut DescriptorEncoder) -> fmt::Result {
         encode_rank_info(c, enc)?;
         encode_jobs(c, enc)?;
         encode_alerts(c, enc)?;
+        encode_settings(c, enc)?;
         encode_cluster(c, enc)?;
     }
     encode_local(&s.local, enc)?;
@@ -519,6 +520,20 @@ fn encode_alerts(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
         s.alerts
             .iter()
             .map(|a| (a.labels(), Some(a.started_s).filter(|t| t.is_finite()))),
+    )
+}
+
+/// The numeric live settings in effect (`gpumon config show`).
+fn encode_settings(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    gauges(
+        enc,
+        "gpumon_setting",
+        "A numeric live setting in effect, by key: cluster-wide (job=\"\") or a job's own; source is config, cluster or job",
+        None,
+        s.settings.iter().map(|r| {
+            let labels = [("key", r.key), ("job", r.job.as_str()), ("source", r.source)];
+            (labels, Some(r.value))
+        }),
     )
 }
 

@@ -21,6 +21,7 @@ use gpumon_common::actions::ActionState;
 use gpumon_common::engine::summary::RankSummary;
 use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
 use gpumon_common::hook_records::RankSteps;
+use gpumon_common::settings::{Settings, KEYS};
 use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 
@@ -235,6 +236,50 @@ pub struct ClusterRows {
     pub observations_ignored: [(&'static str, u64); 2],
     /// Newest window end applied, seconds since the epoch (0: none).
     pub data_time_s: f64,
+    /// The numeric live settings in effect (see [`setting_rows`]).
+    pub settings: Vec<SettingRow>,
+}
+
+/// One numeric live setting in effect: cluster-wide (`job` empty) or a
+/// job's own.
+#[derive(Debug)]
+pub struct SettingRow {
+    pub key: &'static str,
+    pub job: String,
+    /// `config`, `cluster` or `job`: where the value comes from.
+    pub source: &'static str,
+    pub value: f64,
+}
+
+/// Every numeric live key's cluster-wide value, and each job's overrides.
+fn setting_rows(settings: &Settings) -> Vec<SettingRow> {
+    let mut rows = Vec::new();
+    for key in KEYS {
+        if let Some(value) = settings.value(key, None).and_then(|v| v.number()) {
+            let source = if settings.cluster_overrides().contains_key(key.name) {
+                "cluster"
+            } else {
+                "config"
+            };
+            rows.push(SettingRow {
+                key: key.name,
+                job: String::new(),
+                source,
+                value,
+            });
+        }
+        for (job, o) in settings.job_overrides() {
+            if let Some(value) = o.get(key.name).and_then(|v| v.number()) {
+                rows.push(SettingRow {
+                    key: key.name,
+                    job: job.clone(),
+                    source: "job",
+                    value,
+                });
+            }
+        }
+    }
+    rows
 }
 
 /// This replica's own series.
@@ -457,6 +502,7 @@ impl ClusterRows {
                 ("invalid", engine_counters.invalid),
             ],
             data_time_s: cluster.now_ms as f64 / 1000.0,
+            settings: setting_rows(applied.engine.settings()),
         }
     }
 }

@@ -14,8 +14,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    actions, alerts, health, ingest, job_scale, members, memory_snapshots, metrics, raft_status,
-    read, stream,
+    actions, alerts, config, health, ingest, job_scale, members, memory_snapshots, metrics,
+    raft_status, read, stream,
 };
 
 /// The security scheme admin routes name.
@@ -41,6 +41,8 @@ pub const ADMIN_TOKEN: &str = "adminToken";
         alerts::alerts,
         actions::list,
         actions::issue,
+        config::show,
+        config::change,
         raft_status::raft_status,
         members::add,
         members::remove,
