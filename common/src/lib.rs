@@ -37,6 +37,7 @@
 pub mod actions;
 pub mod cluster;
 pub mod config;
+mod derived_count;
 pub mod engine;
 pub mod exposition;
 pub mod hook_records;

@@ -139,6 +139,14 @@ impl Cluster {
             .collect()
     }
 
+    /// The process id of replica `id`, while it runs (for `/proc` figures
+    /// such as its resident memory).
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.procs.lock().unwrap()[self.slot(id)]
+            .as_ref()
+            .and_then(|p| p.child.id())
+    }
+
     /// Base URL of replica `id`'s API, e.g. `http://127.0.0.1:4242`.
     pub fn url(&self, id: u64) -> String {
         format!("{}://{}", self.scheme, self.addr(id))

@@ -259,8 +259,11 @@ impl ClusterState {
             agent.incarnation = incarnation;
             agent.dropped_batches = 0;
         }
-        node.clone_into(&mut agent.node);
-        Some(agent)
+        if agent.node != node {
+            let moved_from = std::mem::replace(&mut agent.node, node.to_owned());
+            self.forget_host_without_agent(&moved_from);
+        }
+        self.agents.get_mut(agent_id).map(|a| &mut **a)
     }
 
     fn gpu_entry(

@@ -112,3 +112,28 @@ fn after_a_long_silence_the_clock_catches_up() {
     assert_eq!(skipped, 6, "an hour, ten minutes per batch");
     assert_eq!(s.cluster_view().agents[0].last_seen_ms, s.now_ms());
 }
+
+/// An agent that names another node in each push leaves one host reading,
+/// not one per node it named (they waited for the next expiry before).
+#[test]
+fn an_agent_that_changes_its_node_leaves_one_host_reading() {
+    let mut s = ClusterState::new(Limits::default());
+    let host = gpumon_proto::HostMemory {
+        t_ms: T0,
+        used_max_bytes: 1 << 30,
+        total_bytes: 1 << 34,
+    };
+    for seq in 1..=5u64 {
+        let mut b = two_ranks(seq, T0 + seq * 1_000, 1 << 30);
+        b.node = format!("node-{seq}");
+        s.apply_push(&b);
+        let host = gpumon_proto::HostMemory {
+            t_ms: T0 + seq * 1_000,
+            ..host
+        };
+        assert!(s.apply_host(&b, &host));
+        assert!(s.host(&b.node).is_some());
+    }
+    assert!(s.host("node-4").is_none(), "no agent is on node-4 now");
+    assert_eq!(s.hosts.len(), 1);
+}

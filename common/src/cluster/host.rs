@@ -74,6 +74,16 @@ impl ClusterState {
         self.hosts.get(node)
     }
 
+    /// Forgets `node`'s host memory when no agent is on it any more (its
+    /// agent said it is elsewhere now): host readings stay as many as the
+    /// agents' nodes, however often an agent changes its node between two
+    /// expiries. A scan of the agents, only when an agent's node changes.
+    pub(super) fn forget_host_without_agent(&mut self, node: &str) {
+        if self.hosts.contains_key(node) && !self.agents.values().any(|a| a.node == node) {
+            self.hosts.remove(node);
+        }
+    }
+
     /// Forgets the host memory of nodes without an agent.
     pub(super) fn expire_hosts(&mut self) {
         let agents = &self.agents;

@@ -50,7 +50,7 @@ pub struct EngineConfig {
     pub max_gpus: usize,
     /// Jobs tracked, live and ended; the oldest ended job is forgotten first.
     pub max_jobs: usize,
-    /// Ranks tracked per job.
+    /// Ranks tracked per job, and in all jobs together.
     pub max_ranks_per_job: usize,
     /// A job or GPU not heard of for this long is forgotten (its node
     /// stopped reporting, its process died unseen), seconds; 0 never.

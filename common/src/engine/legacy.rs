@@ -199,6 +199,7 @@ impl<C, S: Clone> EngineWith<C, S> {
             pending_links: self.pending_links,
             scratch: Default::default(),
             forgot_jobs: false,
+            ranks: Default::default(),
         }
     }
 }

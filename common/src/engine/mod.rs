@@ -64,6 +64,7 @@ pub use input::{AllocObs, GpuObs, RankObs};
 pub use latch::{Edge, Latch};
 pub use tracks::Marker;
 
+use crate::derived_count::DerivedCount;
 use crate::settings::{Settings, SettingsChange};
 use crate::shared::Shared;
 use tracks::{GpuTracks, JobTrack};
@@ -116,6 +117,10 @@ pub struct Engine {
     /// asked (the replicated state forgets its records of it too).
     #[serde(skip)]
     forgot_jobs: bool,
+    /// Rank tracks in all jobs, for the bound on them (`max_ranks_per_job`
+    /// holds in all jobs together too); derived, never serialized.
+    #[serde(skip)]
+    ranks: DerivedCount,
 }
 
 impl PartialEq for Engine {
@@ -145,6 +150,7 @@ impl Engine {
             pending_links: Vec::new(),
             scratch: Scratch::default(),
             forgot_jobs: false,
+            ranks: DerivedCount::default(),
         }
     }
 
@@ -173,6 +179,11 @@ impl Engine {
     /// Whether a job was forgotten since the last call.
     pub fn take_forgot_jobs(&mut self) -> bool {
         std::mem::take(&mut self.forgot_jobs)
+    }
+
+    /// Jobs tracked, live and ended.
+    pub fn jobs_tracked(&self) -> usize {
+        self.jobs.len()
     }
 
     /// Whether the job is tracked (live, or ended and not yet forgotten).

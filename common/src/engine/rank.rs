@@ -85,7 +85,15 @@ impl Engine {
         rank: u32,
         world_size: Option<u32>,
     ) -> Option<&mut RankTrack> {
-        if !self.jobs.contains_key(job) {
+        let new_job = !self.jobs.contains_key(job);
+        let new_rank = new_job || !self.tracks_rank(job, rank);
+        // Room in all jobs first, so that a job is not made for a rank
+        // that cannot be kept.
+        if new_rank && !self.room_for_a_rank(job) {
+            self.counters.over_limit += 1;
+            return None;
+        }
+        if new_job {
             if self.jobs.len() >= self.cfg.max_jobs && !self.forget_oldest_ended_job() {
                 self.counters.over_limit += 1;
                 return None;
@@ -98,10 +106,15 @@ impl Engine {
         let max_ranks = self.cfg.max_ranks_per_job;
         let j = self.jobs.get_mut(job)?;
         j.last_t = j.last_t.max(t);
-        if !j.ranks.contains_key(&rank) && j.ranks.len() >= max_ranks {
-            self.counters.over_limit += 1;
-            return None;
+        if new_rank {
+            if j.ranks.len() >= max_ranks {
+                self.counters.over_limit += 1;
+                return None;
+            }
+            let total = self.ranks_tracked();
+            self.ranks.set(total + 1);
         }
+        let j = self.jobs.get_mut(job)?;
         Some(
             j.ranks
                 .entry(rank)
@@ -110,16 +123,43 @@ impl Engine {
         .map(|r| &mut **r)
     }
 
+    /// Rank tracks in all jobs, live and ended.
+    pub fn ranks_tracked(&self) -> usize {
+        self.ranks
+            .get_or(|| self.jobs.values().map(|j| j.ranks.len()).sum())
+    }
+
+    /// Whether one more rank fits `max_ranks_per_job` in all jobs together
+    /// (the cluster's `max_ranks`: hook records alone would otherwise make
+    /// `max_jobs` times that many tracks), forgetting the oldest ended jobs
+    /// other than `job` to make room, as a new job does.
+    fn room_for_a_rank(&mut self, job: &str) -> bool {
+        while self.ranks_tracked() >= self.cfg.max_ranks_per_job {
+            if !self.forget_oldest_ended_job_but(Some(job)) {
+                return false;
+            }
+        }
+        true
+    }
+
     fn forget_oldest_ended_job(&mut self) -> bool {
+        self.forget_oldest_ended_job_but(None)
+    }
+
+    /// Forgets the job that ended first, other than `keep`; false when no
+    /// other job has ended.
+    fn forget_oldest_ended_job_but(&mut self, keep: Option<&str>) -> bool {
         let oldest = self
             .jobs
             .iter()
+            .filter(|(name, _)| Some(name.as_str()) != keep)
             .filter_map(|(name, j)| j.ended_t.map(|t| (t, name.clone())))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         match oldest {
             Some((_, name)) => {
                 self.jobs.remove(&name);
                 self.forgot_jobs = true;
+                self.ranks.forget();
                 true
             }
             None => false,

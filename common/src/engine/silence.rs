@@ -47,6 +47,7 @@ impl Engine {
         for name in silent_jobs {
             if let Some(job) = self.jobs.remove(&name) {
                 self.forgot_jobs = true;
+                self.ranks.forget();
                 for &rank in job.ranks.keys() {
                     self.alerts
                         .resolve_subject(&Subject::Rank(name.clone(), rank), now);

@@ -581,3 +581,50 @@ fn a_jobs_own_loss_floor_holds_its_straggler_back_and_a_reset_applies_from_then_
         "named once, after the reset: {raised:?}"
     );
 }
+
+/// `max_ranks_per_job` holds in all jobs together, not only per job: hook
+/// records alone (no window to bound them) for more jobs than it allows
+/// leave no more tracks; a job that ended makes room (its snapshots and
+/// step times go with it), a live one does not.
+#[test]
+fn ranks_in_all_jobs_stay_within_the_limit_and_ended_jobs_make_room() {
+    let mut e = Engine::new(EngineConfig {
+        max_ranks_per_job: 4,
+        ..EngineConfig::default()
+    });
+    let alloc = |e: &mut Engine, t: f64, job: &str, rank: u32| {
+        e.observe_alloc(&AllocObs {
+            t,
+            job: job.into(),
+            rank,
+            allocated: 1 << 30,
+            reserved: 1 << 30,
+            peak_allocated: None,
+            inactive_split: None,
+            alloc_retries: None,
+            ooms: None,
+        });
+    };
+    for rank in 0..4 {
+        alloc(&mut e, 1.0, "a", rank);
+    }
+    alloc(&mut e, 2.0, "b", 0);
+    assert_eq!(e.ranks_tracked(), 4);
+    assert!(
+        !e.tracks_job("b"),
+        "no job made for a rank that cannot be kept"
+    );
+    assert_eq!(e.counters().over_limit, 1);
+    for rank in 0..4 {
+        e.end_rank(3.0, "a", rank);
+    }
+    for rank in 0..4 {
+        alloc(&mut e, 4.0, "b", rank);
+    }
+    assert!(!e.tracks_job("a"), "the ended job made room");
+    assert!(e.take_forgot_jobs());
+    assert_eq!(e.ranks_tracked(), 4);
+    alloc(&mut e, 5.0, "c", 0);
+    assert!(!e.tracks_job("c") && e.tracks_rank("b", 3));
+    assert_eq!(e.counters().over_limit, 2);
+}

@@ -2,19 +2,29 @@
 //! job, per name, each rank's statistics at the moment it took the
 //! snapshot, so two moments can be compared rank by rank.
 //!
-//! Bounded: [`MAX_MEMORY_SNAPSHOTS_PER_JOB`] names per job (a new name pushes out
-//! the oldest), [`MAX_MEMORY_SNAPSHOT_JOBS`] jobs (the job whose newest snapshot
-//! is oldest goes first) and [`MAX_MEMORY_SNAPSHOT_ENTRIES`] rank entries in
-//! all (the stalest other job goes first, then this job's oldest other name;
-//! a name that alone holds them all takes no more ranks). Taking a snapshot
-//! again under the same name replaces that rank's entry.
+//! Bounded by the cluster's configured limits ([`SnapshotBounds`], from the
+//! engine's configuration, which every replica and replay share) and by
+//! constants above them: [`MAX_MEMORY_SNAPSHOTS_PER_JOB`] names per job (a
+//! new name pushes out the oldest); `max_jobs` jobs, at most
+//! [`MAX_MEMORY_SNAPSHOT_JOBS`] (the job whose newest snapshot is oldest
+//! goes first); `max_ranks` ranks in one name (a job has no more; one
+//! past it is refused); and `max_ranks` x [`MAX_MEMORY_SNAPSHOTS_PER_JOB`]
+//! rank entries in all, at most [`MAX_MEMORY_SNAPSHOT_ENTRIES`] (the
+//! stalest other job goes first, then this job's oldest other name; a name
+//! that alone holds them all takes no more ranks). Taking a snapshot again
+//! under the same name replaces that rank's entry.
+//!
+//! A snapshot is kept for a job the engine does not track yet: a script's
+//! first `gpumon.snapshot` often comes before its rank's first allocator
+//! report. Such jobs count against the same bounds, and go with the
+//! engine's jobs when it forgets one (`transition::apply`).
 
 use std::collections::BTreeMap;
 
 use gpumon_proto::AllocStats;
 use serde::{Deserialize, Serialize};
 
-use super::derived_count::DerivedCount;
+use crate::derived_count::DerivedCount;
 
 /// Snapshot names kept per job.
 pub const MAX_MEMORY_SNAPSHOTS_PER_JOB: usize = 64;
@@ -23,6 +33,38 @@ pub const MAX_MEMORY_SNAPSHOT_JOBS: usize = 1024;
 /// Rank entries kept in all jobs and names: one snapshot of every rank of
 /// the largest cluster, about 20 MiB.
 pub const MAX_MEMORY_SNAPSHOT_ENTRIES: usize = 1 << 17;
+
+/// The bounds a [`MemorySnapshotBook`] keeps, from the configured limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotBounds {
+    /// Jobs with snapshots.
+    pub jobs: usize,
+    /// Ranks in one named snapshot.
+    pub ranks_per_name: usize,
+    /// Rank entries in all jobs and names.
+    pub entries: usize,
+}
+
+impl SnapshotBounds {
+    /// The bounds for an engine's `max_jobs` and `max_ranks_per_job` (the
+    /// cluster's `[limits] max_jobs` and `max_ranks`).
+    pub fn for_limits(max_jobs: usize, max_ranks: usize) -> Self {
+        Self {
+            jobs: max_jobs.clamp(1, MAX_MEMORY_SNAPSHOT_JOBS),
+            ranks_per_name: max_ranks.clamp(1, MAX_MEMORY_SNAPSHOT_ENTRIES),
+            entries: max_ranks
+                .saturating_mul(MAX_MEMORY_SNAPSHOTS_PER_JOB)
+                .clamp(1, MAX_MEMORY_SNAPSHOT_ENTRIES),
+        }
+    }
+}
+
+impl Default for SnapshotBounds {
+    /// The constants alone.
+    fn default() -> Self {
+        Self::for_limits(MAX_MEMORY_SNAPSHOT_JOBS, MAX_MEMORY_SNAPSHOT_ENTRIES)
+    }
+}
 
 /// One named snapshot of a job: every rank that took it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,27 +91,55 @@ fn entries_of(sets: &BTreeMap<String, MemorySnapshotSet>) -> usize {
 }
 
 impl MemorySnapshotBook {
-    /// Records one rank's snapshot; false when it was not kept (its name
-    /// alone holds [`MAX_MEMORY_SNAPSHOT_ENTRIES`] ranks).
-    pub fn record(&mut self, t: f64, job: &str, rank: u32, name: &str, stats: &AllocStats) -> bool {
+    /// Records one rank's snapshot within `bounds`; false when it was not
+    /// kept (its name holds `ranks_per_name` ranks, or alone holds
+    /// `entries`).
+    pub fn record(
+        &mut self,
+        bounds: SnapshotBounds,
+        t: f64,
+        job: &str,
+        rank: u32,
+        name: &str,
+        stats: &AllocStats,
+    ) -> bool {
+        let new_rank = !self
+            .get(job, name)
+            .is_some_and(|s| s.ranks.contains_key(&rank));
+        if new_rank
+            && self
+                .get(job, name)
+                .is_some_and(|s| s.ranks.len() >= bounds.ranks_per_name)
+        {
+            return false;
+        }
         let mut entries = self.entries();
-        if !self.jobs.contains_key(job) && self.jobs.len() >= MAX_MEMORY_SNAPSHOT_JOBS {
-            entries -= self.forget_stalest_job_but(job);
+        while !self.jobs.contains_key(job) && self.jobs.len() >= bounds.jobs {
+            match self.forget_stalest_job_but(job) {
+                Some(freed) => entries -= freed,
+                None => break,
+            }
         }
         let sets = self.jobs.entry(job.to_owned()).or_default();
         if !sets.contains_key(name) && sets.len() >= MAX_MEMORY_SNAPSHOTS_PER_JOB {
             entries -= forget_oldest_name_but(sets, name);
         }
-        let new_rank = !sets.get(name).is_some_and(|s| s.ranks.contains_key(&rank));
-        while new_rank && entries >= MAX_MEMORY_SNAPSHOT_ENTRIES {
+        while new_rank && entries >= bounds.entries {
+            // Another job first (an empty one frees nothing: go on), then
+            // this job's oldest other name.
             let freed = match self.forget_stalest_job_but(job) {
-                0 => forget_oldest_name_but(self.jobs.entry(job.to_owned()).or_default(), name),
-                n => n,
+                Some(n) => n,
+                None => {
+                    match forget_oldest_name_but(self.jobs.entry(job.to_owned()).or_default(), name)
+                    {
+                        0 => {
+                            self.entries.set(entries);
+                            return false;
+                        }
+                        n => n,
+                    }
+                }
             };
-            if freed == 0 {
-                self.entries.set(entries);
-                return false;
-            }
             entries -= freed;
         }
         let sets = self.jobs.entry(job.to_owned()).or_default();
@@ -88,8 +158,8 @@ impl MemorySnapshotBook {
     }
 
     /// Forgets the job whose newest snapshot is oldest, other than `keep`;
-    /// the rank entries it held.
-    fn forget_stalest_job_but(&mut self, keep: &str) -> usize {
+    /// the rank entries it held, `None` when there is no other job.
+    fn forget_stalest_job_but(&mut self, keep: &str) -> Option<usize> {
         let stalest = self
             .jobs
             .iter()
@@ -102,7 +172,7 @@ impl MemorySnapshotBook {
             .map(|(_, j)| j);
         stalest
             .and_then(|j| self.jobs.remove(&j))
-            .map_or(0, |sets| entries_of(&sets))
+            .map(|sets| entries_of(&sets))
     }
 
     /// Forgets the jobs `keep` says no to.
@@ -158,15 +228,22 @@ mod tests {
     #[test]
     fn keeps_each_ranks_latest_entry_and_bounds_the_names() {
         let mut b = MemorySnapshotBook::default();
-        b.record(1.0, "j", 0, "start", &stats(1));
-        b.record(2.0, "j", 1, "start", &stats(2));
-        b.record(3.0, "j", 0, "start", &stats(3));
+        b.record(SnapshotBounds::default(), 1.0, "j", 0, "start", &stats(1));
+        b.record(SnapshotBounds::default(), 2.0, "j", 1, "start", &stats(2));
+        b.record(SnapshotBounds::default(), 3.0, "j", 0, "start", &stats(3));
         let s = b.get("j", "start").unwrap();
         assert_eq!((s.first_t, s.last_t), (1.0, 3.0));
         assert_eq!(s.ranks[&0].1.allocated, 3);
         assert_eq!(s.ranks[&1].1.allocated, 2);
         for i in 0..MAX_MEMORY_SNAPSHOTS_PER_JOB {
-            b.record(10.0 + i as f64, "j", 0, &format!("s{i}"), &stats(1));
+            b.record(
+                SnapshotBounds::default(),
+                10.0 + i as f64,
+                "j",
+                0,
+                &format!("s{i}"),
+                &stats(1),
+            );
         }
         assert_eq!(b.job("j").unwrap().len(), MAX_MEMORY_SNAPSHOTS_PER_JOB);
         assert!(b.get("j", "start").is_none(), "the oldest name went first");
@@ -175,21 +252,28 @@ mod tests {
     #[test]
     fn a_flood_of_ranks_is_bounded_in_all_and_evicts_the_stalest_first() {
         let mut b = MemorySnapshotBook::default();
-        assert!(b.record(1.0, "old", 0, "a", &stats(1)));
+        assert!(b.record(SnapshotBounds::default(), 1.0, "old", 0, "a", &stats(1)));
         // One job's one name floods with ranks: the other job goes first,
         // then the name holds the bound and takes no more.
         let mut kept = 0;
         for rank in 0..(MAX_MEMORY_SNAPSHOT_ENTRIES as u32 + 1000) {
-            kept += usize::from(b.record(2.0, "flood", rank, "x", &stats(1)));
+            kept += usize::from(b.record(
+                SnapshotBounds::default(),
+                2.0,
+                "flood",
+                rank,
+                "x",
+                &stats(1),
+            ));
         }
         assert_eq!(kept, MAX_MEMORY_SNAPSHOT_ENTRIES);
         assert_eq!(b.entries(), MAX_MEMORY_SNAPSHOT_ENTRIES);
         assert!(b.job("old").is_none(), "the stalest other job went first");
         // Replacing a rank's entry still works at the bound.
-        assert!(b.record(3.0, "flood", 7, "x", &stats(9)));
+        assert!(b.record(SnapshotBounds::default(), 3.0, "flood", 7, "x", &stats(9)));
         assert_eq!(b.get("flood", "x").unwrap().ranks[&7].1.allocated, 9);
         // A new name of the same job pushes out the flooded one.
-        assert!(b.record(4.0, "flood", 0, "y", &stats(1)));
+        assert!(b.record(SnapshotBounds::default(), 4.0, "flood", 0, "y", &stats(1)));
         assert!(b.get("flood", "x").is_none());
         assert_eq!(b.entries(), 1);
         // The count is derived again after a restore.

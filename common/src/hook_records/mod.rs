@@ -4,7 +4,6 @@
 //! (allocator statistics, steps, markers) and keeps snapshots; like the rest
 //! of the state machine it is deterministic and bounded.
 
-mod derived_count;
 mod memory_snapshots;
 mod snapshot_diff;
 mod steps;
@@ -14,10 +13,11 @@ use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 pub use memory_snapshots::{
-    MemorySnapshotBook, MemorySnapshotSet, MAX_MEMORY_SNAPSHOTS_PER_JOB, MAX_MEMORY_SNAPSHOT_JOBS,
+    MemorySnapshotBook, MemorySnapshotSet, SnapshotBounds, MAX_MEMORY_SNAPSHOTS_PER_JOB,
+    MAX_MEMORY_SNAPSHOT_ENTRIES, MAX_MEMORY_SNAPSHOT_JOBS,
 };
 pub use snapshot_diff::{compare_snapshots, named_snapshot, stats_delta};
-pub use steps::{RankSteps, SectionTime, StepTimes, MAX_SECTIONS_PER_RANK};
+pub use steps::{RankSteps, SectionTime, StepBounds, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 
 use crate::engine::Engine;
@@ -57,6 +57,8 @@ impl HookState {
 
     /// Applies a pushed batch's hook records, oldest first.
     pub fn apply(&mut self, engine: &mut Engine, records: &[HookRecord]) {
+        let cfg = engine.config();
+        let bounds = SnapshotBounds::for_limits(cfg.max_jobs, cfg.max_ranks_per_job);
         for record in records {
             if check_record(record).is_err() {
                 self.counters.records_skipped += 1;
@@ -80,7 +82,10 @@ impl HookState {
                 ),
                 HookRecord::Event(e) => match &e.snapshot {
                     Some(stats) => {
-                        if !self.snapshots.record(t, &e.job, e.rank, &e.name, stats) {
+                        if !self
+                            .snapshots
+                            .record(bounds, t, &e.job, e.rank, &e.name, stats)
+                        {
                             // Refused at the book's bound: skipped, not applied.
                             self.counters.records_applied -= 1;
                             self.counters.records_skipped += 1;

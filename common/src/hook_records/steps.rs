@@ -9,9 +9,12 @@
 //! rank; a re-sent batch would otherwise count twice).
 //!
 //! Bounded: at most [`MAX_SECTIONS_PER_RANK`] section names per rank (a
-//! record with names beyond it counts once as skipped), [`MAX_RANKS_PER_JOB`] ranks per job,
-//! [`MAX_JOBS`] jobs and [`MAX_RANKS`] ranks in all (the cluster's own
-//! default bound); the caller forgets jobs the engine no longer tracks.
+//! record with names beyond it counts once as skipped), and by the
+//! cluster's configured limits ([`StepBounds`], from the engine's
+//! configuration): `max_jobs` jobs, `max_ranks` ranks per job and in all,
+//! each at most its constant ([`MAX_JOBS`], [`MAX_RANKS_PER_JOB`],
+//! [`MAX_RANKS`], the cluster's own defaults); the caller forgets jobs the
+//! engine no longer tracks.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -20,7 +23,7 @@ pub use gpumon_proto::api::{RankSteps, SectionTime};
 use gpumon_proto::hook::StepRecord;
 use serde::{Deserialize, Serialize};
 
-use super::derived_count::DerivedCount;
+use crate::derived_count::DerivedCount;
 
 /// Weight of the newest step in the means.
 pub const MEAN_WEIGHT: f64 = 0.2;
@@ -32,6 +35,36 @@ pub const MAX_RANKS_PER_JOB: usize = 16_384;
 pub const MAX_JOBS: usize = 1024;
 /// Ranks kept in all jobs together.
 pub const MAX_RANKS: usize = 131_072;
+
+/// The bounds [`StepTimes`] keeps, from the configured limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepBounds {
+    /// Jobs.
+    pub jobs: usize,
+    /// Ranks in one job.
+    pub ranks_per_job: usize,
+    /// Ranks in all jobs together.
+    pub ranks: usize,
+}
+
+impl StepBounds {
+    /// The bounds for an engine's `max_jobs` and `max_ranks_per_job` (the
+    /// cluster's `[limits] max_jobs` and `max_ranks`).
+    pub fn for_limits(max_jobs: usize, max_ranks: usize) -> Self {
+        Self {
+            jobs: max_jobs.clamp(1, MAX_JOBS),
+            ranks_per_job: max_ranks.clamp(1, MAX_RANKS_PER_JOB),
+            ranks: max_ranks.clamp(1, MAX_RANKS),
+        }
+    }
+}
+
+impl Default for StepBounds {
+    /// The constants alone.
+    fn default() -> Self {
+        Self::for_limits(MAX_JOBS, MAX_RANKS)
+    }
+}
 
 /// Step times of every rank of every job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,16 +97,16 @@ impl StepTimes {
         self.skipped
     }
 
-    /// Folds in one valid step record (see `check_record`).
-    pub fn observe(&mut self, s: &StepRecord) {
-        if !self.jobs.contains_key(&s.job) && self.jobs.len() >= MAX_JOBS {
+    /// Folds in one valid step record (see `check_record`) within `bounds`.
+    pub fn observe(&mut self, bounds: StepBounds, s: &StepRecord) {
+        if !self.jobs.contains_key(&s.job) && self.jobs.len() >= bounds.jobs {
             self.skipped += 1;
             return;
         }
         let total = self.ranks();
         let ranks = self.jobs.entry(s.job.clone()).or_default();
         let new_rank = !ranks.contains_key(&s.rank);
-        if new_rank && (ranks.len() >= MAX_RANKS_PER_JOB || total >= MAX_RANKS) {
+        if new_rank && (ranks.len() >= bounds.ranks_per_job || total >= bounds.ranks) {
             self.ranks.set(total);
             self.skipped += 1;
             return;
@@ -159,11 +192,11 @@ mod tests {
     #[test]
     fn keeps_the_latest_step_and_a_mean_that_follows_a_slowdown() {
         let mut times = StepTimes::default();
-        times.observe(&step(1, 1, 100.0));
+        times.observe(StepBounds::default(), &step(1, 1, 100.0));
         let r = &times.job("j").unwrap()[&1];
         assert_eq!(r.sections["forward"].mean_ms, 100.0);
         for n in 2..=40 {
-            times.observe(&step(1, n, 150.0));
+            times.observe(StepBounds::default(), &step(1, n, 150.0));
         }
         let r = &times.job("j").unwrap()[&1];
         assert_eq!(r.step, 40);
@@ -177,9 +210,9 @@ mod tests {
     #[test]
     fn a_repeated_or_older_step_is_skipped_not_counted_twice() {
         let mut times = StepTimes::default();
-        times.observe(&step(0, 5, 100.0));
-        times.observe(&step(0, 5, 900.0));
-        times.observe(&step(0, 4, 900.0));
+        times.observe(StepBounds::default(), &step(0, 5, 100.0));
+        times.observe(StepBounds::default(), &step(0, 5, 900.0));
+        times.observe(StepBounds::default(), &step(0, 4, 900.0));
         let r = &times.job("j").unwrap()[&0];
         assert_eq!(r.sections["forward"].mean_ms, 100.0);
         assert_eq!(times.skipped(), 2);
@@ -192,7 +225,7 @@ mod tests {
         s.sections = (0..MAX_SECTIONS_PER_RANK + 3)
             .map(|i| (format!("s{i}"), 1.0))
             .collect();
-        times.observe(&s);
+        times.observe(StepBounds::default(), &s);
         assert_eq!(
             times.job("j").unwrap()[&0].sections.len(),
             MAX_SECTIONS_PER_RANK
@@ -203,7 +236,7 @@ mod tests {
     #[test]
     fn forgotten_jobs_are_gone() {
         let mut times = StepTimes::default();
-        times.observe(&step(0, 1, 1.0));
+        times.observe(StepBounds::default(), &step(0, 1, 1.0));
         times.retain_jobs(|j| j != "j");
         assert!(times.job("j").is_none());
         assert_eq!(times.jobs().count(), 0);
@@ -217,7 +250,7 @@ mod tests {
             for rank in 0..MAX_RANKS_PER_JOB as u32 {
                 let mut s = step(rank, 1, 1.0);
                 s.job = format!("job-{j}");
-                times.observe(&s);
+                times.observe(StepBounds::default(), &s);
             }
         }
         assert_eq!(times.ranks(), MAX_RANKS);
@@ -232,7 +265,7 @@ mod tests {
         assert_eq!(times.ranks(), MAX_RANKS - MAX_RANKS_PER_JOB);
         let mut s = step(0, 1, 1.0);
         s.job = "new".into();
-        times.observe(&s);
+        times.observe(StepBounds::default(), &s);
         assert!(times.job("new").is_some_and(|ranks| ranks.len() == 1));
     }
 }

@@ -7,7 +7,7 @@ use crate::actions::ActionBook;
 use crate::cluster::{ClusterState, Limits};
 use crate::engine::hang::HangWatch;
 use crate::engine::{Engine, EngineConfig};
-use crate::hook_records::{check_record, HookState, StepTimes};
+use crate::hook_records::{check_record, HookState, StepBounds, StepTimes};
 use crate::notify::NotifyBook;
 
 /// The replicated data: the same on every replica that applied the same
@@ -58,11 +58,13 @@ impl Replicated {
     /// Folds a batch's valid step records into the step times, and forgets
     /// the jobs the engine no longer tracks.
     pub(super) fn observe_steps(&mut self, records: &[HookRecord]) {
+        let cfg = self.engine.config();
+        let bounds = StepBounds::for_limits(cfg.max_jobs, cfg.max_ranks_per_job);
         let mut any = false;
         for record in records {
             if let HookRecord::Step(s) = record {
                 if check_record(record).is_ok() {
-                    self.steps.observe(s);
+                    self.steps.observe(bounds, s);
                     any = true;
                 }
             }

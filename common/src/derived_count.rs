@@ -5,21 +5,21 @@
 
 /// The count; `None` until counted.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct DerivedCount(Option<usize>);
+pub(crate) struct DerivedCount(Option<usize>);
 
 impl DerivedCount {
     /// The count, from `count` when not known yet.
-    pub(super) fn get_or(&self, count: impl FnOnce() -> usize) -> usize {
+    pub(crate) fn get_or(&self, count: impl FnOnce() -> usize) -> usize {
         self.0.unwrap_or_else(count)
     }
 
     /// The count is now `n`.
-    pub(super) fn set(&mut self, n: usize) {
+    pub(crate) fn set(&mut self, n: usize) {
         self.0 = Some(n);
     }
 
     /// The count must be taken again.
-    pub(super) fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.0 = None;
     }
 }
