@@ -328,6 +328,39 @@ async fn whole_cluster_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_of_several_mib_reach_every_replica() {
+    bounded(large_pushes()).await;
+}
+
+/// Pushes of about 3 MiB from four agents at once: the leader gathers at
+/// most 4 MiB into an entry and sends at most 4 MiB per AppendEntries, so
+/// every follower takes each call within openraft's 100 ms and keeps up
+/// (16 such entries in one call were retried without end on a slow
+/// follower).
+async fn large_pushes() {
+    let c = Cluster::start(3, &[]).await;
+    let all = c.ids();
+    let leader = c.wait_leader(ELECT_WITHIN).await;
+    let mut plan = Plan::new(4, 1, 8, Duration::ZERO);
+    plan.padding_records = 3_000;
+    let mut pusher = Pusher::start(c.urls(), plan.clone());
+    pusher.join(Duration::from_secs(120)).await;
+    assert_eq!(pusher.batches_acked(), 32);
+    let applied = c.status(leader).await.applied_index.unwrap();
+    let s = c.wait_converged(&all, applied, CONVERGE_WITHIN).await;
+    let v: ClusterView = c.get(leader, "/api/v1/cluster").await;
+    eprintln!(
+        "32 pushes of about 3 MiB: every replica at index {:?}",
+        s.applied_index
+    );
+    assert_eq!(v.ingest.windows_applied, 32);
+    for &id in &all {
+        let v: ClusterView = c.get(id, "/api/v1/cluster").await;
+        assert_eq!(v.ingest.windows_applied, 32, "replica {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_was_down_catches_up_by_snapshot() {
     bounded(follower_catches_up_by_snapshot()).await;
 }

@@ -17,8 +17,8 @@ use std::time::Duration;
 use gpumon_agent::push::{Attempt, Pusher as PushClient, Route};
 use gpumon_proto::wire;
 use gpumon_proto::{
-    AgentMessage, AgentMessageV1, BytesStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch,
-    RankInfo,
+    AgentMessage, AgentMessageV1, BytesStat, EventRecord, GpuInfo, GpuWindow, Hello, HookRecord,
+    ProcWindow, PushBatch, RankInfo,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -51,6 +51,9 @@ pub struct Plan {
     pub every: Duration,
     /// Data time of seq 0, ms since the epoch.
     pub base_ms: u64,
+    /// Marker records of 1 KiB each that every batch also carries, to make
+    /// pushes large.
+    pub padding_records: usize,
 }
 
 impl Plan {
@@ -62,6 +65,7 @@ impl Plan {
             batches,
             every,
             base_ms: 1_700_000_000_000,
+            padding_records: 0,
         }
     }
 
@@ -159,9 +163,25 @@ impl Plan {
             node: format!("node-{agent}"),
             dropped_batches: 0,
             windows,
-            hook: Vec::new(),
+            hook: self.padding(agent, end_ms),
             acks: Vec::new(),
         }))
+    }
+
+    /// The batch's padding: markers of rank `agent * G` with a 1 KiB detail.
+    fn padding(&self, agent: u32, end_ms: u64) -> Vec<HookRecord> {
+        (0..self.padding_records)
+            .map(|i| {
+                HookRecord::Event(EventRecord {
+                    t_ms: end_ms,
+                    job: JOB.into(),
+                    rank: agent * self.gpus,
+                    name: format!("pad-{}", i % 8),
+                    detail: Some("p".repeat(1000)),
+                    snapshot: None,
+                })
+            })
+            .collect()
     }
 }
 

@@ -37,7 +37,7 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::reachability::{Note, Reachability};
 use super::TypeConfig;
-use crate::config::MAX_RAFT_RPC_BYTES;
+use crate::config::APPEND_BUDGET_BYTES;
 use crate::peer_link::PeerLink;
 
 /// Header naming the Raft RPC protocol version.
@@ -216,11 +216,22 @@ impl PeerClient {
     }
 }
 
-/// How many entries to send instead of `entries` when their encoding of
-/// `bytes` is over the peer's body limit; `None` when it fits (or is one
-/// entry, which the limits make fit).
-fn fewer_entries(bytes: usize, entries: usize) -> Option<u64> {
-    (bytes > MAX_RAFT_RPC_BYTES && entries > 1).then(|| (entries / 2).max(1) as u64)
+/// How many of the leading entries, of these encoded sizes, to send when an
+/// append of `bytes` is over [`APPEND_BUDGET_BYTES`]: as many as fit, at least
+/// one; `None` when the whole append goes.
+fn entries_that_fit(bytes: usize, sizes: impl IntoIterator<Item = usize>) -> Option<u64> {
+    if bytes <= APPEND_BUDGET_BYTES {
+        return None;
+    }
+    let (mut total, mut n, mut all) = (0usize, 0u64, 0u64);
+    for size in sizes {
+        all += 1;
+        total = total.saturating_add(size);
+        if n == 0 || total <= APPEND_BUDGET_BYTES {
+            n += 1;
+        }
+    }
+    (n < all).then_some(n)
 }
 
 /// First and largest wait before retrying an unreachable peer.
@@ -234,9 +245,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         }))
     }
 
-    /// An append over the peer's body limit is never sent: openraft is told
-    /// to send fewer entries (half), down to one, which always fits (an
-    /// entry holds at most `MAX_ENTRY_BYTES` of pushes).
+    /// An append over [`APPEND_BUDGET_BYTES`] is never sent: openraft is told
+    /// to send the leading entries that fit, or the first alone, which
+    /// always fits the peer's body limit (an entry holds at most
+    /// `MAX_ENTRY_BYTES` of pushes).
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
@@ -244,13 +256,17 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let body =
             postcard::to_allocvec(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        if let Some(fewer) = fewer_entries(body.len(), rpc.entries.len()) {
+        let sizes = rpc
+            .entries
+            .iter()
+            .map(|e| postcard::experimental::serialized_size(e).unwrap_or(usize::MAX));
+        if let Some(fewer) = entries_that_fit(body.len(), sizes) {
             tracing::debug!(
                 peer = self.target,
                 bytes = body.len(),
                 entries = rpc.entries.len(),
                 fewer,
-                "an append over the RPC body limit is split"
+                "an append over the bytes one call carries is split"
             );
             return Err(PayloadTooLarge::new_entries_hint(fewer).into());
         }
@@ -282,29 +298,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_append_over_the_body_limit_asks_for_half_the_entries_down_to_one() {
-        let over = MAX_RAFT_RPC_BYTES + 1;
+    fn an_append_over_its_byte_budget_asks_for_the_entries_that_fit() {
+        const MIB: usize = 1 << 20;
         assert_eq!(
-            fewer_entries(MAX_RAFT_RPC_BYTES, 16),
+            entries_that_fit(APPEND_BUDGET_BYTES, [APPEND_BUDGET_BYTES]),
             None,
-            "at the limit it goes"
+            "at the budget it goes"
         );
-        assert_eq!(fewer_entries(over, 16), Some(8));
-        assert_eq!(fewer_entries(over, 3), Some(1));
-        assert_eq!(fewer_entries(over, 1), None, "one entry always fits");
+        assert_eq!(entries_that_fit(16 * 3 * MIB, [3 * MIB; 16]), Some(1));
+        assert_eq!(entries_that_fit(5 * MIB, [MIB; 5]), Some(4));
+        assert_eq!(
+            entries_that_fit(16 * MIB, [16 * MIB]),
+            None,
+            "one entry always goes"
+        );
+        assert_eq!(entries_that_fit(20 * MIB, [16 * MIB, 4 * MIB]), Some(1));
     }
 
     #[tokio::test]
-    async fn an_append_over_the_body_limit_is_not_sent_and_says_so() {
+    async fn an_append_over_its_budget_is_not_sent_and_says_so() {
         // Nothing listens: a request that went out would fail to connect.
         let mut network = HttpNetwork::new(None, &PeerLink::plain());
         let mut peer = network.new_client(2, &BasicNode::new("127.0.0.1:9")).await;
-        // Three entries of a third of the limit each: a little over it.
+        // Three entries of a little over half the budget each: one fits.
         let big = |index| openraft::Entry::<TypeConfig> {
             log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
             payload: openraft::EntryPayload::Normal(crate::raft::Command::V1(
                 crate::raft::CommandV1::Push(gpumon_proto::PushBatch {
-                    agent_id: "a".repeat(MAX_RAFT_RPC_BYTES / 3),
+                    agent_id: "a".repeat(APPEND_BUDGET_BYTES / 2),
                     incarnation: 1,
                     seq: index,
                     node: "n".into(),

@@ -21,7 +21,7 @@ use gpumon_common::transition::MAX_PUSHES_PER_BATCH;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{Proposer, ServiceError};
-use crate::config::MAX_ENTRY_BYTES;
+use crate::config::APPEND_BUDGET_BYTES;
 use crate::raft::{Command, CommandResult, CommandV1};
 
 /// Proposals waiting for their commit at once; pushes arriving meanwhile
@@ -63,7 +63,7 @@ impl Batcher {
     /// its result. The queue is bounded by the pushes admitted in flight
     /// (`service::admission`).
     /// `bytes` is the push's size on the wire: an entry gathers at most
-    /// [`MAX_ENTRY_BYTES`] of them.
+    /// [`APPEND_BUDGET_BYTES`] of them.
     pub async fn propose(
         &self,
         command: CommandV1,
@@ -118,13 +118,14 @@ async fn run(mut pushes: mpsc::UnboundedReceiver<Queued>, proposer: Proposer) {
 
 /// `first` and the pushes `next` yields after it, while they fit one entry
 /// ([`MAX_PUSHES_PER_BATCH`] pushes, [`MAX_ITEMS_PER_BATCH`] items,
-/// [`MAX_ENTRY_BYTES`] bytes); the first that does not fit is handed back.
+/// [`APPEND_BUDGET_BYTES`] bytes, which a lone push may exceed); the first
+/// that does not fit is handed back.
 fn gather(
     first: Queued,
     mut next: impl FnMut() -> Option<Queued>,
 ) -> (Vec<Queued>, Option<Queued>) {
     let mut weight_left = MAX_ITEMS_PER_BATCH.saturating_sub(weight(&first.command));
-    let mut bytes_left = MAX_ENTRY_BYTES.saturating_sub(first.bytes);
+    let mut bytes_left = APPEND_BUDGET_BYTES.saturating_sub(first.bytes);
     let mut batch = vec![first];
     while batch.len() < MAX_PUSHES_PER_BATCH {
         let Some(queued) = next() else { break };
@@ -204,13 +205,18 @@ mod tests {
 
     #[test]
     fn an_entry_gathers_pushes_up_to_its_bytes_and_hands_back_the_next() {
-        // Pushes of 4 MiB (the default max_push_bytes): four fill an entry.
-        let mut queue = (0..10).map(|_| queued(4 << 20));
-        let (batch, held) = gather(queued(4 << 20), || queue.next());
-        assert_eq!(batch.len(), MAX_ENTRY_BYTES / (4 << 20));
+        // Pushes of 1 MiB: four fill an entry.
+        let mut queue = (0..10).map(|_| queued(1 << 20));
+        let (batch, held) = gather(queued(1 << 20), || queue.next());
+        assert_eq!(batch.len(), APPEND_BUDGET_BYTES / (1 << 20));
         assert!(held.is_some(), "the fifth waits for the next entry");
         let total: usize = batch.iter().map(|q| q.bytes).sum();
-        assert!(total <= MAX_ENTRY_BYTES);
+        assert!(total <= APPEND_BUDGET_BYTES);
+
+        // A push over the budget (max_push_bytes may be up to 16 MiB) goes alone.
+        let mut after = (0..3).map(|_| queued(100));
+        let (batch, held) = gather(queued(8 << 20), || after.next());
+        assert_eq!((batch.len(), held.is_some()), (1, true));
 
         let mut small = (0..10).map(|_| queued(100));
         let (batch, held) = gather(queued(100), || small.next());
