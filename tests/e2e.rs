@@ -21,7 +21,7 @@ mod support;
 
 use std::time::Duration;
 
-use gpumon_proto::api::{ClusterView, JobDetail, JobsView};
+use gpumon_proto::api::{ClusterView, JobDetail, JobWithAnalysis, JobsView};
 use support::{coordinator_cmd, get, gpumon, leading_coordinator, wait_for, Proc};
 
 const GIB: u64 = 1 << 30;
@@ -273,6 +273,33 @@ async fn demo_prints_its_url_first_and_serves_every_rank() {
     })
     .await;
     assert_eq!(jobs.jobs[0].job, "demo-job");
+    // Each simulated process holds a CUDA context of 500 to 514 MiB beside
+    // its allocator's reserved: the API shows it as memory outside the
+    // allocator (while the allocator grows at start, the two figures are
+    // read at different instants; they agree once it settles).
+    const MIB: u64 = 1 << 20;
+    wait_for(
+        Duration::from_secs(25),
+        "every rank's memory outside the allocator",
+        || async {
+            let job: JobWithAnalysis = get(&format!("{url}/api/v1/jobs/demo-job"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let outside: Vec<u64> = job
+                .analysis
+                .iter()
+                .flat_map(|a| &a.ranks)
+                .filter_map(|r| r.outside_allocator_bytes)
+                .collect();
+            let context = 500 * MIB..=514 * MIB;
+            if outside.len() == 8 && outside.iter().all(|b| context.contains(b)) {
+                Ok(())
+            } else {
+                Err(format!("{outside:?}"))
+            }
+        },
+    )
+    .await;
     // It prints a line for each rank it sees.
     let mut rank_lines = 0;
     while rank_lines < 8 {

@@ -127,7 +127,7 @@ fn check(name: &str) -> Vec<f64> {
             // The corpus has no stall record, so no hang can be judged: any is false.
             AlertKind::Hang => &["hang"],
             // The corpus has no collective waits, so no link can be judged: any is false.
-            AlertKind::SlowLink => &[],
+            AlertKind::SlowLink | AlertKind::OutsideMemory => &[],
         };
         let explained = labels.events.iter().any(|l| {
             Some(l.job.as_str()) == a.job.as_deref()

@@ -35,6 +35,7 @@ const KIND_LABEL = {
   stage_imbalance: "stage imbalance",
   hang: "hung job",
   slow_link: "slow link",
+  outside_memory: "outside allocator",
 };
 
 /** A table of alerts; `now` is the data time (seconds) "since" is measured from. */

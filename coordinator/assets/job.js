@@ -194,7 +194,7 @@ function flagChips(s, rankView, active) {
 }
 
 function rankTable(ranks, rankViews, summaries, steps, active, now) {
-  const head = ["rank", "node / GPU", "used", "peak", "allocated / reserved", "risk", "OOM forecast", "step", "slowdown", "flags"];
+  const head = ["rank", "node / GPU", "used", "peak", "allocated / reserved", "outside allocator", "risk", "OOM forecast", "step", "slowdown", "flags"];
   const rows = ranks.map((rank) => {
     const v = rankViews.get(rank);
     const s = summaries.get(rank);
@@ -218,6 +218,12 @@ function rankTable(ranks, rankViews, summaries, steps, active, now) {
       el("td", { text: fmtBytes(v ? v.peak_used_bytes : s ? s.peak_used_bytes : null) }),
       el("td", { text: s && (s.allocated_bytes != null || s.reserved_bytes != null)
         ? fmtBytes(s.allocated_bytes) + " / " + fmtBytes(s.reserved_bytes) : "—" }),
+      el("td", {
+        class: "outside",
+        title: "NVML's figure for the process less the allocator's reserved: CUDA context, NCCL buffers, library workspaces" +
+          (s && s.outside_allocator_baseline_bytes != null ? "; after start-up " + fmtBytes(s.outside_allocator_baseline_bytes) : ""),
+        text: s && s.outside_allocator_bytes != null ? fmtBytes(s.outside_allocator_bytes) : "—",
+      }),
       el("td", null, s ? badge(s.risk, "sev-" + s.risk) : "—"),
       el("td", { text: f && Number.isFinite(f.predicted_oom_t)
         ? fmtClock(f.predicted_oom_t) + (Number.isFinite(now) ? " (in " + fmtDur(f.predicted_oom_t - now) + ")" : "") : "—" }),

@@ -40,7 +40,7 @@ function stepCell(rank) {
 function renderRanks(ctx, root) {
   const ranks = ctx.report.ranks;
   const p = openPanel(root, 'ranks', 'Ranks',
-    'Peaks over the run; the floor is the lowest allocated after the first step (parameters, gradients and optimizer state). Findings are the engine’s verdicts at the end.',
+    'Peaks over the run; outside allocator is what the process holds on its GPU beyond the allocator’s reserved at the end (CUDA context, NCCL buffers, library workspaces; with NVML); the floor is the lowest allocated after the first step (parameters, gradients and optimizer state). Findings are the engine’s verdicts at the end.',
     !ranks.length && ['ranks-table', 'No ranks were found: gpumon attributes processes to ranks through torchrun’s variables, or the hook reports them.']);
   if (!p) return;
   const rows = ranks.slice(0, MAX_TABLE_ROWS).map((r) => {
@@ -54,6 +54,7 @@ function renderRanks(ctx, root) {
         num(fmtBytes(r.peak_allocated_bytes)),
         num(fmtBytes(r.peak_reserved_bytes)),
         num(fmtBytes(r.peak_used_bytes)),
+        num(fmtBytes(r.outside_allocator_bytes)),
         num(fmtBytes(r.floor_allocated_bytes)),
         num(String(r.steps)),
         num(stepCell(r)),
@@ -61,7 +62,7 @@ function renderRanks(ctx, root) {
       ],
     };
   });
-  p.appendChild(table('ranks', ['job', ['rank', 'num'], 'where', ['peak allocated', 'num'], ['peak reserved', 'num'], ['peak used', 'num'], ['floor', 'num'], ['steps', 'num'], ['step p50 / p90', 'num'], 'findings'], rows));
+  p.appendChild(table('ranks', ['job', ['rank', 'num'], 'where', ['peak allocated', 'num'], ['peak reserved', 'num'], ['peak used', 'num'], ['outside allocator', 'num'], ['floor', 'num'], ['steps', 'num'], ['step p50 / p90', 'num'], 'findings'], rows));
   append(p, moreNote('ranks', rows.length, ranks.length));
 }
 

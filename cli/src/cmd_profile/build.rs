@@ -106,6 +106,8 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
                 avg_reserved_bytes: kept.and_then(|k| k.reserved.mean()),
                 floor_allocated_bytes: kept.and_then(|k| k.floor_allocated),
                 peak_used_bytes: r.peak_used_bytes,
+                outside_allocator_bytes: r.outside_allocator_bytes,
+                outside_allocator_baseline_bytes: r.outside_allocator_baseline_bytes,
                 ooms: kept.map_or(0, |k| k.ooms),
                 steps: kept.map_or(r.steps, |k| k.steps.max(r.steps)),
                 step_ms: kept.and_then(|k| k.step_ms.quantiles()),

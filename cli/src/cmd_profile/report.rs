@@ -164,6 +164,14 @@ pub struct RankReport {
     pub floor_allocated_bytes: Option<u64>,
     /// Highest used memory of the process on its GPU (NVML or the hook).
     pub peak_used_bytes: u64,
+    /// Memory outside the caching allocator at the end: NVML's figure for
+    /// the process less `reserved` (CUDA context, NCCL buffers, library
+    /// workspaces); with NVML and the hook both.
+    #[serde(default)]
+    pub outside_allocator_bytes: Option<u64>,
+    /// The same after the rank's start-up.
+    #[serde(default)]
+    pub outside_allocator_baseline_bytes: Option<u64>,
     /// OOM errors the allocator counted.
     pub ooms: u64,
     /// Steps finished.

@@ -215,6 +215,8 @@ mod tests {
             avg_reserved_bytes: None,
             floor_allocated_bytes: None,
             peak_used_bytes: 0,
+            outside_allocator_bytes: None,
+            outside_allocator_baseline_bytes: None,
             ooms: 0,
             steps,
             step_ms: step.map(|(p50, p90)| Quantiles { p50, p90 }),

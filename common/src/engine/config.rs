@@ -9,6 +9,7 @@ use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
 use super::memory_level::MemoryLevelParams;
+use super::outside::OutsideParams;
 use super::regime::RegimeParams;
 use super::straggler::StragglerParams;
 
@@ -60,6 +61,8 @@ pub struct EngineConfig {
     /// Fixed levels of a node's host RAM that raise `memory_level` alerts
     /// about the host.
     pub host_memory_levels: MemoryLevelParams,
+    /// Growth of memory outside the caching allocator.
+    pub outside: OutsideParams,
 }
 
 impl Default for EngineConfig {
@@ -85,6 +88,7 @@ impl Default for EngineConfig {
             silent_s: 300.0,
             memory_levels: MemoryLevelParams::default(),
             host_memory_levels: MemoryLevelParams::host_default(),
+            outside: OutsideParams::default(),
         }
     }
 }

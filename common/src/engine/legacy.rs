@@ -20,7 +20,7 @@ use super::leak::LeakParams;
 use super::memory_level::MemoryLevelParams;
 use super::regime::RegimeParams;
 use super::straggler::legacy::{StragglerTrackerV6, StragglerTrackerV8};
-use super::straggler::StragglerParams;
+use super::straggler::{StragglerParams, StragglerTracker};
 use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
 use crate::settings::Settings;
@@ -75,6 +75,7 @@ impl EngineConfigV4 {
             silent_s: current.silent_s,
             memory_levels,
             host_memory_levels,
+            outside: current.outside,
         }
     }
 }
@@ -147,6 +148,9 @@ pub type EngineV5 = EngineWith<EngineConfigV5>;
 pub type EngineV6 = EngineWith<ConfigToml>;
 /// [`Engine`] as snapshot formats 7 and 8 hold it: before collective waits.
 pub type EngineV8 = EngineWith<ConfigToml, StragglerTrackerV8>;
+/// [`Engine`] as snapshot format 9 holds it: before memory outside the
+/// allocator.
+pub type EngineV9 = EngineWith<ConfigToml, StragglerTracker>;
 
 /// The configuration as TOML text of what differs from the defaults (formats 6 on).
 #[derive(Debug, Deserialize)]
@@ -156,6 +160,13 @@ impl EngineV6 {
     /// The engine with its straggler trackers upgraded.
     pub fn upgrade(self) -> Engine {
         self.upgrade_with(|cfg| cfg.0, StragglerTrackerV6::upgrade)
+    }
+}
+
+impl EngineV9 {
+    /// The engine with no rank's memory outside the allocator seen.
+    pub fn upgrade(self) -> Engine {
+        self.upgrade_with(|cfg| cfg.0, |tracker| tracker)
     }
 }
 
@@ -197,6 +208,7 @@ impl<C, S: Clone> EngineWith<C, S> {
             alerts: self.alerts,
             counters: self.counters,
             pending_links: self.pending_links,
+            outside: Default::default(),
             scratch: Default::default(),
             forgot_jobs: false,
             ranks: Default::default(),

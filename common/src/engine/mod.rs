@@ -43,6 +43,7 @@ mod latch;
 pub mod leak;
 pub mod legacy;
 pub mod memory_level;
+pub mod outside;
 mod rank;
 pub mod regime;
 pub(crate) mod robust_stats;
@@ -67,6 +68,7 @@ pub use tracks::Marker;
 use crate::derived_count::DerivedCount;
 use crate::settings::{Settings, SettingsChange};
 use crate::shared::Shared;
+use outside::OutsideWatch;
 use tracks::{GpuTracks, JobTrack};
 use trend::TrendScratch;
 
@@ -111,6 +113,8 @@ pub struct Engine {
     counters: EngineCounters,
     /// Ranks seen before their GPU: (node, gpu, job, rank, pid).
     pending_links: Vec<(String, u32, String, u32, u32)>,
+    /// Memory outside the caching allocator, per rank (snapshot format 10).
+    outside: OutsideWatch,
     #[serde(skip)]
     scratch: Scratch,
     /// Whether a job was forgotten since [`Engine::take_forgot_jobs`] last
@@ -132,6 +136,7 @@ impl PartialEq for Engine {
             && self.alerts == other.alerts
             && self.counters == other.counters
             && self.pending_links == other.pending_links
+            && self.outside == other.outside
     }
 }
 
@@ -148,6 +153,7 @@ impl Engine {
             alerts,
             counters: EngineCounters::default(),
             pending_links: Vec::new(),
+            outside: OutsideWatch::new(),
             scratch: Scratch::default(),
             forgot_jobs: false,
             ranks: DerivedCount::default(),

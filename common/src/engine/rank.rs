@@ -158,6 +158,7 @@ impl Engine {
         match oldest {
             Some((_, name)) => {
                 self.jobs.remove(&name);
+                self.outside.remove(&name);
                 self.forgot_jobs = true;
                 self.ranks.forget();
                 true
@@ -189,6 +190,7 @@ impl Engine {
                 self.evaluate_imbalance(job, point.t);
             }
         }
+        self.observe_outside(t, job, rank, used);
     }
 
     /// A rank's process is gone: its alerts resolve, its history stays.
@@ -202,6 +204,9 @@ impl Engine {
             r.ended_t.get_or_insert(t);
         }
         j.straggler.remove_rank(rank);
+        if let Some(ranks) = self.outside.get_mut(job) {
+            ranks.remove(&rank);
+        }
         if j.live_ranks() == 0 {
             j.ended_t.get_or_insert(t);
         }

@@ -46,6 +46,7 @@ impl Engine {
             .collect();
         for name in silent_jobs {
             if let Some(job) = self.jobs.remove(&name) {
+                self.outside.remove(&name);
                 self.forgot_jobs = true;
                 self.ranks.forget();
                 for &rank in job.ranks.keys() {

@@ -63,6 +63,7 @@ impl Engine {
                 .and_then(|n| self.gpu_tracks().get(n))
                 .and_then(|n| n.get(&r.gpu?))
                 .filter(|g| g.ranks.iter().any(|(jn, k, _)| jn == name && *k == rank));
+            let outside = self.outside_of(name, rank);
             ranks.push(RankSummary {
                 rank,
                 node: r.node.clone(),
@@ -73,6 +74,8 @@ impl Engine {
                 allocated_bytes: r.alloc.as_ref().map(|a| a.allocated_last),
                 reserved_bytes: r.alloc.as_ref().map(|a| a.reserved_last),
                 inactive_split_bytes: r.alloc.as_ref().map(|a| a.inactive_split),
+                outside_allocator_bytes: outside.and_then(|o| o.level()),
+                outside_allocator_baseline_bytes: outside.and_then(|o| o.baseline()),
                 alloc_retries: r.alloc.as_ref().map(|a| a.retries),
                 risk: gpu.map_or(Risk::None, |g| g.risk),
                 forecast: gpu.and_then(|g| g.forecast),

@@ -169,6 +169,20 @@ pub const KEYS: &[Key] = &[
         "smallest cache, reserved but unallocated, share of capacity",
     ),
     number(
+        "outside.growth_frac",
+        0.0,
+        100.0,
+        Scope::Job,
+        "growth of memory outside the allocator that raises an alert, share of its level after start-up",
+    ),
+    number(
+        "outside.min_growth_bytes",
+        0.0,
+        1e15,
+        Scope::Job,
+        "smallest growth of memory outside the allocator that raises an alert, bytes",
+    ),
+    number(
         "forecast.horizon_s",
         60.0,
         30.0 * DAY_S,

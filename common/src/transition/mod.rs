@@ -23,7 +23,9 @@ mod state;
 pub use apply::{AppliedBatch, Effects};
 pub use command::{Command, CommandResult, CommandV1, MAX_PUSHES_PER_BATCH};
 pub use from_trace::{settings_command, TraceCommands};
-pub use state::{Replicated, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8};
+pub use state::{
+    Replicated, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8, ReplicatedV9,
+};
 
 #[cfg(test)]
 mod bounds_tests;

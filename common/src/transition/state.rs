@@ -76,6 +76,35 @@ impl Replicated {
     }
 }
 
+/// [`Replicated`] as snapshot format 9 laid it out: the engine before
+/// memory outside the allocator ([`crate::engine::legacy::EngineV9`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV9 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV9,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+    hangs: HangWatch,
+}
+
+impl ReplicatedV9 {
+    /// The current layout, with no rank's memory outside the allocator seen.
+    pub fn upgrade(self) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine.upgrade(),
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+            hangs: old.hangs,
+        }
+    }
+}
+
 /// [`Replicated`] as snapshot format 8 laid it out: the straggler trackers
 /// before collective waits ([`crate::engine::legacy::EngineV8`]).
 #[derive(Debug, Deserialize)]

@@ -20,6 +20,7 @@
 //! | 7 | the straggler detector's open steps keep each rank's peer group, and it keeps a pipeline-stage tracker |
 //! | 8 | + the hang detector (each rank's latest stall report, open episodes) |
 //! | 9 | the straggler detector's open steps and scores keep each rank's collective waits per process group, and it keeps a slow-link tracker per group |
+//! | 10 | + each rank's memory outside the caching allocator (baseline, recent samples, alert latch) |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -33,7 +34,7 @@ use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
 use gpumon_common::transition::{
-    ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
+    ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8, ReplicatedV9,
 };
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -47,7 +48,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 9;
+pub const CURRENT_VERSION: u32 = 10;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -70,8 +71,18 @@ enum SnapshotFile {
     /// All of the replicated data, the straggler detector before
     /// collective waits.
     V8 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data but memory outside the allocator.
     V9 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V10 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`Applied`] as format 9 laid it out, before memory outside the allocator.
+#[derive(Deserialize)]
+struct AppliedV9 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV9,
 }
 
 /// [`Applied`] as format 8 laid it out, before collective waits.
@@ -260,13 +271,22 @@ pub fn load(
             (meta, 8)
         }
         SnapshotFile::V9 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 9).map_err(fail)?;
+            let old: AppliedV9 = postcard::from_bytes(&data).map_err(decode_err(9))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 9 has no memory outside the allocator: it is measured from the next windows");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade();
+            (meta, 9)
+        }
+        SnapshotFile::V10 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(9))?;
+            applied = decode_applied(&data).map_err(decode_err(10))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 9,
+                version: 10,
             }));
         }
     };
@@ -338,13 +358,14 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V9 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V10 { meta }, &mut *w)
+            .map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V9`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V10`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -365,7 +386,9 @@ enum SnapshotHeaderRef<'a> {
     V7,
     #[allow(dead_code)]
     V8,
-    V9 {
+    #[allow(dead_code)]
+    V9,
+    V10 {
         meta: &'a Meta,
     },
 }
@@ -388,7 +411,8 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V9 { meta }, &mut *w).map_err(std::io::Error::other)?;
+        postcard::to_io(&SnapshotHeaderRef::V10 { meta }, &mut *w)
+            .map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
             .map(drop)
@@ -422,7 +446,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V9 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V10 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -36,11 +36,15 @@ pub enum AlertKind {
     /// the members' own work is unchanged (the alert's rank is the group's
     /// lowest in the deciding step).
     SlowLink,
+    /// A rank's memory outside the caching allocator (NVML's figure for the
+    /// process less the allocator's reserved: CUDA context, NCCL buffers,
+    /// library workspaces) grew well above what it was after start-up.
+    OutsideMemory,
 }
 
 impl AlertKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [AlertKind; 9] = [
+    pub const ALL: [AlertKind; 10] = [
         AlertKind::OomPredicted,
         AlertKind::Leak,
         AlertKind::Fragmentation,
@@ -50,6 +54,7 @@ impl AlertKind {
         AlertKind::StageImbalance,
         AlertKind::Hang,
         AlertKind::SlowLink,
+        AlertKind::OutsideMemory,
     ];
 
     /// The name used in reports and the API.
@@ -64,6 +69,7 @@ impl AlertKind {
             AlertKind::StageImbalance => "stage_imbalance",
             AlertKind::Hang => "hang",
             AlertKind::SlowLink => "slow_link",
+            AlertKind::OutsideMemory => "outside_memory",
         }
     }
 }

@@ -71,6 +71,15 @@ pub struct RankSummary {
     /// inside split blocks, which `empty_cache` cannot return.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub inactive_split_bytes: Option<u64>,
+    /// Memory outside the caching allocator now, bytes: NVML's figure for
+    /// the process less the allocator's `reserved` (the CUDA context, NCCL's
+    /// buffers, library workspaces); the least of the last samples, with
+    /// the hook and NVML both.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub outside_allocator_bytes: Option<u64>,
+    /// The same after the rank's start-up (its baseline), bytes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub outside_allocator_baseline_bytes: Option<u64>,
     /// Allocation retries so far (with the hook).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub alloc_retries: Option<u64>,

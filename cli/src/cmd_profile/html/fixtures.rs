@@ -137,6 +137,8 @@ fn rank_report(rank: u32, p: &Profile, hook: bool) -> RankReport {
         avg_reserved_bytes: mean(1),
         floor_allocated_bytes: hook.then_some(p.floor),
         peak_used_bytes: p.reserved(LENGTH) + GIB,
+        outside_allocator_bytes: None,
+        outside_allocator_baseline_bytes: None,
         ooms: 0,
         steps: if hook { (LENGTH / p.step_s) as u64 } else { 0 },
         step_ms: hook.then(|| q(step_ms, step_ms * 1.08)),

@@ -247,6 +247,14 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     per_rank(
         enc,
         s,
+        "gpumon_rank_memory_outside_allocator",
+        "Bytes of the process on its GPU outside the caching allocator: NVML's figure less reserved (CUDA context, NCCL buffers, library workspaces; with the hook and NVML)",
+        BYTES,
+        |r| r.outside_allocator_bytes,
+    )?;
+    per_rank(
+        enc,
+        s,
         "gpumon_rank_step",
         "Duration of the rank's latest training step",
         SECONDS,

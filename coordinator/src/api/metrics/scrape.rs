@@ -97,6 +97,7 @@ pub struct RankRow {
     pub total_bytes: u64,
     pub allocated_bytes: Option<u64>,
     pub reserved_bytes: Option<u64>,
+    pub outside_allocator_bytes: Option<u64>,
     pub step_s: Option<f64>,
     pub step_mean_s: Option<f64>,
     /// Mean seconds per section, by name.
@@ -524,6 +525,7 @@ fn rank_row(
         total_bytes: r.total_bytes,
         allocated_bytes: engine.and_then(|e| e.allocated_bytes),
         reserved_bytes: engine.and_then(|e| e.reserved_bytes),
+        outside_allocator_bytes: engine.and_then(|e| e.outside_allocator_bytes),
         step_s: step
             .and_then(|s| secs(s.duration_ms))
             .or_else(|| engine.and_then(|e| e.last_step_ms).and_then(secs)),

@@ -88,6 +88,7 @@ pub fn what(kind: AlertKind) -> &'static str {
         AlertKind::MemoryLevel => "Memory level",
         AlertKind::StageImbalance => "Pipeline stage imbalance",
         AlertKind::SlowLink => "Slow link",
+        AlertKind::OutsideMemory => "Memory outside the allocator grew",
         AlertKind::Hang => "Hung job",
     }
 }

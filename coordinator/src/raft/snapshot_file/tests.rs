@@ -147,7 +147,13 @@ fn host(t_ms: u64) -> HostMemory {
 
 /// The scenario every fixture holds (as much of it as its format keeps).
 fn scenario() -> Applied {
-    let mut applied = Applied::empty(Limits::default(), &EngineConfig::default());
+    // No warm-up, so that rank 0's memory outside the allocator is
+    // measured from its first window (format 10 on).
+    let cfg = EngineConfig {
+        warmup_s: 0.0,
+        ..EngineConfig::default()
+    };
+    let mut applied = Applied::empty(Limits::default(), &cfg);
     let node = "node-a".to_owned();
     let mut commands = vec![CommandV1::Hello(Hello {
         agent_id: node.clone(),
@@ -237,7 +243,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V9 {
+    let file = SnapshotFile::V10 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -328,6 +334,12 @@ fn every_supported_format_loads_with_what_it_holds() {
             .active_by_subject()
             .any(|(s, _)| *s == Subject::Host("node-a".into()));
         assert_eq!(host_alert, host_kept, "v{version}: the host's level");
+        let outside_kept = version >= 10;
+        assert_eq!(
+            a.engine.outside_of("job-1", 0).is_some(),
+            outside_kept,
+            "v{version}: rank 0's memory outside the allocator"
+        );
         let levels = &a.engine.config().host_memory_levels;
         assert_eq!(
             (levels.warning_pct, levels.critical_pct),
@@ -353,7 +365,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V9 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V10 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -389,7 +401,7 @@ fn unreadable_files_are_refused_naming_the_file() {
     let path = dir.path().join(SNAPSHOT_FILE);
     let whole = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
     let mut unknown_version = whole.clone();
-    unknown_version[0] = 9;
+    unknown_version[0] = 10;
     for (what, bytes) in [
         ("truncated", &whole[..whole.len() / 2]),
         ("unknown version", &unknown_version[..]),
@@ -412,7 +424,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v9."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v10."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -425,9 +437,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v9.", ".v10.");
+    let other_format = id.replace(".v10.", ".v11.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 9"), "{err}");
+    assert!(err.contains("format 11"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
