@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::alerts::{AlertKind, Severity, Subject};
 use super::latch::{Edge, Latch};
+use super::tracks::RankTrack;
 use super::Engine;
 use crate::units::fmt_bytes;
 
@@ -97,54 +98,71 @@ impl OutsideTrack {
 /// forgets it.
 pub type OutsideWatch = BTreeMap<String, BTreeMap<u32, OutsideTrack>>;
 
-impl Engine {
-    /// A rank's process held `used` bytes at `t` by NVML; judged against its
-    /// allocator's latest `reserved` when that is recent.
-    pub(super) fn observe_outside(&mut self, t: f64, job: &str, rank: u32, used: u64) {
-        let window_s = self.cfg.window_s;
-        let warmup = self.cfg.warmup_s;
-        let params = self.cfg.for_job(job).outside;
-        let Some(r) = self.jobs.get(job).and_then(|j| j.ranks.get(&rank)) else {
-            return;
-        };
-        let Some(a) = r.alloc.as_ref().filter(|a| t - a.last_t <= 2.0 * window_s) else {
-            return;
-        };
-        if t < r.first_t + warmup {
-            return;
+/// A sample of `r`'s memory outside its allocator, when its process held
+/// `used` bytes at `t` by NVML, its allocator's figures are at most two
+/// windows old and its warm-up is over.
+pub(super) fn sample_of(
+    r: &RankTrack,
+    t: f64,
+    used: u64,
+    window_s: f64,
+    warmup_s: f64,
+) -> Option<u64> {
+    let a = r
+        .alloc
+        .as_ref()
+        .filter(|a| t - a.last_t <= 2.0 * window_s)?;
+    (t >= r.first_t + warmup_s).then(|| used.saturating_sub(a.reserved_last))
+}
+
+impl OutsideTrack {
+    /// Takes a sample; once there is a baseline and a level, the latch's
+    /// edge, whether the level is over the threshold, the baseline and the
+    /// level.
+    fn push(&mut self, sample: u64, params: &OutsideParams) -> Option<(Edge, bool, u64, u64)> {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
         }
-        let sample = used.saturating_sub(a.reserved_last);
-        let (node, gpu) = (r.node.clone(), r.gpu);
-        if !self.outside.contains_key(job) {
-            self.outside.insert(job.to_owned(), BTreeMap::new());
-        }
-        let Some(ranks) = self.outside.get_mut(job) else {
-            return;
-        };
-        let track = ranks.entry(rank).or_default();
-        if track.recent.len() == RECENT {
-            track.recent.pop_front();
-        }
-        track.recent.push_back(sample);
-        let Some(baseline) = track.baseline else {
-            track.first.push(sample);
-            if track.first.len() >= params.baseline_samples.max(1) as usize {
-                track.baseline = track.first.iter().copied().min();
-                track.first = Vec::new();
+        self.recent.push_back(sample);
+        let Some(baseline) = self.baseline else {
+            self.first.push(sample);
+            if self.first.len() >= params.baseline_samples.max(1) as usize {
+                self.baseline = self.first.iter().copied().min();
+                self.first = Vec::new();
             }
-            return;
+            return None;
         };
-        let Some(level) = track.level() else {
-            return;
-        };
+        let level = self.level()?;
         let growth = level.saturating_sub(baseline) as f64;
         let over = growth
             >= params
                 .min_growth_bytes
                 .max(params.growth_frac * baseline as f64);
-        let edge = track
+        let edge = self
             .latch
             .update(over, params.raise_after, params.clear_after);
+        Some((edge, over, baseline, level))
+    }
+}
+
+impl Engine {
+    /// A sample of a rank's memory outside its allocator ([`sample_of`]).
+    pub(super) fn observe_outside(&mut self, t: f64, job: &str, rank: u32, sample: u64) {
+        let params = self.cfg.for_job(job).outside;
+        let judged = match self.outside.get_mut(job) {
+            Some(ranks) => ranks.entry(rank).or_default().push(sample, &params),
+            None => {
+                let mut track = OutsideTrack::default();
+                let judged = track.push(sample, &params);
+                self.outside
+                    .insert(job.to_owned(), BTreeMap::from([(rank, track)]));
+                judged
+            }
+        };
+        let Some((edge, over, baseline, level)) = judged else {
+            return;
+        };
+        let growth = level.saturating_sub(baseline);
         let subject = Subject::Rank(job.to_owned(), rank);
         let firing = self.alerts.is_active(AlertKind::OutsideMemory, &subject);
         match edge {
@@ -152,14 +170,16 @@ impl Engine {
             // threshold; `raise` keeps the episode's id and start.
             Edge::Raised | Edge::Steady if edge == Edge::Raised || (firing && over) => {
                 let mut alert = subject.alert(AlertKind::OutsideMemory, t, Severity::Warning);
-                (alert.node, alert.gpu) = (node, gpu);
+                if let Some(r) = self.jobs.get(job).and_then(|j| j.ranks.get(&rank)) {
+                    (alert.node, alert.gpu) = (r.node.clone(), r.gpu);
+                }
                 alert.message = format!(
                     "{}: memory outside the caching allocator grew from {} to {} (+{}, +{:.0} %): NVML's figure for the process less the allocator's reserved, which holds the CUDA context, NCCL's buffers (one set per process group), cuBLAS workspaces and other libraries",
                     subject.describe(),
                     fmt_bytes(baseline),
                     fmt_bytes(level),
-                    fmt_bytes(growth as u64),
-                    100.0 * growth / (baseline.max(1) as f64),
+                    fmt_bytes(growth),
+                    100.0 * growth as f64 / (baseline.max(1) as f64),
                 );
                 alert.recommendation = Some(OUTSIDE_ADVICE.into());
                 self.alerts.raise(subject, alert);

@@ -85,8 +85,10 @@ impl Engine {
         rank: u32,
         world_size: Option<u32>,
     ) -> Option<&mut RankTrack> {
-        let new_job = !self.jobs.contains_key(job);
-        let new_rank = new_job || !self.tracks_rank(job, rank);
+        let (new_job, new_rank) = match self.jobs.get(job) {
+            None => (true, true),
+            Some(j) => (false, !j.ranks.contains_key(&rank)),
+        };
         // Room in all jobs first, so that a job is not made for a rank
         // that cannot be kept.
         if new_rank && !self.room_for_a_rank(job) {
@@ -104,17 +106,16 @@ impl Engine {
         }
         let window_s = self.cfg.window_s;
         let max_ranks = self.cfg.max_ranks_per_job;
+        let tracked = new_rank.then(|| self.ranks_tracked());
         let j = self.jobs.get_mut(job)?;
         j.last_t = j.last_t.max(t);
-        if new_rank {
+        if let Some(total) = tracked {
             if j.ranks.len() >= max_ranks {
                 self.counters.over_limit += 1;
                 return None;
             }
-            let total = self.ranks_tracked();
             self.ranks.set(total + 1);
         }
-        let j = self.jobs.get_mut(job)?;
         Some(
             j.ranks
                 .entry(rank)
@@ -180,6 +181,7 @@ impl Engine {
         r.last_t = r.last_t.max(t);
         r.used_last = used;
         r.used_peak = r.used_peak.max(used);
+        let outside = super::outside::sample_of(r, t, used, self.cfg.window_s, warmup);
         let v = used as f64;
         if let Some(point) = r.memory.add(t, v, v, v) {
             if point.t >= r.first_t + warmup {
@@ -190,7 +192,9 @@ impl Engine {
                 self.evaluate_imbalance(job, point.t);
             }
         }
-        self.observe_outside(t, job, rank, used);
+        if let Some(sample) = outside {
+            self.observe_outside(t, job, rank, sample);
+        }
     }
 
     /// A rank's process is gone: its alerts resolve, its history stays.
