@@ -589,7 +589,8 @@ async fn run(scale: Scale) {
     let churn_from = Instant::now();
     let mut next_kill = churn_from + scale.kill_every;
     let mut down: Option<(u64, Instant)> = None;
-    let mut kills = 0;
+    // Replicas killed, in order.
+    let mut kills: Vec<u64> = Vec::new();
     let mut deaths = 0u64;
     // Every probe's (job, leak, straggler) detection times; the soak ends
     // with the first probe started after the churn.
@@ -609,9 +610,10 @@ async fn run(scale: Scale) {
                 .map(|id| resident(cluster.pid(id).unwrap()).0 / MIB)
                 .collect();
             eprintln!(
-                "{:.0} s: round {round}, {} jobs started, {kills} leaders killed, most kept after warm-up {most_after_warm:?}, RSS {rss:?} MiB",
+                "{:.0} s: round {round}, {} jobs started, {} leaders killed, most kept after warm-up {most_after_warm:?}, RSS {rss:?} MiB",
                 churn_from.elapsed().as_secs_f64(),
-                fleet.started
+                fleet.started,
+                kills.len()
             );
         }
         // Every job of agent 0's slot 0 is a probe.
@@ -635,7 +637,7 @@ async fn run(scale: Scale) {
                 let leader = cluster.wait_leader(WITHIN).await;
                 cluster.kill9(leader).await;
                 down = Some((leader, Instant::now()));
-                kills += 1;
+                kills.push(leader);
                 next_kill = Instant::now() + scale.kill_every;
             }
             _ => {}
@@ -712,7 +714,7 @@ async fn run(scale: Scale) {
     let report = format!(
         "soak: {churn_s:.0} s of pushing, {round} rounds ({data_h:.1} h of data, {:.0} expiry periods), \
          {} jobs started, {} ended, {} lost with {} silenced agents ({} back, {} replaced), \
-         {kills} leaders killed, applied index {at}\n  warm (round {warm_round}, {warm_started} jobs): {}\n  \
+         {} leaders killed ({kills:?}), applied index {at}\n  warm (round {warm_round}, {warm_started} jobs): {}\n  \
          end: {}\n  most jobs, agents, GPUs kept after warm-up: {most_after_warm:?}\n  \
          idle RSS: {:?} MiB\n  \
          detection (data s from the job's start) of {} probes: first leak {:.0} straggler {:.0}, \
@@ -725,6 +727,7 @@ async fn run(scale: Scale) {
         fleet.silenced,
         fleet.returned,
         fleet.replaced,
+        kills.len(),
         warm_kept.iter().map(show).collect::<Vec<_>>().join("; "),
         end.iter().map(show).collect::<Vec<_>>().join("; "),
         idle_rss.iter().map(|r| r / MIB).collect::<Vec<_>>(),
@@ -741,7 +744,7 @@ async fn run(scale: Scale) {
 
     // The soak was a soak: failovers, deaths and returns, and many more
     // jobs than any replica may keep.
-    assert!(kills >= 2, "{report}");
+    assert!(kills.len() >= 2, "{report}");
     assert!(fleet.returned >= 2 && fleet.replaced >= 2, "{report}");
     assert!(fleet.started >= MIN_JOBS, "{report}");
 
