@@ -7,6 +7,7 @@ pub mod browser;
 pub mod chromium;
 pub mod cluster;
 pub mod devtools;
+pub mod fleet;
 pub mod netns;
 pub mod pusher;
 pub mod tls;
