@@ -340,20 +340,6 @@ impl Flood {
     }
 }
 
-/// `VmRSS` and `VmHWM` of a process, bytes.
-fn resident(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-            * 1024
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 async fn metric(cluster: &Cluster, id: u64, series: &str) -> u64 {
     let text = gpumon_net::plain_client_builder()
         .build()
@@ -453,7 +439,7 @@ async fn one_token_flooding_past_every_limit_leaves_state_and_memory_within_boun
     let ids = cluster.ids();
     let idle: Vec<u64> = ids
         .iter()
-        .map(|&id| resident(cluster.pid(id).unwrap()).0)
+        .map(|&id| support::resident(cluster.pid(id).unwrap()).0)
         .collect();
 
     let mut flood = Flood::new(cluster.urls());
@@ -494,7 +480,7 @@ async fn one_token_flooding_past_every_limit_leaves_state_and_memory_within_boun
             cluster.wait_converged(&ids, at, WITHIN).await;
             warm = ids
                 .iter()
-                .map(|&id| resident(cluster.pid(id).unwrap()).0)
+                .map(|&id| support::resident(cluster.pid(id).unwrap()).0)
                 .collect();
         }
     }
@@ -519,7 +505,7 @@ async fn one_token_flooding_past_every_limit_leaves_state_and_memory_within_boun
     let mut figures = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
         check_what_is_kept(&cluster, id).await;
-        let (rss, peak) = resident(cluster.pid(id).unwrap());
+        let (rss, peak) = support::resident(cluster.pid(id).unwrap());
         figures.push(format!(
             "replica {id}: idle {} MiB, warm {} MiB, flooded {} MiB, peak {} MiB",
             idle[i] / MIB,
@@ -550,7 +536,7 @@ async fn one_token_flooding_past_every_limit_leaves_state_and_memory_within_boun
     let restarted_idle = idle[(follower - 1) as usize];
     cluster.wait_converged(&ids, at, WITHIN).await;
     check_what_is_kept(&cluster, follower).await;
-    let (rss, peak) = resident(cluster.pid(follower).unwrap());
+    let (rss, peak) = support::resident(cluster.pid(follower).unwrap());
     figures.push(format!(
         "replica {follower} restarted: {} MiB, peak {} MiB",
         rss / MIB,

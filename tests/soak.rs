@@ -274,20 +274,6 @@ async fn push_round(
     Ok(())
 }
 
-/// `VmRSS` and `VmHWM` of a process, bytes.
-fn resident(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-            * 1024
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn file_len(path: std::path::PathBuf) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
@@ -310,7 +296,7 @@ async fn kept(cluster: &Cluster, id: u64) -> Kept {
     let view: ClusterView = cluster.get(id, "/api/v1/cluster").await;
     let jobs: JobsView = cluster.get(id, "/api/v1/jobs").await;
     let alerts: AlertsBody = cluster.get(id, "/api/v1/alerts?limit=10000").await;
-    let (rss, hwm) = resident(cluster.pid(id).expect("a running replica"));
+    let (rss, hwm) = support::resident(cluster.pid(id).expect("a running replica"));
     let dir = cluster.data_dir(id);
     Kept {
         agents: view.agents.len(),
@@ -563,7 +549,7 @@ async fn run(scale: Scale) {
     let ids = cluster.ids();
     let idle_rss: Vec<u64> = ids
         .iter()
-        .map(|&id| resident(cluster.pid(id).unwrap()).0)
+        .map(|&id| support::resident(cluster.pid(id).unwrap()).0)
         .collect();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -607,7 +593,7 @@ async fn run(scale: Scale) {
             let rss: Vec<u64> = cluster
                 .live()
                 .into_iter()
-                .map(|id| resident(cluster.pid(id).unwrap()).0 / MIB)
+                .map(|id| support::resident(cluster.pid(id).unwrap()).0 / MIB)
                 .collect();
             eprintln!(
                 "{:.0} s: round {round}, {} jobs started, {} leaders killed, most kept after warm-up {most_after_warm:?}, RSS {rss:?} MiB",

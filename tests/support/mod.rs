@@ -217,3 +217,17 @@ pub async fn leading_coordinator(data_dir: &std::path::Path) -> (Proc, String) {
     .await;
     (proc, url)
 }
+
+/// `VmRSS` and `VmHWM` of a process, bytes.
+pub fn resident(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
