@@ -212,6 +212,7 @@ fn flood_records(a: u32, round: u32, t_ms: u64) -> Vec<HookRecord> {
             out.push(HookRecord::Step(StepRecord {
                 group: None,
                 waits: Vec::new(),
+                collectives: Vec::new(),
                 t_ms,
                 job: job.clone(),
                 rank,

@@ -24,7 +24,9 @@ use std::cell::RefCell;
 
 use gpumon_common::engine::{Engine, EngineConfig};
 use gpumon_common::hook_records::{check_record, HookState};
-use gpumon_proto::{AllocRecord, AllocStats, EventRecord, GroupWait, HookRecord, StepRecord};
+use gpumon_proto::{
+    AllocRecord, AllocStats, CollectiveArrival, EventRecord, GroupWait, HookRecord, StepRecord,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -120,6 +122,27 @@ fn record() -> impl Strategy<Value = HookRecord> {
             }),
         0..12,
     );
+    let collectives = prop::collection::vec(
+        (
+            prop_oneof![3 => "[0-3]", 1 => extreme_name()],
+            prop_oneof![3 => 1u64..64, 1 => any::<u64>()],
+            extreme_name(),
+            extreme_f64(),
+            extreme_f64(),
+            extreme_f64(),
+        )
+            .prop_map(
+                |(group, seq, op, entered_ms, left_ms, wait_ms)| CollectiveArrival {
+                    group,
+                    seq,
+                    op,
+                    entered_ms,
+                    left_ms,
+                    wait_ms,
+                },
+            ),
+        0..40,
+    );
     let detail = prop::option::of(prop_oneof![
         "\\PC{0,16}",
         (1020usize..1030).prop_map(|n| "d".repeat(n))
@@ -133,20 +156,28 @@ fn record() -> impl Strategy<Value = HookRecord> {
                 stats,
             })
         }),
-        (subject(), any::<u64>(), extreme_f64(), sections, waits).prop_map(
-            |((t_ms, job, rank), step, duration_ms, sections, waits)| {
-                HookRecord::Step(StepRecord {
-                    group: None,
-                    t_ms,
-                    job,
-                    rank,
-                    step,
-                    duration_ms,
-                    sections,
-                    waits,
-                })
-            }
-        ),
+        (
+            subject(),
+            any::<u64>(),
+            extreme_f64(),
+            sections,
+            (waits, collectives)
+        )
+            .prop_map(
+                |((t_ms, job, rank), step, duration_ms, sections, (waits, collectives))| {
+                    HookRecord::Step(StepRecord {
+                        group: None,
+                        t_ms,
+                        job,
+                        rank,
+                        step,
+                        duration_ms,
+                        sections,
+                        waits,
+                        collectives,
+                    })
+                }
+            ),
         (subject(), extreme_name(), detail, prop::option::of(stats())).prop_map(
             |((t_ms, job, rank), name, detail, snapshot)| {
                 HookRecord::Event(EventRecord {
@@ -169,7 +200,12 @@ fn obviously_impossible(r: &HookRecord) -> bool {
         || match r {
             HookRecord::Alloc(a) => a.stats.allocated > a.stats.reserved,
             HookRecord::Step(s) => {
-                bad_ms(s.duration_ms) || s.sections.iter().any(|(_, ms)| bad_ms(*ms))
+                bad_ms(s.duration_ms)
+                    || s.sections.iter().any(|(_, ms)| bad_ms(*ms))
+                    || s.collectives.len() > 32
+                    || s.collectives
+                        .iter()
+                        .any(|c| c.seq == 0 || bad_ms(c.entered_ms) || c.left_ms < c.entered_ms)
             }
             HookRecord::Event(e) => e.snapshot.is_some_and(|s| s.allocated > s.reserved),
             HookRecord::Stall(s) => s.entered.len() > 16,

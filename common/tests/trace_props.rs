@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 
 use gpumon_common::trace::{
-    AllocRecord, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord, StepRecord, TraceError,
-    TraceReader, TraceRecord, TraceWriter,
+    AllocRecord, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord,
+    StepRecord, TraceError, TraceReader, TraceRecord, TraceWriter,
 };
 use proptest::prelude::*;
 
@@ -158,26 +158,52 @@ fn step() -> impl Strategy<Value = TraceRecord> {
         millis(0..100_000_000),
         prop::collection::btree_map(name(), millis(0..100_000_000), 0..5),
         prop::collection::vec((name(), any::<u32>(), millis(0..100_000_000)), 0..3),
+        prop::collection::vec(
+            (
+                name(),
+                any::<u64>(),
+                name(),
+                millis(0..100_000_000),
+                millis(0..100_000_000),
+                millis(0..100_000_000),
+            ),
+            0..3,
+        ),
     )
-        .prop_map(|(t, job, rank, step, duration_ms, sections, waits)| {
-            TraceRecord::Step(StepRecord {
-                group: None,
-                t,
-                job,
-                rank,
-                step,
-                duration_ms,
-                sections,
-                waits: waits
-                    .into_iter()
-                    .map(|(group, calls, wait_ms)| GroupWait {
-                        group,
-                        calls,
-                        wait_ms,
-                    })
-                    .collect(),
-            })
-        })
+        .prop_map(
+            |(t, job, rank, step, duration_ms, sections, waits, listed)| {
+                TraceRecord::Step(StepRecord {
+                    group: None,
+                    t,
+                    job,
+                    rank,
+                    step,
+                    duration_ms,
+                    sections,
+                    waits: waits
+                        .into_iter()
+                        .map(|(group, calls, wait_ms)| GroupWait {
+                            group,
+                            calls,
+                            wait_ms,
+                        })
+                        .collect(),
+                    collectives: listed
+                        .into_iter()
+                        .map(
+                            |(group, seq, op, entered_ms, left_ms, wait_ms)| CollectiveArrival {
+                                group,
+                                seq,
+                                op,
+                                entered_ms,
+                                left_ms,
+                                wait_ms,
+                            },
+                        )
+                        .collect(),
+                })
+            },
+        )
 }
 
 fn event() -> impl Strategy<Value = TraceRecord> {

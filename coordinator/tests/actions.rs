@@ -102,6 +102,7 @@ fn batch(seq: u64, gone: &[u32], extra: Vec<HookRecord>, acks: Vec<ActionAck>) -
                 hook.push(HookRecord::Step(StepRecord {
                     group: None,
                     waits: Default::default(),
+                    collectives: Vec::new(),
                     t_ms: end_ms,
                     job: "job-x".into(),
                     rank: g,

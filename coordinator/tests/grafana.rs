@@ -467,6 +467,7 @@ fn batch(seq: u64) -> AgentMessage {
             push.hook.push(HookRecord::Step(StepRecord {
                 group: None,
                 waits: Default::default(),
+                collectives: Vec::new(),
                 t_ms: w.end_ms,
                 job: rank.job.clone(),
                 rank: rank.rank,

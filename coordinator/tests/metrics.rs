@@ -129,6 +129,7 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
                 hook.push(HookRecord::Step(StepRecord {
                     group: None,
                     waits: Default::default(),
+                    collectives: Vec::new(),
                     t_ms: end_ms,
                     job: job.into(),
                     rank: g,

@@ -74,6 +74,14 @@ enum HookRecordRepr {
     /// A step, its peer group if any, and its collective waits per process
     /// group (protocol version 5).
     WaitedStep(StepRecordV1, Option<u32>, Vec<GroupWait>),
+    /// A step, its peer group if any, its collective waits and the
+    /// collectives it took part in, one by one (protocol version 6).
+    ArrivedStep(
+        StepRecordV1,
+        Option<u32>,
+        Vec<GroupWait>,
+        Vec<CollectiveArrival>,
+    ),
 }
 
 /// [`StepRecord`]'s fields before the peer group, in their order.
@@ -89,7 +97,7 @@ struct StepRecordV1 {
 
 impl From<HookRecordRepr> for HookRecord {
     fn from(r: HookRecordRepr) -> Self {
-        let step = |s: StepRecordV1, group, waits| StepRecord {
+        let step = |s: StepRecordV1, group, waits, collectives| StepRecord {
             t_ms: s.t_ms,
             job: s.job,
             rank: s.rank,
@@ -98,14 +106,20 @@ impl From<HookRecordRepr> for HookRecord {
             sections: s.sections,
             group,
             waits,
+            collectives,
         };
         match r {
             HookRecordRepr::Alloc(a) => Self::Alloc(a),
-            HookRecordRepr::Step(s) => Self::Step(step(s, None, Vec::new())),
+            HookRecordRepr::Step(s) => Self::Step(step(s, None, Vec::new(), Vec::new())),
             HookRecordRepr::Event(e) => Self::Event(e),
-            HookRecordRepr::GroupedStep(s, g) => Self::Step(step(s, Some(g), Vec::new())),
+            HookRecordRepr::GroupedStep(s, g) => {
+                Self::Step(step(s, Some(g), Vec::new(), Vec::new()))
+            }
             HookRecordRepr::Stall(s) => Self::Stall(s),
-            HookRecordRepr::WaitedStep(s, g, waits) => Self::Step(step(s, g, waits)),
+            HookRecordRepr::WaitedStep(s, g, waits) => Self::Step(step(s, g, waits, Vec::new())),
+            HookRecordRepr::ArrivedStep(s, g, waits, collectives) => {
+                Self::Step(step(s, g, waits, collectives))
+            }
         }
     }
 }
@@ -125,6 +139,9 @@ impl From<HookRecord> for HookRecordRepr {
                     duration_ms: s.duration_ms,
                     sections: s.sections,
                 };
+                if !s.collectives.is_empty() {
+                    return Self::ArrivedStep(v1, s.group, s.waits, s.collectives);
+                }
                 match (s.group, s.waits.is_empty()) {
                     (group, false) => Self::WaitedStep(v1, group, s.waits),
                     (Some(g), true) => Self::GroupedStep(v1, g),
@@ -150,6 +167,12 @@ impl HookRecord {
     /// collective waits).
     pub fn needs_v5(&self) -> bool {
         matches!(self, Self::Step(s) if !s.waits.is_empty())
+    }
+
+    /// Whether encoding it takes protocol version 6 (a step with its
+    /// collectives one by one).
+    pub fn needs_v6(&self) -> bool {
+        matches!(self, Self::Step(s) if !s.collectives.is_empty())
     }
 
     /// The job and rank the record is about.
@@ -211,6 +234,42 @@ pub struct StepRecord {
     /// thread blocked in each group's collectives (CPU clock only; empty
     /// when the hook timed none, or on the CUDA clock).
     pub waits: Vec<GroupWait>,
+    /// The collectives the training thread entered during the step, one by
+    /// one, in the order it entered them (CPU clock only; at most
+    /// [`MAX_STEP_COLLECTIVES`], the first of the step; empty when the hook
+    /// timed none).
+    pub collectives: Vec<CollectiveArrival>,
+}
+
+/// Collectives a step record lists one by one at most.
+pub const MAX_STEP_COLLECTIVES: usize = 32;
+
+/// One collective a rank took part in during a step: when it entered it and
+/// when it stopped waiting for it, on its own clock, relative to the start
+/// of its step (the step's end less its duration).
+///
+/// Nodes' clocks disagree by more than a collective lasts, so the entry
+/// times of different ranks are not compared as they are: a collective ends
+/// at nearly the same instant on every member, so the engine aligns each
+/// rank's clock on the ends of the collectives it shares with its peers and
+/// then compares when they arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveArrival {
+    /// The process group's name as torch numbers it on every rank (`"0"`:
+    /// the default group).
+    pub group: String,
+    /// The collective's number in its group, counted by the hook from 1 on
+    /// every rank alike.
+    pub seq: u64,
+    /// The operation (`all_reduce`, `all_gather_into_tensor`, ...).
+    pub op: String,
+    /// When the rank entered it, ms after its step began.
+    pub entered_ms: f64,
+    /// When it stopped waiting for it (the call returned, or the `wait()`
+    /// on its work did), ms after its step began.
+    pub left_ms: f64,
+    /// How long the training thread blocked in it, ms.
+    pub wait_ms: f64,
 }
 
 /// How long a rank blocked in one process group's collectives in a step.

@@ -37,8 +37,8 @@ pub mod uplink;
 pub mod wire;
 
 pub use hook::{
-    ActionAck, ActionOutcome, AllocRecord, AllocStats, CollectiveWait, EventRecord, GroupWait,
-    HookRecord, StallRecord, StepRecord, P2P_WAITS,
+    ActionAck, ActionOutcome, AllocRecord, AllocStats, CollectiveArrival, CollectiveWait,
+    EventRecord, GroupWait, HookRecord, StallRecord, StepRecord, MAX_STEP_COLLECTIVES, P2P_WAITS,
 };
 pub use placement::{PodPlacement, ProcPlacement};
 pub use sample::{
@@ -52,4 +52,4 @@ pub use uplink::{
 };
 
 /// The newest protocol version this build speaks on the agent uplink.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;

@@ -49,15 +49,21 @@ pub enum AgentMessage {
     /// Protocol version 5: as version 4, and step records may carry their
     /// collective waits ([`crate::GroupWait`]).
     V5(AgentMessageV2),
+    /// Protocol version 6: as version 5, and step records may list their
+    /// collectives one by one ([`crate::CollectiveArrival`]).
+    V6(AgentMessageV2),
 }
 
 impl AgentMessage {
     /// A push in the oldest version that carries it: version 1 without
     /// placements or host memory, version 2 with either, version 3 with a
     /// step record that names its peer group, version 4 with a stall record,
-    /// version 5 with a step record that carries its collective waits.
+    /// version 5 with a step record that carries its collective waits,
+    /// version 6 with one that lists its collectives.
     pub fn push(pushed: PushBatchV2) -> Self {
-        if pushed.batch.hook.iter().any(HookRecord::needs_v5) {
+        if pushed.batch.hook.iter().any(HookRecord::needs_v6) {
+            Self::V6(AgentMessageV2::Push(pushed))
+        } else if pushed.batch.hook.iter().any(HookRecord::needs_v5) {
             Self::V5(AgentMessageV2::Push(pushed))
         } else if pushed.batch.hook.iter().any(HookRecord::needs_v4) {
             Self::V4(AgentMessageV2::Push(pushed))
@@ -70,7 +76,7 @@ impl AgentMessage {
         }
     }
 
-    /// The protocol version of the message (1 to 5).
+    /// The protocol version of the message (1 to 6).
     pub fn version(&self) -> u32 {
         match self {
             Self::V1(_) => 1,
@@ -78,6 +84,7 @@ impl AgentMessage {
             Self::V3(_) => 3,
             Self::V4(_) => 4,
             Self::V5(_) => 5,
+            Self::V6(_) => 6,
         }
     }
 }

@@ -181,6 +181,7 @@ mod tests {
                     duration_ms: 250.5,
                     sections: vec![("forward".into(), 80.0)],
                     waits: Vec::new(),
+                    collectives: Vec::new(),
                 }),
             ],
             acks: vec![ActionAck {
@@ -321,6 +322,28 @@ mod tests {
             let back = decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap();
             assert_eq!(back, msg);
         }
+        // A step that lists its collectives one by one is variant 6 and
+        // protocol version 6; the same step without them stays variant 5.
+        let arrived = HookRecord::Step(StepRecord {
+            waits: waits.clone(),
+            collectives: vec![crate::CollectiveArrival {
+                group: "1".into(),
+                seq: 41,
+                op: "all_gather_into_tensor".into(),
+                entered_ms: 12.25,
+                left_ms: 20.5,
+                wait_ms: 8.25,
+            }],
+            ..step.clone()
+        });
+        let bytes = postcard::to_allocvec(&arrived).unwrap();
+        assert_eq!(bytes[0], 6);
+        assert_eq!(postcard::from_bytes::<HookRecord>(&bytes).unwrap(), arrived);
+        let mut with_arrivals = with_stall.clone();
+        with_arrivals.hook.push(arrived);
+        let msg = AgentMessage::push(PushBatchV2::from(with_arrivals));
+        assert_eq!(msg.version(), 6);
+        assert_eq!(decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap(), msg);
     }
 
     fn reply() -> CoordinatorReplyV2 {
@@ -390,17 +413,17 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 5; // variant 5 = protocol version 6
+        bytes[0] = 6; // variant 6 = protocol version 7
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 6,
-                max: 5
+                got: 7,
+                max: 6
             }
         );
-        assert!(err.to_string().contains("version 6"));
+        assert!(err.to_string().contains("version 7"));
     }
 
     #[test]

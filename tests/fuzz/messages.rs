@@ -7,10 +7,10 @@
 #![allow(dead_code)]
 
 use gpumon_proto::{
-    ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, EventRecord,
-    GaugeStat, GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory, NodeAlert,
-    PendingAction, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
-    StepRecord,
+    ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, CollectiveArrival,
+    EventRecord, GaugeStat, GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory,
+    NodeAlert, PendingAction, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
+    RankInfo, StepRecord,
 };
 
 pub fn gpu(index: u32) -> GpuInfo {
@@ -107,6 +107,7 @@ fn hook_records() -> Vec<HookRecord> {
             duration_ms: 212.5,
             sections: vec![("data".into(), 12.1), ("forward".into(), 80.2)],
             waits: Vec::new(),
+            collectives: Vec::new(),
         }),
         HookRecord::Step(StepRecord {
             group: Some(2),
@@ -128,6 +129,14 @@ fn hook_records() -> Vec<HookRecord> {
                     wait_ms: 7.5,
                 },
             ],
+            collectives: vec![CollectiveArrival {
+                group: "1".into(),
+                seq: 77,
+                op: "all_reduce".into(),
+                entered_ms: 40.5,
+                left_ms: 64.5,
+                wait_ms: 24.0,
+            }],
         }),
         HookRecord::Event(EventRecord {
             t_ms: 1_700_000_002_002,

@@ -412,6 +412,7 @@ fn step(job: &Job, rank: u32, round: u64, end_ms: u64) -> HookRecord {
         ],
         group: None,
         waits: Vec::new(),
+        collectives: Vec::new(),
     })
 }
 

@@ -17,6 +17,7 @@ from ._settings import (
     MAX_LABEL_BYTES,
     MAX_REPORT_BYTES,
     MAX_SECTIONS,
+    MAX_STEP_COLLECTIVES,
     MAX_STEP_WAITS,
     PROTOCOL_VERSION,
 )
@@ -89,10 +90,11 @@ def clip_detail(detail: Optional[str]) -> Optional[str]:
 def to_record(item: tuple) -> Optional[Dict[str, Any]]:
     """The record for a tuple queued by the training thread (see ``_runtime``).
 
-    ``("step", t, step, duration_ms, sections, clock[, group[, waits]])``
-    (``clock`` is ``"cuda"`` or ``"cpu"``; ``group`` the rank's peer group,
-    see ``_peers``, or ``None``; ``waits`` ``{group name: [calls, ms]}``, see
-    ``_waits``), ``("event", t, name, detail)`` or ``("snapshot", t, name,
+    ``("step", t, step, duration_ms, sections, clock[, group[, waits[,
+    collectives]]])`` (``clock`` is ``"cuda"`` or ``"cpu"``; ``group`` the
+    rank's peer group, see ``_peers``, or ``None``; ``waits`` ``{group name:
+    [calls, ms]}`` or ``None``, and ``collectives`` ``[[group name, number,
+    op, entered_ms, left_ms, wait_ms], ...]``, see ``_waits``), ``("event", t, name, detail)`` or ``("snapshot", t, name,
     fields_or_None)``.
     """
     kind = item[0]
@@ -111,6 +113,9 @@ def to_record(item: tuple) -> Optional[Dict[str, Any]]:
         waits = step_waits(item[7]) if len(item) > 7 else None
         if waits:
             record["waits"] = waits
+        listed = step_collectives(item[8]) if len(item) > 8 else None
+        if listed:
+            record["collectives"] = listed
         return record
     if kind == "event":
         _, t, name, detail = item
@@ -129,6 +134,17 @@ def step_waits(waits: Optional[Mapping[str, Any]]) -> List[List[Any]]:
         rows.append([clip_name(name), max(0, int(calls)), _wait_ms(ms)])
     rows.sort(key=lambda row: (-row[2], row[0]))
     return sorted(rows[:MAX_STEP_WAITS], key=lambda row: row[0])
+
+
+def step_collectives(listed: Optional[List[list]]) -> List[List[Any]]:
+    """A step record's ``collectives``: at most :data:`MAX_STEP_COLLECTIVES`
+    ``[group, number, op, entered_ms, left_ms, wait_ms]``, names cut to the
+    label limit, times finite and left no earlier than entered."""
+    rows = []
+    for name, seq, op, entered, left, ms in (listed or [])[:MAX_STEP_COLLECTIVES]:
+        entered = _wait_ms(entered)
+        rows.append([clip_name(name), int(seq), clip_name(op), entered, max(entered, _wait_ms(left)), _wait_ms(ms)])
+    return rows
 
 
 def alloc_record(t: float, fields: Dict[str, int]) -> Dict[str, Any]:

@@ -58,7 +58,7 @@ from ._snapshots import OOM_EVENT_NAME
 from ._snapshots import AllocatorSnapshots, SnapshotSettings
 from ._stall import CollectiveLog, Progress, StallWatch, group_of
 from ._timing import CudaTimeline, cuda_clock
-from ._waits import GroupWaits
+from ._waits import GroupWaits, StepCollectives
 
 logger = logging.getLogger("gpumon")
 
@@ -366,6 +366,10 @@ class Runtime:
         #: timed now (``None``: not counted there).
         self._waits = GroupWaits()
         self._comm_group: Optional[str] = None
+        #: This step's collectives one by one, and the entry the call timed
+        #: now counts toward (``None``: not listed).
+        self._step_collectives = StepCollectives()
+        self._arrival: Optional[list] = None
         #: The model is wrapped in DDP: its wait is in backward, unseen here.
         self._ddp = False
 
@@ -387,7 +391,8 @@ class Runtime:
             now = perf_counter()
             step = self._step + 1
             self._step = step
-            duration_ms = (now - self._step_start) * 1000.0
+            started = self._step_start
+            duration_ms = (now - started) * 1000.0
             self._step_start = now
             self._ended = (step, now)
             self._recent_ms.append(duration_ms)
@@ -399,6 +404,7 @@ class Runtime:
             self._explicit_open = 0
             self._open_names.clear()
             waits = self._take_waits()
+            listed = self._step_collectives.take(started) if self._timeline is None else None
             if self._comm_ms:
                 self._take_out_comm(sections)
             if self._peers.open:
@@ -408,7 +414,7 @@ class Runtime:
                 self._anatomy.on_boundary()
                 if not self._collectives and step <= DISCOVERY_STEPS:
                     self._install_collectives()
-            self._end_step(step, time.time(), duration_ms, sections, waits)
+            self._end_step(step, time.time(), duration_ms, sections, waits, listed)
             if self._observe is not None:
                 self._observe_device()
             if self._actions_pending:
@@ -427,13 +433,18 @@ class Runtime:
         duration_ms: float,
         sections: Dict[str, float],
         waits: Optional[Dict[str, list]] = None,
+        collectives: Optional[List[list]] = None,
     ) -> None:
         """Queues the step's record, or hands it to the CUDA clock, which
         queues it once the GPU has run past the step's events."""
         timeline = self._timeline
         if timeline is None:
             item: tuple = ("step", t, step, duration_ms, sections, "cpu")
-            self._queue(item + (waits,) if waits else item)
+            if collectives:
+                item += (waits, collectives)
+            elif waits:
+                item += (waits,)
+            self._queue(item)
             if self._clock_probe:
                 self._probe_clock()
         elif not timeline.boundary(step, t, duration_ms, sections):
@@ -559,6 +570,7 @@ class Runtime:
         if depth == 0:
             t0 = self._comm_t0 = perf_counter()
             self._comm_group = None
+            self._arrival = None
             if where is not None:
                 self._note_call(where, args, kwargs or {}, t0)
         return True
@@ -571,7 +583,10 @@ class Runtime:
             group = group_of(op, where, args, kwargs)
             log = self._collective_log
             log.enter(op, group, t0)
-            self._comm_group = self._waits.name(*log.attributed(op, group))
+            name = self._comm_group = self._waits.name(*log.attributed(op, group))
+            current = log.current
+            seq = current[2] if current is not None else None
+            self._arrival = self._step_collectives.enter(name, seq, op, t0)
         except Exception:
             logger.debug("gpumon: a collective call was not noted", exc_info=True)
 
@@ -581,7 +596,11 @@ class Runtime:
         if depth != 0:
             return
         self._collective_log.leave()
-        ms = (perf_counter() - self._comm_t0) * 1000.0
+        t1 = perf_counter()
+        ms = (t1 - self._comm_t0) * 1000.0
+        if self._arrival is not None:
+            StepCollectives.leave(self._arrival, t1, ms)
+            self._arrival = None
         self._comm_ms += ms
         if self._comm_group is not None:
             self._waits.add(self._comm_group, ms)

@@ -99,6 +99,8 @@ MAX_STALL_S = 2_592_000.0
 MAX_TRACKED_GROUPS = 64
 #: Process groups a step record's ``waits`` names, those waited in longest.
 MAX_STEP_WAITS = 8
+#: Collectives a step record lists one by one (``collectives``), its first.
+MAX_STEP_COLLECTIVES = 32
 #: ``TORCH_FR_BUFFER_SIZE`` the hook sets when nobody did: torch's flight
 #: recorder then keeps the last this many collectives of each backend.
 FLIGHT_RECORDER_ENTRIES = 2000

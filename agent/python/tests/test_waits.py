@@ -220,6 +220,67 @@ class StepWaitsTest(unittest.TestCase):
         self.assertEqual([r.get("waits") for r in records], [None, [["0", 1, 2.0]], None, None])
 
 
+def listed(runtime):
+    """``collectives`` of each queued step record (``None``: absent)."""
+    return [record.get("collectives") for record in queued(runtime, "step")]
+
+
+class StepCollectivesTest(unittest.TestCase):
+    setUp = StepWaitsTest.setUp
+    runtime = StepWaitsTest.runtime
+
+    def test_each_collective_with_its_number_entry_and_exit_after_the_step_began(self):
+        rt = self.runtime()
+        tp = self.torch.Group("1")
+        self.clock.advance(0.004)  # the rank's own work first
+        self.torch.call(0.010, "all_reduce", "t", group=tp)
+        self.clock.advance(0.002)
+        self.torch.call(0.020, "all_reduce", "t")
+        self.torch.call(0.003, "send", "h", 2, tp)  # point-to-point: not listed
+        self.torch.call(0.005, "all_reduce", "t", None, tp)
+        rt.step()
+        (_, record) = queued(rt, "step")
+        self.assertEqual(
+            record["collectives"],
+            [
+                ["1", 1, "all_reduce", 4.0, 14.0, 10.0],
+                ["0", 1, "all_reduce", 16.0, 36.0, 20.0],
+                ["1", 2, "all_reduce", 39.0, 44.0, 5.0],
+            ],
+        )
+        self.torch.call(0.001, "all_reduce", "t", group=tp)
+        rt.step()
+        self.assertEqual(listed(rt)[-1], [["1", 3, "all_reduce", 0.0, 1.0, 1.0]], "numbers go on; times restart")
+
+    def test_an_asynchronous_call_is_entered_at_its_call_and_left_at_its_wait(self):
+        rt = self.runtime()
+        stage = self.torch.Group("3")
+        work = self.torch.call(0.0, "all_gather", ["out"], "t", group=stage, async_op=True)
+        self.clock.advance(0.100)
+        self.torch.wait(0.008, work)
+        rt.step()
+        self.assertEqual(listed(rt)[-1], [["3", 1, "all_gather", 0.0, 108.0, 8.0]])
+
+    def test_a_step_lists_its_first_32(self):
+        rt = self.runtime()
+        for _ in range(40):
+            self.torch.call(0.001, "all_reduce", "t")
+        rt.step()
+        self.assertEqual([c[1] for c in listed(rt)[-1]], list(range(1, 33)))
+        self.assertEqual(rt._step_collectives.dropped, 8)
+
+    def test_none_without_collectives_nor_on_the_cuda_clock(self):
+        fake = FakeTorch()
+        rt = self.runtime()
+        enter(self, mock.patch.dict(sys.modules, {"torch": fake}))
+        rt.step()
+        self.torch.call(0.002, "all_reduce", "t")
+        rt.step()
+        fake.gpu.finish()
+        rt.step()
+        self.assertEqual(listed(rt), [None, None, None, None])
+
+
 class GroupWaitsTest(unittest.TestCase):
     def test_a_step_counts_at_most_64_groups(self):
         waits = GroupWaits()

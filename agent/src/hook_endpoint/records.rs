@@ -15,7 +15,10 @@
 
 use gpumon_common::hook_records::check_record as check_fields;
 use gpumon_common::limits::MAX_WAIT_GROUPS;
-use gpumon_proto::{AllocRecord, AllocStats, EventRecord, GroupWait, HookRecord, StepRecord};
+use gpumon_proto::{
+    AllocRecord, AllocStats, CollectiveArrival, EventRecord, GroupWait, HookRecord, StepRecord,
+    MAX_STEP_COLLECTIVES,
+};
 use serde_json::{Map, Value};
 
 /// Most records in one report.
@@ -167,6 +170,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             check_clock(obj.get("clock"))?;
             let group = peer_group(obj, rank)?;
             let waits = group_waits(obj.get("waits"))?;
+            let collectives = step_collectives(obj.get("collectives"))?;
             let record = StepRecord {
                 group,
                 t_ms,
@@ -176,6 +180,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
                 duration_ms,
                 sections,
                 waits,
+                collectives,
             };
             (HookRecord::Step(record), None)
         }
@@ -363,6 +368,53 @@ fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, String> {
             _ => Err(format!(
                 "each of waits must be [group, calls, ms], not {}",
                 shown(w)
+            )),
+        })
+        .collect()
+}
+
+/// `collectives`: `[[group, seq, op, entered_ms, left_ms, wait_ms], ...]`
+/// (absent or `null`: none); the record check bounds their values.
+fn step_collectives(v: Option<&Value>) -> Result<Vec<CollectiveArrival>, String> {
+    let list = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(format!(
+                "collectives must be an array, not {}",
+                kind_of(other)
+            ))
+        }
+    };
+    if list.len() > MAX_STEP_COLLECTIVES {
+        return Err(format!(
+            "{} collectives listed; the limit is {MAX_STEP_COLLECTIVES}",
+            list.len()
+        ));
+    }
+    list.iter()
+        .map(|c| match c.as_array().map(Vec::as_slice) {
+            Some([Value::String(group), seq, Value::String(op), entered, left, wait]) => {
+                let seq = seq.as_u64().ok_or_else(|| {
+                    format!(
+                        "the number of a collective of process group {} must be a count, not {}",
+                        shown_str(group),
+                        shown(seq)
+                    )
+                })?;
+                let what = |field: &str| format!("{field} of collective #{seq}");
+                Ok(CollectiveArrival {
+                    group: group.clone(),
+                    seq,
+                    op: op.clone(),
+                    entered_ms: millis(Some(entered), &what("entered_ms"))?,
+                    left_ms: millis(Some(left), &what("left_ms"))?,
+                    wait_ms: millis(Some(wait), &what("wait_ms"))?,
+                })
+            }
+            _ => Err(format!(
+                "each of collectives must be [group, seq, op, entered_ms, left_ms, wait_ms], not {}",
+                shown(c)
             )),
         })
         .collect()
@@ -650,6 +702,55 @@ mod tests {
                 "record 0: group 4 is above the rank 3: a group is the lowest rank of its ranks",
                 "record 1: group must be a non-negative integer, not -1",
                 r#"record 2: group must be a non-negative integer, not "0""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_lists_its_collectives_one_by_one_checked() {
+        let step = |list: Value| json!({"type": "step", "t": T, "step": 1, "duration_ms": 30.0, "collectives": list});
+        let accepted = check(json!([
+            step(json!([["1", 41, "all_gather_into_tensor", 2.5, 9.0, 6.5]])),
+            step(Value::Null),
+        ]))
+        .unwrap();
+        let lists: Vec<Vec<CollectiveArrival>> = accepted
+            .records
+            .iter()
+            .map(|r| match r {
+                HookRecord::Step(s) => s.collectives.clone(),
+                _ => panic!("{r:?}"),
+            })
+            .collect();
+        let gathered = CollectiveArrival {
+            group: "1".into(),
+            seq: 41,
+            op: "all_gather_into_tensor".into(),
+            entered_ms: 2.5,
+            left_ms: 9.0,
+            wait_ms: 6.5,
+        };
+        assert_eq!(lists, [vec![gathered], vec![]]);
+        let many: Vec<Value> = (1..=33)
+            .map(|n| json!(["0", n, "all_reduce", 1.0, 2.0, 1.0]))
+            .collect();
+        let refused = check(json!([
+            step(json!({"0": 1.0})),
+            step(json!([["0", 1, "all_reduce", 1.0, 2.0]])),
+            step(json!([["0", -4, "all_reduce", 1.0, 2.0, 1.0]])),
+            step(json!([["0", 4, "all_reduce", 3.0, 2.0, 0.0]])),
+            step(Value::Array(many)),
+        ]))
+        .unwrap();
+        assert_eq!((refused.records.len(), refused.skipped), (0, 5));
+        assert_eq!(
+            refused.reasons,
+            [
+                "record 0: collectives must be an array, not an object",
+                "record 1: each of collectives must be [group, seq, op, entered_ms, left_ms, wait_ms], not an array",
+                r#"record 2: the number of a collective of process group "0" must be a count, not -4"#,
+                r#"record 3: collective #4 of process group "0" was left (2 ms) before it was entered (3 ms)"#,
+                "record 4: 33 collectives listed; the limit is 32",
             ]
         );
     }

@@ -187,6 +187,7 @@ impl SimAgent {
             sections,
             group: Some(0),
             waits: Default::default(),
+            collectives: Vec::new(),
         }
     }
 

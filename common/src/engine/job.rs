@@ -5,13 +5,14 @@ use super::alerts::{AlertKind, Severity, Subject};
 use super::imbalance::imbalanced;
 use super::latch::Edge;
 use super::robust_stats::median_of;
+use super::straggler::arrivals::MIN_LATE_MS;
 use super::straggler::links::LinkEvent;
 use super::straggler::stages::StageEvent;
-use super::straggler::StragglerEvent;
+use super::straggler::{Comms, StragglerEvent};
 use super::tracks::{GpuTracks, JobTrack};
 use super::Engine;
 use crate::units::fmt_bytes;
-use gpumon_proto::{GroupWait, P2P_WAITS};
+use gpumon_proto::P2P_WAITS;
 
 impl Engine {
     /// One rank's finished training step with its section timings (ms) and
@@ -27,11 +28,13 @@ impl Engine {
         sections: impl IntoIterator<Item = (&'s str, f64)>,
         group: Option<u32>,
     ) {
-        self.observe_waited_step(t, job, rank, step, duration_ms, sections, group, &[]);
+        let comms = Comms::default();
+        self.observe_waited_step(t, job, rank, step, duration_ms, sections, group, comms);
     }
 
-    /// [`Self::observe_step`] with the step's collective waits per process
-    /// group (the hook's, on the CPU clock).
+    /// [`Self::observe_step`] with what the hook says of the step's
+    /// collectives (on the CPU clock): waits per process group, and each
+    /// collective where it lists them.
     #[allow(clippy::too_many_arguments)]
     pub fn observe_waited_step<'s>(
         &mut self,
@@ -42,7 +45,7 @@ impl Engine {
         duration_ms: f64,
         sections: impl IntoIterator<Item = (&'s str, f64)>,
         group: Option<u32>,
-        waits: &[GroupWait],
+        comms: Comms<'_>,
     ) {
         self.counters.step += 1;
         if !self.tick(t) {
@@ -83,7 +86,7 @@ impl Engine {
             t,
             duration_ms,
             sections,
-            waits,
+            comms,
             &params,
         );
         let stages = j.straggler.take_stage_events();
@@ -97,6 +100,14 @@ impl Engine {
         for e in links {
             self.link_event(job, e);
         }
+    }
+
+    /// Collectives listed one by one in `job`'s open steps (0 for a job not
+    /// tracked).
+    pub fn pending_arrivals(&self, job: &str) -> usize {
+        self.jobs
+            .get(job)
+            .map_or(0, |j| j.straggler.pending_arrivals())
     }
 
     fn link_event(&mut self, job: &str, e: LinkEvent) {
@@ -204,9 +215,16 @@ impl Engine {
             let parts: Vec<String> = e
                 .groups
                 .iter()
-                .map(|(group, ms)| match group.as_str() {
-                    P2P_WAITS => format!("in sends and receives ({ms:.0} ms per step)"),
-                    g => format!("in process group {g} ({ms:.0} ms per step)"),
+                .map(|(group, ms)| {
+                    let arrived = e.arrivals.iter().find(|a| &a.group == group);
+                    match (group.as_str(), arrived) {
+                        (P2P_WAITS, _) => format!("in sends and receives ({ms:.0} ms per step)"),
+                        (g, None) => format!("in process group {g} ({ms:.0} ms per step)"),
+                        (g, Some(a)) => format!(
+                            "in process group {g} ({ms:.0} ms per step; of the {} collectives there that one member entered {MIN_LATE_MS:.0} ms or more after all the others, it was that member in {}, {:.1} ms after the others, {:.0} % of all the lateness, on clocks aligned on the collectives' ends)",
+                            a.decided, a.last, a.late_ms, a.late_share * 100.0
+                        ),
+                    }
                 })
                 .collect();
             message.push_str(": ");

@@ -18,9 +18,10 @@ use super::fragmentation::FragmentationParams;
 use super::imbalance::ImbalanceParams;
 use super::leak::LeakParams;
 use super::memory_level::MemoryLevelParams;
+use super::outside::OutsideWatch;
 use super::regime::RegimeParams;
-use super::straggler::legacy::{StragglerTrackerV6, StragglerTrackerV8};
-use super::straggler::{StragglerParams, StragglerTracker};
+use super::straggler::legacy::{StragglerTrackerV10, StragglerTrackerV6, StragglerTrackerV8};
+use super::straggler::StragglerParams;
 use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
 use crate::settings::Settings;
@@ -126,10 +127,11 @@ impl StragglerParamsV5 {
     }
 }
 
-/// [`Engine`] with its configuration `C` and straggler tracker `S` (by
-/// default that of formats 2 to 6), as older formats hold it.
+/// [`Engine`] with its configuration `C`, straggler tracker `S` (by
+/// default that of formats 2 to 6) and watch of memory outside the
+/// allocator `O` (none before format 10), as older formats hold it.
 #[derive(Debug, Deserialize)]
-pub struct EngineWith<C, S = StragglerTrackerV6> {
+pub struct EngineWith<C, S = StragglerTrackerV6, O = ()> {
     cfg: C,
     now: f64,
     nodes: GpuTracks,
@@ -138,6 +140,7 @@ pub struct EngineWith<C, S = StragglerTrackerV6> {
     alerts: AlertBook,
     counters: EngineCounters,
     pending_links: Vec<(String, u32, String, u32, u32)>,
+    outside: O,
 }
 
 /// [`Engine`] as snapshot formats 2 to 4 hold it.
@@ -150,7 +153,10 @@ pub type EngineV6 = EngineWith<ConfigToml>;
 pub type EngineV8 = EngineWith<ConfigToml, StragglerTrackerV8>;
 /// [`Engine`] as snapshot format 9 holds it: before memory outside the
 /// allocator.
-pub type EngineV9 = EngineWith<ConfigToml, StragglerTracker>;
+pub type EngineV9 = EngineWith<ConfigToml, StragglerTrackerV10>;
+/// [`Engine`] as snapshot format 10 holds it: before collectives listed
+/// one by one.
+pub type EngineV10 = EngineWith<ConfigToml, StragglerTrackerV10, OutsideWatch>;
 
 /// The configuration as TOML text of what differs from the defaults (formats 6 on).
 #[derive(Debug, Deserialize)]
@@ -166,7 +172,14 @@ impl EngineV6 {
 impl EngineV9 {
     /// The engine with no rank's memory outside the allocator seen.
     pub fn upgrade(self) -> Engine {
-        self.upgrade_with(|cfg| cfg.0, |tracker| tracker)
+        self.upgrade_with(|cfg| cfg.0, StragglerTrackerV10::upgrade)
+    }
+}
+
+impl EngineV10 {
+    /// The engine with no collective listed one by one yet.
+    pub fn upgrade(self) -> Engine {
+        self.upgrade_with(|cfg| cfg.0, StragglerTrackerV10::upgrade)
     }
 }
 
@@ -184,7 +197,26 @@ impl<C> EngineWith<C> {
     }
 }
 
-impl<C, S: Clone> EngineWith<C, S> {
+/// The watch of memory outside the allocator an older format holds: none
+/// before format 10.
+pub trait OutsideOf {
+    /// The current watch.
+    fn watch(self) -> OutsideWatch;
+}
+
+impl OutsideOf for () {
+    fn watch(self) -> OutsideWatch {
+        OutsideWatch::new()
+    }
+}
+
+impl OutsideOf for OutsideWatch {
+    fn watch(self) -> OutsideWatch {
+        self
+    }
+}
+
+impl<C, S: Clone, O: OutsideOf> EngineWith<C, S, O> {
     /// The engine, its configuration upgraded by `upgrade` and its straggler
     /// trackers by `tracker`.
     fn upgrade_with(
@@ -208,7 +240,7 @@ impl<C, S: Clone> EngineWith<C, S> {
             alerts: self.alerts,
             counters: self.counters,
             pending_links: self.pending_links,
-            outside: Default::default(),
+            outside: self.outside.watch(),
             scratch: Default::default(),
             forgot_jobs: false,
             ranks: Default::default(),

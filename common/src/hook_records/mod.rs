@@ -20,6 +20,7 @@ pub use snapshot_diff::{compare_snapshots, named_snapshot, stats_delta};
 pub use steps::{RankSteps, SectionTime, StepBounds, StepTimes, MAX_SECTIONS_PER_RANK};
 pub use validate::{check_record, InvalidRecord};
 
+use crate::engine::straggler::Comms;
 use crate::engine::Engine;
 use crate::trace::from_window::alloc_ref;
 
@@ -78,7 +79,10 @@ impl HookState {
                     s.duration_ms,
                     s.sections.iter().map(|(name, ms)| (name.as_str(), *ms)),
                     s.group,
-                    &s.waits,
+                    Comms {
+                        waits: &s.waits,
+                        collectives: &s.collectives,
+                    },
                 ),
                 HookRecord::Event(e) => match &e.snapshot {
                     Some(stats) => {
@@ -129,6 +133,7 @@ mod tests {
             HookRecord::Step(StepRecord {
                 group: None,
                 waits: Default::default(),
+                collectives: Vec::new(),
                 t_ms: 2_500,
                 job: "j".into(),
                 rank: 1,

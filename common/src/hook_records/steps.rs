@@ -180,6 +180,7 @@ mod tests {
         StepRecord {
             group: None,
             waits: Default::default(),
+            collectives: Vec::new(),
             t_ms: 1_000 * step,
             job: "j".into(),
             rank,

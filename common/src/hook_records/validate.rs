@@ -4,7 +4,7 @@
 //! no agent. Anything absurd is skipped and counted, never applied. The
 //! bounds are in [`crate::limits`].
 
-use gpumon_proto::{AllocStats, HookRecord, StallRecord};
+use gpumon_proto::{AllocStats, CollectiveArrival, HookRecord, StallRecord, MAX_STEP_COLLECTIVES};
 use thiserror::Error;
 
 use crate::limits::{
@@ -78,6 +78,29 @@ pub enum InvalidRecord {
         "{0} calls in one process group in one step is beyond belief (above {MAX_WAIT_CALLS})"
     )]
     TooManyWaitCalls(u32),
+    /// Too many collectives listed one by one in one step.
+    #[error("{0} collectives listed; the limit is {MAX_STEP_COLLECTIVES}")]
+    TooManyCollectives(usize),
+    /// A collective listed with a number no hook counts (from 1).
+    #[error("collective {op:?} of process group {group:?} has number 0; numbers count from 1")]
+    ZeroCollectiveNumber {
+        /// Its process group.
+        group: String,
+        /// Its operation.
+        op: String,
+    },
+    /// A collective left before it was entered.
+    #[error("collective #{seq} of process group {group:?} was left ({left_ms} ms) before it was entered ({entered_ms} ms)")]
+    LeftBeforeEntered {
+        /// Its process group.
+        group: String,
+        /// Its number.
+        seq: u64,
+        /// When it was entered, as sent.
+        entered_ms: String,
+        /// When it was left, as sent.
+        left_ms: String,
+    },
     /// A detail over the limit.
     #[error("detail is {0} bytes; the limit is {MAX_DETAIL_BYTES}")]
     LongDetail(usize),
@@ -219,7 +242,7 @@ pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
                 }
                 duration(|| format!("wait in process group {:?}", w.group), w.wait_ms)?;
             }
-            Ok(())
+            collectives(&s.collectives)
         }
         HookRecord::Event(e) => {
             label("name", &e.name, MAX_LABEL_BYTES)?;
@@ -233,6 +256,43 @@ pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
         }
         HookRecord::Stall(s) => stall(s),
     }
+}
+
+/// A step's collectives listed one by one: bounded, named within the label
+/// limits, numbered from 1, and times that are plausible durations after the
+/// step's start, left no earlier than entered.
+fn collectives(list: &[CollectiveArrival]) -> Result<(), InvalidRecord> {
+    if list.len() > MAX_STEP_COLLECTIVES {
+        return Err(InvalidRecord::TooManyCollectives(list.len()));
+    }
+    for c in list {
+        label("process group", &c.group, MAX_LABEL_BYTES)?;
+        label("collective operation", &c.op, MAX_LABEL_BYTES)?;
+        if c.seq == 0 {
+            return Err(InvalidRecord::ZeroCollectiveNumber {
+                group: c.group.clone(),
+                op: c.op.clone(),
+            });
+        }
+        let what = |field: &str| {
+            format!(
+                "{field} of collective #{} of process group {:?}",
+                c.seq, c.group
+            )
+        };
+        duration(|| what("entered_ms"), c.entered_ms)?;
+        duration(|| what("left_ms"), c.left_ms)?;
+        duration(|| what("wait_ms"), c.wait_ms)?;
+        if c.left_ms < c.entered_ms {
+            return Err(InvalidRecord::LeftBeforeEntered {
+                group: c.group.clone(),
+                seq: c.seq,
+                entered_ms: c.entered_ms.to_string(),
+                left_ms: c.left_ms.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -250,7 +310,49 @@ mod tests {
             duration_ms,
             sections,
             waits: Vec::new(),
+            collectives: Vec::new(),
         })
+    }
+
+    #[test]
+    fn collectives_listed_one_by_one_are_bounded_numbered_and_in_order() {
+        let with = |collectives: Vec<CollectiveArrival>| match step(100.0, vec![]) {
+            HookRecord::Step(s) => HookRecord::Step(StepRecord { collectives, ..s }),
+            _ => unreachable!(),
+        };
+        let call = |seq: u64, entered_ms: f64, left_ms: f64| CollectiveArrival {
+            group: "1".into(),
+            seq,
+            op: "all_reduce".into(),
+            entered_ms,
+            left_ms,
+            wait_ms: (left_ms - entered_ms).max(0.0),
+        };
+        assert!(check_record(&with(vec![call(1, 2.0, 9.5), call(2, 10.0, 10.0)])).is_ok());
+        let many = (1..=33).map(|seq| call(seq, 1.0, 2.0)).collect();
+        assert_eq!(
+            check_record(&with(many)),
+            Err(InvalidRecord::TooManyCollectives(33))
+        );
+        assert!(matches!(
+            check_record(&with(vec![call(0, 1.0, 2.0)])),
+            Err(InvalidRecord::ZeroCollectiveNumber { .. })
+        ));
+        let err = check_record(&with(vec![call(7, 5.0, 4.0)])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "collective #7 of process group \"1\" was left (4 ms) before it was entered (5 ms)"
+        );
+        assert!(matches!(
+            check_record(&with(vec![call(3, f64::NAN, 4.0)])),
+            Err(InvalidRecord::BadDuration { .. })
+        ));
+        let mut unnamed = call(3, 1.0, 2.0);
+        unnamed.op.clear();
+        assert_eq!(
+            check_record(&with(vec![unnamed])),
+            Err(InvalidRecord::EmptyName("collective operation"))
+        );
     }
 
     #[test]

@@ -111,6 +111,7 @@ fn step(job: &str) -> HookRecord {
     HookRecord::Step(StepRecord {
         group: None,
         waits: Default::default(),
+        collectives: Vec::new(),
         t_ms: 1_000,
         job: job.into(),
         rank: 0,

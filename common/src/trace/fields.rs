@@ -12,7 +12,9 @@
 
 use std::borrow::Cow;
 
-use super::record::{GroupWait, ProcRecord, SettingsRecord, StallRecord, TraceRecord};
+use super::record::{
+    CollectiveArrival, GroupWait, ProcRecord, SettingsRecord, StallRecord, TraceRecord,
+};
 use super::record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 use crate::limits::{MAX_DEVICE_BYTES, MAX_LABEL_BYTES};
 
@@ -80,6 +82,8 @@ pub(super) struct Scratch {
     pub settings: SettingsRecord,
     /// The `waits` of the current `step` record.
     pub waits: Vec<GroupWait>,
+    /// The `collectives` of the current `step` record.
+    pub collectives: Vec<CollectiveArrival>,
 }
 
 /// Every field any record type has, as read from one line: `None` when the
@@ -116,6 +120,7 @@ pub(super) struct Fields {
     pub(super) sections: bool,
     pub(super) group: Option<Option<u32>>,
     pub(super) waits: bool,
+    pub(super) collectives: bool,
     pub(super) detail: Option<Option<Str>>,
 }
 
@@ -161,6 +166,7 @@ impl Fields {
         scratch.procs.clear();
         scratch.sections.clear();
         scratch.waits.clear();
+        scratch.collectives.clear();
     }
 
     /// Whether every field without a default in the owned record is present.
@@ -255,6 +261,8 @@ impl Fields {
                 f.group = Some(r.group);
                 f.waits = !r.waits.is_empty();
                 scratch.waits = r.waits;
+                f.collectives = !r.collectives.is_empty();
+                scratch.collectives = r.collectives;
                 for (name, ms) in r.sections {
                     let name = Str::copy(&name, arena);
                     scratch.sections.push((name, ms));
@@ -422,6 +430,11 @@ impl Fields {
                 group: f.group.flatten(),
                 waits: if f.waits {
                     scratch.waits.clone()
+                } else {
+                    Vec::new()
+                },
+                collectives: if f.collectives {
+                    scratch.collectives.clone()
                 } else {
                     Vec::new()
                 },

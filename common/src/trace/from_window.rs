@@ -102,6 +102,7 @@ pub fn hook_record(r: &HookRecord) -> Option<TraceRecord> {
         HookRecord::Step(s) => TraceRecord::Step(StepRecord {
             group: s.group,
             waits: s.waits.clone(),
+            collectives: s.collectives.clone(),
             t,
             job: s.job.clone(),
             rank: s.rank,

@@ -49,8 +49,8 @@ mod writer;
 
 pub use reader::{from_reader, open, ReadStats, TraceError, TraceReader, MAX_LINE_BYTES};
 pub use record::{
-    AllocRecord, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord, SettingValue,
-    SettingsRecord, StallRecord, StepRecord, TraceRecord, WaitRecord,
+    AllocRecord, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord,
+    SettingValue, SettingsRecord, StallRecord, StepRecord, TraceRecord, WaitRecord,
 };
 pub use record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 pub use writer::TraceWriter;

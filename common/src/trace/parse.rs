@@ -16,7 +16,7 @@ use serde::de::{
 use serde::Deserialize;
 
 use super::fields::{Fields, Scratch, Str, MAX_FAST_SECTIONS};
-use super::record::{GroupWait, ProcRecord};
+use super::record::{CollectiveArrival, GroupWait, ProcRecord};
 
 /// Parses `line` into `fields` in one serde_json pass; `None` when the
 /// careful path must decide.
@@ -65,6 +65,7 @@ enum Key {
     Sections,
     Group,
     Waits,
+    Collectives,
     Detail,
     Other,
 }
@@ -116,6 +117,7 @@ impl Visitor<'_> for KeyVisitor {
             "sections" => Key::Sections,
             "group" => Key::Group,
             "waits" => Key::Waits,
+            "collectives" => Key::Collectives,
             "detail" => Key::Detail,
             _ => Key::Other,
         })
@@ -219,6 +221,14 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_> {
                     }
                     scratch.waits = map
                         .next_value::<Option<Vec<GroupWait>>>()?
+                        .unwrap_or_default();
+                }
+                Key::Collectives => {
+                    if std::mem::replace(&mut f.collectives, true) {
+                        return Err(A::Error::custom("duplicate field"));
+                    }
+                    scratch.collectives = map
+                        .next_value::<Option<Vec<CollectiveArrival>>>()?
                         .unwrap_or_default();
                 }
                 Key::Detail => set(

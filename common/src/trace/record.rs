@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-pub use gpumon_proto::GroupWait;
+pub use gpumon_proto::{CollectiveArrival, GroupWait};
 use serde::{Deserialize, Serialize};
 
 /// One record; `t` is seconds since the trace start.
@@ -169,11 +169,24 @@ pub struct StepRecord {
         deserialize_with = "null_as_none"
     )]
     pub waits: Vec<GroupWait>,
+    /// The collectives the rank entered in the step, one by one (see
+    /// [`gpumon_proto::CollectiveArrival`]): `[{"group": "1", "seq": 41,
+    /// "op": "all_reduce", "entered_ms": 2.5, "left_ms": 9.0, "wait_ms":
+    /// 6.5}, ...]`, times in ms after the step began. Optional within trace
+    /// version 1, like `group`.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_none"
+    )]
+    pub collectives: Vec<CollectiveArrival>,
 }
 
-/// `null` reads as no waits, as an absent field does.
-fn null_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<GroupWait>, D::Error> {
-    Ok(Option::<Vec<GroupWait>>::deserialize(d)?.unwrap_or_default())
+/// `null` reads as an empty list, as an absent field does.
+fn null_as_none<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `event`: a user marker.

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use gpumon_proto::GroupWait;
+use gpumon_proto::{CollectiveArrival, GroupWait};
 
 use super::record::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, SettingsRecord, StallRecord,
@@ -153,6 +153,8 @@ pub struct StepRef<'a> {
     pub group: Option<u32>,
     /// Its collective waits per process group (see [`StepRecord::waits`]).
     pub waits: Vec<GroupWait>,
+    /// The collectives it entered, one by one (see [`StepRecord::collectives`]).
+    pub collectives: Vec<CollectiveArrival>,
 }
 
 /// `event`: a user marker, borrowed.
@@ -231,6 +233,7 @@ impl RecordRef<'_> {
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
                 group: r.group,
                 waits: r.waits,
+                collectives: r.collectives,
                 t: r.t,
                 job: r.job.into_owned(),
                 rank: r.rank,
@@ -275,6 +278,7 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
             TraceRecord::Step(r) => RecordRef::Step(StepRef {
                 group: r.group,
                 waits: r.waits.clone(),
+                collectives: r.collectives.clone(),
                 t: r.t,
                 job: Cow::Borrowed(&r.job),
                 rank: r.rank,

@@ -94,6 +94,7 @@ fn worst_records(
             out.push(HookRecord::Step(StepRecord {
                 group: None,
                 waits: Default::default(),
+                collectives: Vec::new(),
                 t_ms,
                 job: job.clone(),
                 rank,

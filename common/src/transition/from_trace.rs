@@ -108,6 +108,7 @@ impl TraceCommands {
                 Some(HookRecord::Step(StepRecord {
                     group: s.group,
                     waits: s.waits.clone(),
+                    collectives: s.collectives.clone(),
                     t_ms: ms(s.t),
                     job: s.job.to_string(),
                     rank: s.rank,

@@ -76,6 +76,36 @@ impl Replicated {
     }
 }
 
+/// [`Replicated`] as snapshot format 10 laid it out: the straggler
+/// trackers before collectives listed one by one
+/// ([`crate::engine::legacy::EngineV10`]).
+#[derive(Debug, Deserialize)]
+pub struct ReplicatedV10 {
+    state: ClusterState,
+    engine: crate::engine::legacy::EngineV10,
+    actions: ActionBook,
+    hook: HookState,
+    steps: StepTimes,
+    notify: NotifyBook,
+    hangs: HangWatch,
+}
+
+impl ReplicatedV10 {
+    /// The current layout, with no collective listed one by one yet.
+    pub fn upgrade(self) -> Replicated {
+        let old = self;
+        Replicated {
+            state: old.state,
+            engine: old.engine.upgrade(),
+            actions: old.actions,
+            hook: old.hook,
+            steps: old.steps,
+            notify: old.notify,
+            hangs: old.hangs,
+        }
+    }
+}
+
 /// [`Replicated`] as snapshot format 9 laid it out: the engine before
 /// memory outside the allocator ([`crate::engine::legacy::EngineV9`]).
 #[derive(Debug, Deserialize)]

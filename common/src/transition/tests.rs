@@ -600,6 +600,7 @@ fn a_job_the_engine_forgets_takes_its_named_snapshots_and_step_times_with_it() {
             sections: vec![("forward".into(), 400.0)],
             group: None,
             waits: Default::default(),
+            collectives: Vec::new(),
         })
     };
     let mut r = fresh();

@@ -460,6 +460,7 @@ mod tests {
                 HookRecord::Step(S {
                     group: None,
                     waits: Default::default(),
+                    collectives: Vec::new(),
                     t_ms: 2_000,
                     job: "j".into(),
                     rank: 1,

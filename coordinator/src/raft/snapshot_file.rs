@@ -21,6 +21,7 @@
 //! | 8 | + the hang detector (each rank's latest stall report, open episodes) |
 //! | 9 | the straggler detector's open steps and scores keep each rank's collective waits per process group, and it keeps a slow-link tracker per group |
 //! | 10 | + each rank's memory outside the caching allocator (baseline, recent samples, alert latch) |
+//! | 11 | the straggler detector keeps the collectives its open steps list one by one, and per rank how it arrived at them in its latest scored steps |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -34,7 +35,8 @@ use gpumon_common::engine::legacy::EngineV4;
 use gpumon_common::engine::EngineConfig;
 use gpumon_common::hook_records::HookState;
 use gpumon_common::transition::{
-    ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8, ReplicatedV9,
+    ReplicatedV10, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
+    ReplicatedV9,
 };
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -48,7 +50,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 10;
+pub const CURRENT_VERSION: u32 = 11;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -73,8 +75,19 @@ enum SnapshotFile {
     V8 { meta: Meta, data: Vec<u8> },
     /// All of the replicated data but memory outside the allocator.
     V9 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data, the straggler detector before
+    /// collectives listed one by one.
     V10 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V11 { meta: Meta, data: Vec<u8> },
+}
+
+/// [`Applied`] as format 10 laid it out, before collectives listed one by one.
+#[derive(Deserialize)]
+struct AppliedV10 {
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Node>,
+    data: ReplicatedV10,
 }
 
 /// [`Applied`] as format 9 laid it out, before memory outside the allocator.
@@ -280,13 +293,22 @@ pub fn load(
             (meta, 9)
         }
         SnapshotFile::V10 { meta, data } => {
+            check_seal(&meta.snapshot_id, &data, 10).map_err(fail)?;
+            let old: AppliedV10 = postcard::from_bytes(&data).map_err(decode_err(10))?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 10 has no collectives listed one by one: they fill in from the next steps");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade();
+            (meta, 10)
+        }
+        SnapshotFile::V11 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(10))?;
+            applied = decode_applied(&data).map_err(decode_err(11))?;
             return Ok(Some(Loaded {
                 applied,
                 meta,
                 data,
-                version: 10,
+                version: 11,
             }));
         }
     };
@@ -358,14 +380,14 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V10 { meta }, &mut *w)
+        postcard::to_io(&SnapshotHeaderRef::V11 { meta }, &mut *w)
             .map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V10`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V11`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -388,7 +410,9 @@ enum SnapshotHeaderRef<'a> {
     V8,
     #[allow(dead_code)]
     V9,
-    V10 {
+    #[allow(dead_code)]
+    V10,
+    V11 {
         meta: &'a Meta,
     },
 }
@@ -411,7 +435,7 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V10 { meta }, &mut *w)
+        postcard::to_io(&SnapshotHeaderRef::V11 { meta }, &mut *w)
             .map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
@@ -446,7 +470,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V10 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V11 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -66,7 +66,8 @@ impl Service {
             | AgentMessage::V2(AgentMessageV2::Hello(hello))
             | AgentMessage::V3(AgentMessageV2::Hello(hello))
             | AgentMessage::V4(AgentMessageV2::Hello(hello))
-            | AgentMessage::V5(AgentMessageV2::Hello(hello)) => {
+            | AgentMessage::V5(AgentMessageV2::Hello(hello))
+            | AgentMessage::V6(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .state
@@ -81,7 +82,8 @@ impl Service {
             AgentMessage::V2(AgentMessageV2::Push(pushed))
             | AgentMessage::V3(AgentMessageV2::Push(pushed))
             | AgentMessage::V4(AgentMessageV2::Push(pushed))
-            | AgentMessage::V5(AgentMessageV2::Push(pushed)) => {
+            | AgentMessage::V5(AgentMessageV2::Push(pushed))
+            | AgentMessage::V6(AgentMessageV2::Push(pushed)) => {
                 let PushBatchV2 {
                     batch,
                     placements,

@@ -100,6 +100,7 @@ impl Tape {
         self.records.push(HookRecord::Step(StepRecord {
             group: None,
             waits: Default::default(),
+            collectives: Vec::new(),
             t_ms,
             job: info.job.clone(),
             rank: info.rank,

@@ -172,6 +172,7 @@ fn stall_reports_past_the_bound_are_counted_not_kept() {
                 sections: Vec::new(),
                 group: None,
                 waits: Default::default(),
+                collectives: Vec::new(),
             })
         })
         .collect();
@@ -256,6 +257,7 @@ impl Job {
             sections: Vec::new(),
             group: None,
             waits: Default::default(),
+            collectives: Vec::new(),
         });
         self.observe(vec![record]);
     }

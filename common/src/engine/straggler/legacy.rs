@@ -3,14 +3,17 @@
 //! every row is in group 0, the whole job, as it was then, and the stage
 //! tracker starts empty). Formats 7 and 8: before collective waits (rows
 //! and scores without them, no process groups or link trackers; upgraded,
-//! the waits are absent and fill in from the next steps). Postcard is
-//! field-order sensitive: the order here is the old one.
+//! the waits are absent and fill in from the next steps). Formats 9 and
+//! 10: before collectives listed one by one (upgraded, no arrivals are
+//! known yet). Postcard is field-order sensitive: the order here is the
+//! old one.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
 
 use super::super::latch::Latch;
+use super::links::LinkTracker;
 use super::stages::StageTracker;
 use super::{RankScores, Row, Score, StragglerTracker, MAX_SECTIONS, MAX_WAIT_GROUPS};
 use crate::shared::Shared;
@@ -169,6 +172,41 @@ impl StragglerTrackerV8 {
             noise: self.noise,
             sigma: self.sigma,
             stages: self.stages,
+            ..StragglerTracker::default()
+        }
+    }
+}
+
+/// [`StragglerTracker`] in formats 9 and 10: before collectives listed one
+/// by one.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StragglerTrackerV10 {
+    sections: Vec<String>,
+    pending: BTreeMap<u64, Vec<Row>>,
+    ranks: BTreeMap<u32, Shared<RankScores>>,
+    scored_steps: u64,
+    dropped_steps: u64,
+    noise: VecDeque<f64>,
+    sigma: Option<f64>,
+    stages: StageTracker,
+    wait_groups: Vec<String>,
+    links: Vec<LinkTracker>,
+}
+
+impl StragglerTrackerV10 {
+    /// The current layout: no collective listed one by one yet.
+    pub fn upgrade(self) -> StragglerTracker {
+        StragglerTracker {
+            sections: self.sections,
+            pending: self.pending,
+            ranks: self.ranks,
+            scored_steps: self.scored_steps,
+            dropped_steps: self.dropped_steps,
+            noise: self.noise,
+            sigma: self.sigma,
+            stages: self.stages,
+            wait_groups: self.wait_groups,
+            links: self.links,
             ..StragglerTracker::default()
         }
     }

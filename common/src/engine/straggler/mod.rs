@@ -31,6 +31,7 @@
 //! `window_steps` scores per rank,
 //! [`NOISE_SAMPLES`] deviations per job, at most [`MAX_SECTIONS`] section names.
 
+pub mod arrivals;
 mod classes;
 pub mod legacy;
 pub mod links;
@@ -46,8 +47,9 @@ use serde::{Deserialize, Serialize};
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
 use crate::shared::Shared;
+use arrivals::{ArrivalBook, ArrivalScore, GroupArrivals};
 use classes::peer_groups;
-use gpumon_proto::{GroupWait, P2P_WAITS};
+use gpumon_proto::{CollectiveArrival, GroupWait, P2P_WAITS};
 use links::{LinkEvent, LinkStep, LinkTracker};
 use roles::WaitIn;
 use row_index::RowIndex;
@@ -170,6 +172,20 @@ pub struct StragglerEvent {
     /// wait per step, ms, longest first (from the hook's collective waits;
     /// empty without them).
     pub groups: Vec<(String, f64)>,
+    /// For those groups where the rank listed its collectives one by one:
+    /// how often it arrived last, and how late (clocks aligned; see
+    /// [`arrivals`]).
+    pub arrivals: Vec<GroupArrivals>,
+}
+
+/// What a step record says of its rank's collectives: the waits per
+/// process group and, where listed, each collective (CPU clock only).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Comms<'a> {
+    /// Time blocked per process group.
+    pub waits: &'a [GroupWait],
+    /// The collectives entered, one by one.
+    pub collectives: &'a [CollectiveArrival],
 }
 
 impl StragglerEvent {
@@ -272,6 +288,8 @@ pub struct StragglerTracker {
     wait_groups: Vec<String>,
     /// Per interned group, its slow-link state.
     links: Vec<LinkTracker>,
+    /// The collectives listed one by one, and who arrived last.
+    arrivals: ArrivalBook,
     #[serde(skip)]
     scratch: Scratch,
     #[serde(skip)]
@@ -308,13 +326,14 @@ impl StragglerTracker {
             t,
             duration_ms,
             sections,
-            &[],
+            Comms::default(),
             p,
         )
     }
 
     /// [`Self::add_step`] with the step's collective waits per process
-    /// group (its slow-link events wait in [`Self::take_link_events`]).
+    /// group and its collectives one by one (its slow-link events wait in
+    /// [`Self::take_link_events`]).
     #[allow(clippy::too_many_arguments)]
     pub fn add_waited_step<'s>(
         &mut self,
@@ -325,7 +344,7 @@ impl StragglerTracker {
         t: f64,
         duration_ms: f64,
         sections: impl IntoIterator<Item = (&'s str, f64)>,
-        waits: &[GroupWait],
+        comms: Comms<'_>,
         p: &StragglerParams,
     ) -> Vec<StragglerEvent> {
         let mut row = Row {
@@ -334,7 +353,7 @@ impl StragglerTracker {
             t,
             duration_ms,
             sections: [f64::NAN; MAX_SECTIONS],
-            waits: waits::row_waits(&mut self.wait_groups, waits),
+            waits: waits::row_waits(&mut self.wait_groups, comms.waits),
         };
         for (name, ms) in sections {
             if let Some(i) = self.section_index(name) {
@@ -353,6 +372,14 @@ impl StragglerTracker {
         {
             return Vec::new();
         }
+        let start_ms = t * 1000.0 - duration_ms;
+        self.arrivals.put(
+            step,
+            rank,
+            start_ms,
+            comms.collectives,
+            &mut self.wait_groups,
+        );
         self.index.ensure(&self.pending);
         let rows = self.pending.entry(step).or_default();
         self.index.put(step, rows, row);
@@ -360,7 +387,7 @@ impl StragglerTracker {
         if rows.len() >= world_size as usize {
             if let Some(rows) = self.pending.remove(&step) {
                 self.index.forget(step, &rows);
-                self.score(rows, p, &mut events);
+                self.score(step, rows, p, &mut events);
             }
         }
         while self.pending.len() > max_pending
@@ -371,7 +398,7 @@ impl StragglerTracker {
         {
             if let Some((oldest, rows)) = self.pending.pop_first() {
                 self.index.forget(oldest, &rows);
-                self.score(rows, p, &mut events);
+                self.score(oldest, rows, p, &mut events);
             }
         }
         events
@@ -408,6 +435,17 @@ impl StragglerTracker {
     /// Forgets a rank that ended.
     pub fn remove_rank(&mut self, rank: u32) {
         self.ranks.remove(&rank);
+        self.arrivals.remove_rank(rank);
+    }
+
+    /// Collectives listed one by one that wait for their steps to be scored.
+    pub fn pending_arrivals(&self) -> usize {
+        self.arrivals.pending()
+    }
+
+    /// Collectives listed one by one that were left out (see [`arrivals`]).
+    pub fn dropped_arrivals(&self) -> u64 {
+        self.arrivals.dropped()
     }
 
     /// Steps that could not be scored (too few ranks reported them).
@@ -430,7 +468,14 @@ impl StragglerTracker {
         WaitIn::of(self.sections.iter().map(String::as_str))
     }
 
-    fn score(&mut self, rows: Vec<Row>, p: &StragglerParams, events: &mut Vec<StragglerEvent>) {
+    fn score(
+        &mut self,
+        step: u64,
+        rows: Vec<Row>,
+        p: &StragglerParams,
+        events: &mut Vec<StragglerEvent>,
+    ) {
+        let taken = self.arrivals.take_step(step);
         if rows.len() < p.min_ranks.max(2) {
             self.dropped_steps += 1;
             return;
@@ -452,6 +497,11 @@ impl StragglerTracker {
             self.observe_stages(&rows, &split, &groups, step_ms, p);
         }
         let deficits = waits::deficits(&rows, self.wait_groups.len(), &mut self.scratch.0);
+        let arrived = if taken.is_empty() {
+            Vec::new()
+        } else {
+            self.arrivals.score(&rows, taken, &mut self.scratch.0)
+        };
         if !self.wait_groups.is_empty() {
             self.observe_links(&rows, &split, step_ms, p);
         }
@@ -459,7 +509,8 @@ impl StragglerTracker {
         let mut scored = Vec::with_capacity(rows.len());
         for group in groups.iter().filter(|g| g.len() >= 2) {
             let at = (step_ms, p.window_steps);
-            self.score_group(&rows, &split, &deficits, group, at, &mut scored);
+            let per_row = (&deficits[..], &arrived[..]);
+            self.score_group(&rows, &split, per_row, group, at, &mut scored);
         }
         if self.noise.len() < MIN_NOISE_SAMPLES {
             return;
@@ -525,7 +576,7 @@ impl StragglerTracker {
                 if entry.latch.is_on() && self.scored_steps % REEXPLAIN_EVERY == 0 {
                     let recent = entry.scores.len().min(p.min_steps.max(1));
                     let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
-                    events.push(explain(
+                    let e = explain(
                         row.rank,
                         row.t,
                         Edge::Steady,
@@ -533,7 +584,8 @@ impl StragglerTracker {
                         [&self.sections, &self.wait_groups],
                         wait_in,
                         &mut self.scratch.0,
-                    ));
+                    );
+                    events.push(self.with_arrivals(e, recent));
                 }
                 continue;
             }
@@ -541,11 +593,9 @@ impl StragglerTracker {
                 entry.up = 0.0;
             }
             entry.down = 0.0;
-            let evidence = entry
-                .scores
-                .iter()
-                .skip(entry.scores.len() - evidence_len(entry, p));
-            events.push(explain(
+            let steps = evidence_len(entry, p);
+            let evidence = entry.scores.iter().skip(entry.scores.len() - steps);
+            let e = explain(
                 row.rank,
                 row.t,
                 edge,
@@ -553,7 +603,8 @@ impl StragglerTracker {
                 [&self.sections, &self.wait_groups],
                 wait_in,
                 &mut self.scratch.0,
-            ));
+            );
+            events.push(self.with_arrivals(e, steps));
         }
         if groups.len() > 1 {
             for e in &mut events[first_event..] {
@@ -561,13 +612,26 @@ impl StragglerTracker {
             }
         }
     }
+    /// `e` with how its rank arrived at the collectives of the groups it
+    /// names, over its latest `steps` scored steps.
+    fn with_arrivals(&mut self, mut e: StragglerEvent, steps: usize) -> StragglerEvent {
+        e.arrivals = self.arrivals.named(
+            e.rank,
+            steps,
+            &self.wait_groups,
+            e.groups.iter().map(|g| g.0.as_str()),
+            &mut self.scratch.0,
+        );
+        e
+    }
+
     /// Scores the rows `group` (indices into `rows`) against each other;
     /// appends the indices it scored to `scored`.
     fn score_group(
         &mut self,
         rows: &[Row],
         split: &[(f64, f64)],
-        deficits: &[[f64; MAX_WAIT_GROUPS]],
+        (deficits, arrived): (&[[f64; MAX_WAIT_GROUPS]], &[Option<ArrivalScore>]),
         group: &[usize],
         (step_ms, window): (f64, usize),
         scored: &mut Vec<usize>,
@@ -611,6 +675,8 @@ impl StragglerTracker {
             }
             entry.scores.push_back(score);
             entry.scored += 1;
+            let arrived = arrived.get(i).copied().flatten();
+            self.arrivals.record(row.rank, arrived, window);
             // The noise is each rank's scatter about its own recent level:
             // a straggler's steady excess is a level, not noise (in a job of
             // two or three ranks it would otherwise be most of the spread,
@@ -834,6 +900,7 @@ fn explain<'a>(
         step_ms,
         peers: Vec::new(),
         groups: waits::named_groups(evidence, wait_groups, scratch),
+        arrivals: Vec::new(),
     }
 }
 

@@ -628,10 +628,31 @@ fn collective_job(
                     wait_ms: wait - transfer(step) + 1.0,
                 });
             }
+            // Group 1's eight collectives, spread over the rank's own work;
+            // each ends when its last member arrives, plus the transfer.
+            let enters = |r: usize, k: u64| (own[r].0 + own[r].1) * (k + 1) as f64 / 8.0;
+            let collectives: Vec<CollectiveArrival> = (0..8u64)
+                .map(|k| {
+                    let ends = (0..4).map(|r| enters(r, k)).fold(0.0, f64::max) + 0.5;
+                    CollectiveArrival {
+                        group: "1".into(),
+                        seq: step * 8 + k + 1,
+                        op: "all_gather_into_tensor".into(),
+                        entered_ms: enters(rank as usize, k),
+                        left_ms: ends,
+                        wait_ms: ends - enters(rank as usize, k),
+                    }
+                })
+                .collect();
+            // Each rank's clock is `rank` ms ahead.
             let t = step as f64 * 0.1 + 0.001 * f64::from(rank);
             let duration = end + 1.0;
+            let comms = Comms {
+                waits: &waits,
+                collectives: &collectives,
+            };
             stragglers
-                .extend(tr.add_waited_step(4, rank, 0, step, t, duration, sections, &waits, &p));
+                .extend(tr.add_waited_step(4, rank, 0, step, t, duration, sections, comms, &p));
             links.extend(tr.take_link_events());
         }
     }
@@ -690,6 +711,15 @@ fn a_straggler_is_named_with_the_process_group_its_peers_wait_in_and_is_no_slow_
     // Its forward takes 24 ms longer; the others wait that much for it in "1".
     assert_eq!(group, "1");
     assert!((ms - 24.0).abs() < 3.0, "{e:?}");
+    // It arrived last at every one of group 1's collectives, later the
+    // further into its work (3 to 24 ms, 13.5 ms the median).
+    let [a] = e.arrivals.as_slice() else {
+        panic!("one group's arrivals: {e:?}")
+    };
+    assert_eq!(a.group, "1");
+    assert!(a.decided >= 8 && a.last == a.decided, "{a:?}");
+    assert_eq!(a.late_share, 1.0, "{a:?}");
+    assert!((a.late_ms - 13.5).abs() < 2.0, "{a:?}");
 }
 
 #[test]

@@ -18,9 +18,9 @@ use gpumon_common::engine::{AlertKind, EngineConfig, Severity, Subject};
 use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
 use gpumon_common::transition::{Command, CommandV1};
 use gpumon_proto::{
-    ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveWait, EventRecord, GpuInfo,
-    GpuWindow, GroupWait, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow,
-    PushBatch, PushBatchV2, RankInfo, StallRecord, StepRecord,
+    ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveArrival, CollectiveWait, EventRecord,
+    GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement,
+    ProcWindow, PushBatch, PushBatchV2, RankInfo, StallRecord, StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -91,6 +91,14 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
             waits: vec![GroupWait {
                 group: "1".into(),
                 calls: 3,
+                wait_ms: 9.5,
+            }],
+            collectives: vec![CollectiveArrival {
+                group: "1".into(),
+                seq: 3,
+                op: "all_reduce".into(),
+                entered_ms: 80.5,
+                left_ms: 90.0,
                 wait_ms: 9.5,
             }],
         }),
@@ -243,7 +251,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V10 {
+    let file = SnapshotFile::V11 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -334,6 +342,11 @@ fn every_supported_format_loads_with_what_it_holds() {
             .active_by_subject()
             .any(|(s, _)| *s == Subject::Host("node-a".into()));
         assert_eq!(host_alert, host_kept, "v{version}: the host's level");
+        assert_eq!(
+            a.engine.pending_arrivals("job-1"),
+            if version >= 11 { 1 } else { 0 },
+            "v{version}: the collectives rank 0 listed in its open step"
+        );
         let outside_kept = version >= 10;
         assert_eq!(
             a.engine.outside_of("job-1", 0).is_some(),
@@ -365,7 +378,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V10 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V11 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -401,7 +414,7 @@ fn unreadable_files_are_refused_naming_the_file() {
     let path = dir.path().join(SNAPSHOT_FILE);
     let whole = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
     let mut unknown_version = whole.clone();
-    unknown_version[0] = 10;
+    unknown_version[0] = 11;
     for (what, bytes) in [
         ("truncated", &whole[..whole.len() / 2]),
         ("unknown version", &unknown_version[..]),
@@ -424,7 +437,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v10."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v11."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -437,9 +450,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v10.", ".v11.");
+    let other_format = id.replace(".v11.", ".v12.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 11"), "{err}");
+    assert!(err.contains("format 12"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();
