@@ -141,9 +141,16 @@ def step_collectives(listed: Optional[List[list]]) -> List[List[Any]]:
     ``[group, number, op, entered_ms, left_ms, wait_ms]``, names cut to the
     label limit, times finite and left no earlier than entered."""
     rows = []
+    names: Dict[str, str] = {}
     for name, seq, op, entered, left, ms in (listed or [])[:MAX_STEP_COLLECTIVES]:
+        group = names.get(name)
+        if group is None:
+            group = names[name] = clip_name(name)
+        kind = names.get(op)
+        if kind is None:
+            kind = names[op] = clip_name(op)
         entered = _wait_ms(entered)
-        rows.append([clip_name(name), int(seq), clip_name(op), entered, max(entered, _wait_ms(left)), _wait_ms(ms)])
+        rows.append([group, seq, kind, entered, max(entered, _wait_ms(left)), _wait_ms(ms)])
     return rows
 
 
