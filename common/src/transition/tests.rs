@@ -656,3 +656,108 @@ fn a_job_the_engine_forgets_takes_its_named_snapshots_and_step_times_with_it() {
     }
     assert!(kept.hook.snapshots().job("silent").is_some());
 }
+
+#[test]
+fn collectives_listed_live_and_in_a_trace_name_the_same_late_rank_the_same_way() {
+    use gpumon_proto::{CollectiveArrival, GroupWait, StepRecord};
+    // Four ranks; from step 40 rank 2's work takes 130 ms instead of 100,
+    // and the others wait for it at each of group 1's four all-gathers.
+    let records = |step: u64| -> Vec<HookRecord> {
+        let work = |rank: u32| {
+            if rank == 2 && step >= 40 {
+                130.0
+            } else {
+                100.0
+            }
+        };
+        let enters = |rank: u32, k: u64| work(rank) * (k + 1) as f64 / 4.0;
+        (0..4u32)
+            .map(|rank| {
+                let collectives: Vec<CollectiveArrival> = (0..4u64)
+                    .map(|k| {
+                        let end = (0..4).map(|r| enters(r, k)).fold(0.0, f64::max) + 2.0;
+                        CollectiveArrival {
+                            group: "1".into(),
+                            seq: step * 4 + k + 1,
+                            op: "all_gather_into_tensor".into(),
+                            entered_ms: enters(rank, k),
+                            left_ms: end,
+                            wait_ms: end - enters(rank, k),
+                        }
+                    })
+                    .collect();
+                let wait: f64 = collectives.iter().map(|c| c.wait_ms).sum();
+                HookRecord::Step(StepRecord {
+                    t_ms: 10_000 + step * 150 + u64::from(rank),
+                    job: "fsdp".into(),
+                    rank,
+                    step,
+                    duration_ms: 150.0,
+                    sections: vec![("forward".into(), work(rank)), ("comm_wait".into(), wait)],
+                    group: None,
+                    waits: vec![GroupWait {
+                        group: "1".into(),
+                        calls: 4,
+                        wait_ms: wait,
+                    }],
+                    collectives,
+                })
+            })
+            .collect()
+    };
+    let mut live = fresh();
+    let mut trace = b"{\"gpumon_trace\": 1, \"source\": \"test\"}\n".to_vec();
+    for step in 1..=400u64 {
+        let hook = records(step);
+        for r in &hook {
+            let record =
+                crate::trace::from_window::hook_record(r).expect("a step has a trace form");
+            trace.extend(serde_json::to_vec(&record).unwrap());
+            trace.push(b'\n');
+        }
+        live.apply(
+            Command::V1(CommandV1::Push(PushBatch {
+                agent_id: "node-a".into(),
+                incarnation: 1,
+                seq: step,
+                node: "node-a".into(),
+                dropped_batches: 0,
+                windows: Vec::new(),
+                hook,
+                acks: Vec::new(),
+            })),
+            false,
+        );
+    }
+    let mut replayed = fresh();
+    let mut commands = TraceCommands::default();
+    let mut reader = crate::trace::TraceReader::new(std::io::Cursor::new(trace)).unwrap();
+    while let Some(record) = reader.next_ref().unwrap() {
+        if let Some(command) = commands.add(&record) {
+            replayed.apply(command, false);
+        }
+    }
+    if let Some(command) = commands.finish() {
+        replayed.apply(command, false);
+    }
+    let straggler = |r: &Replicated| -> Vec<String> {
+        r.engine
+            .alerts()
+            .filter(|a| a.kind == crate::engine::AlertKind::Straggler)
+            .map(|a| a.message.clone())
+            .collect()
+    };
+    let said = straggler(&live);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("rank 2 of fsdp"), "{}", said[0]);
+    assert!(
+        said[0].contains("it was that member in ") && said[0].contains("100 % of all the lateness"),
+        "{}",
+        said[0]
+    );
+    assert_eq!(
+        straggler(&replayed),
+        said,
+        "the trace decides as the pushes did"
+    );
+}
