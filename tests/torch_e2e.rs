@@ -24,7 +24,10 @@
 //! check the harness: every rank's sections reach the coordinator, and the
 //! slowdown shows in them (the slow rank's section longer than its peers',
 //! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
-//! Each test writes the ranks' own section medians to stderr.
+//! Each test writes the ranks' own section medians to stderr. The slow
+//! DDP data loader and optimizer, the slow FSDP rank and the pipeline's slow
+//! replica also run under `gpumon profile` (the engine in-process, read from
+//! its report when the job ends by itself).
 //!
 //! Without CUDA the hook has no device to report, and the job API lists a
 //! rank only with its device: the ranks report their resident memory on a
@@ -114,6 +117,87 @@ fn slowdown_shows(
     }
 }
 
+/// The training script's arguments for a `parallel` job whose rank
+/// `slow_rank` is slow in `section` from [`SLOW_AFTER_S`] on.
+fn slow_job_args(section: &str, instrument: &str, parallel: &str, slow_rank: u32) -> Vec<String> {
+    [
+        "--parallel",
+        parallel,
+        "--duration-s",
+        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+        "--slow-rank",
+        &slow_rank.to_string(),
+        "--slow-in",
+        section,
+        "--slow-after-s",
+        &SLOW_AFTER_S.to_string(),
+        "--instrument",
+        instrument,
+        // Two CPUs for four ranks blunt one extra pass of a pipeline stage's
+        // two layers: three make the slowdown plain.
+        "--slow-repeats",
+        if parallel == "pipeline" { "3" } else { "1" },
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// [`slow_rank_of_is_named`] under `gpumon profile`, with no gpumon call in
+/// the script: the engine in-process, read from the report the profile
+/// writes when the job ends by itself.
+async fn slow_rank_named_under_profile(test: &str, section: &str, parallel: &str, slow_rank: u32) {
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args = slow_job_args(section, "none", parallel, slow_rank);
+    let mut job = ProfileRun::start(
+        &format!("profile-{parallel}-slow-{section}"),
+        &python,
+        &args,
+    );
+    let start = job.slowdown_start().await;
+    let runs_for = Duration::from_secs(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs() + 120);
+    let (status, r) = job.wait_end(runs_for).await;
+    kill_processes_mentioning(&job.dir);
+    assert!(
+        status.success(),
+        "{test}: gpumon profile ended with {status}"
+    );
+    let stragglers = report_entries(&r, "alerts", "straggler");
+    let alert = stragglers
+        .iter()
+        .find(|a| a["rank"] == slow_rank && a["section"] == section)
+        .unwrap_or_else(|| {
+            panic!("{test}: no straggler alert naming rank {slow_rank} and {section} in the report: {stragglers:?}")
+        });
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    assert!(
+        (0.0..=ALERT_WITHIN.as_secs_f64()).contains(&after),
+        "{test}: named {after:.1} s after the slowdown: {alert}"
+    );
+    let others: Vec<&Value> = stragglers
+        .iter()
+        .filter(|a| a["rank"] != slow_rank)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "{test}: only rank {slow_rank} is named: {others:?}"
+    );
+    let stages = report_entries(&r, "alerts", "stage_imbalance");
+    assert!(
+        stages.is_empty(),
+        "{test}: one slow rank makes no stage heavy: {stages:?}"
+    );
+    report(&format!(
+        "{test}: alert {after:.1} s after the slowdown: {}\n{test}: {:.0} s",
+        alert["message"].as_str().unwrap_or("?"),
+        began.elapsed().as_secs_f64()
+    ));
+}
+
 /// The share of the lateness, %, in the first "..., SHARE % of all the
 /// lateness" of an alert's message.
 fn late_share(message: &str) -> Option<f64> {
@@ -151,27 +235,7 @@ async fn slow_rank_of_is_named(
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
     let name = format!("torch-{parallel}-slow-{section}-{instrument}");
-    let args: Vec<String> = [
-        "--parallel",
-        parallel,
-        "--duration-s",
-        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
-        "--slow-rank",
-        &slow_rank.to_string(),
-        "--slow-in",
-        section,
-        "--slow-after-s",
-        &SLOW_AFTER_S.to_string(),
-        "--instrument",
-        instrument,
-        // Two CPUs for four ranks blunt one extra pass of a pipeline stage's
-        // two layers: three make the slowdown plain.
-        "--slow-repeats",
-        if parallel == "pipeline" { "3" } else { "1" },
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = slow_job_args(section, instrument, parallel, slow_rank);
     let mut job = Job::start(&name, &python, &args).await;
     let start = job.slowdown_start().await;
     let deadline = start + ALERT_WITHIN.as_secs_f64();
@@ -299,6 +363,56 @@ async fn with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s()
         "none",
         "fsdp",
         SLOW_FSDP_RANK,
+    )
+    .await;
+}
+
+/// The FSDP case under `gpumon profile`.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s() {
+    slow_rank_named_under_profile(
+        "under_profile_with_no_gpumon_call_an_fsdp_rank_slow_in_forward_is_named_within_30_s",
+        "forward",
+        "fsdp",
+        SLOW_FSDP_RANK,
+    )
+    .await;
+}
+
+/// The pipeline's slow replica under `gpumon profile`.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_with_no_gpumon_call_a_slow_replica_of_a_pipeline_stage_is_named_within_30_s()
+{
+    slow_rank_named_under_profile(
+        "under_profile_with_no_gpumon_call_a_slow_replica_of_a_pipeline_stage_is_named_within_30_s",
+        "forward",
+        "pipeline",
+        SLOW_PIPELINE_RANK,
+    )
+    .await;
+}
+
+/// The slow data loader under `gpumon profile`.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_with_no_gpumon_call_a_rank_slow_in_its_data_loader_is_named_within_30_s() {
+    slow_rank_named_under_profile(
+        "under_profile_with_no_gpumon_call_a_rank_slow_in_its_data_loader_is_named_within_30_s",
+        "data",
+        "ddp",
+        SLOW_RANK,
+    )
+    .await;
+}
+
+/// The optimizer case under `gpumon profile`.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_with_no_gpumon_call_a_rank_slow_in_its_optimizer_step_is_named_within_30_s()
+{
+    slow_rank_named_under_profile(
+        "under_profile_with_no_gpumon_call_a_rank_slow_in_its_optimizer_step_is_named_within_30_s",
+        "optimizer",
+        "ddp",
+        SLOW_RANK,
     )
     .await;
 }
