@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::forecast::{project, ForecastParams, OomForecast};
-use super::trend::{fit, TrendScratch};
+use super::trend::{fit, upward_p, TrendScratch};
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -153,6 +153,11 @@ impl EarlyWatch {
             .min(points.len().saturating_sub(p.min_points));
         let (before, window) = points.split_at(split);
         if window.len() < p.min_points || before.is_empty() {
+            return None;
+        }
+        // Most seconds show no significant rise: Mann–Kendall alone (the
+        // fit's own p-value) rules them out without the pair slopes.
+        if upward_p(window, scratch)? > p.p_max {
             return None;
         }
         let trend = fit(window, 1.96, scratch)?;

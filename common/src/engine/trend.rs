@@ -95,17 +95,7 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
     }
     let pairs = scratch.slopes.len();
 
-    let var_s = mann_kendall_variance(points, &mut scratch.values);
-    let sd = var_s.sqrt();
-    let mk_z = if sd == 0.0 {
-        0.0
-    } else if s > 0 {
-        (s - 1) as f64 / sd
-    } else if s < 0 {
-        (s + 1) as f64 / sd
-    } else {
-        0.0
-    };
+    let (mk_z, sd) = mann_kendall_z(s, points, &mut scratch.values);
     let c = z_interval * sd;
     let lo_rank = ((pairs as f64 - c) / 2.0).floor().max(1.0) as usize;
     let hi_rank = ((pairs as f64 + c) / 2.0).ceil() as usize + 1;
@@ -137,6 +127,42 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
         n,
         span_s,
     })
+}
+
+/// The one-sided p-value of an upward trend that [`fit`] would give the
+/// same points (`Trend::p_up`, bit for bit), without the pair slopes and
+/// their selection: a caller that needs a significant rise can rule a
+/// series out for a fraction of a fit. `None` where `fit` has no trend
+/// for want of points or time spread (it may have none for other reasons).
+pub fn upward_p(points: &[(f64, f64)], scratch: &mut TrendScratch) -> Option<f64> {
+    let n = points.len();
+    if n < 3 || points[n - 1].0 - points[0].0 <= 0.0 {
+        return None;
+    }
+    let mut s: i64 = 0;
+    for (i, &(_, yi)) in points.iter().enumerate() {
+        for &(_, yj) in &points[i + 1..] {
+            s += sign(yj - yi);
+        }
+    }
+    let (mk_z, _) = mann_kendall_z(s, points, &mut scratch.values);
+    Some(normal_upper_tail(mk_z))
+}
+
+/// Mann–Kendall's normal score of `S` (continuity-corrected) and the
+/// standard deviation of `S`.
+fn mann_kendall_z(s: i64, points: &[(f64, f64)], values: &mut Vec<f64>) -> (f64, f64) {
+    let sd = mann_kendall_variance(points, values).sqrt();
+    let z = if sd == 0.0 {
+        0.0
+    } else if s > 0 {
+        (s - 1) as f64 / sd
+    } else if s < 0 {
+        (s + 1) as f64 / sd
+    } else {
+        0.0
+    };
+    (z, sd)
 }
 
 fn sign(d: f64) -> i64 {
@@ -292,6 +318,26 @@ mod tests {
         for v in values {
             assert_eq!(from_order_key(order_key(v)).to_bits(), v.to_bits());
         }
+    }
+
+    #[test]
+    fn upward_p_is_the_fits_p_up() {
+        let mut scratch = TrendScratch::default();
+        for pts in [
+            series(20, |t| 100.0 + 2.0 * t),
+            series(15, |t| 1000.0 - t),
+            series(30, |t| t + 40.0 * ((t * 7.3).sin())),
+            series(12, |t| (t / 30.0).floor()),
+            series(20, |_| 5.0),
+        ] {
+            let p = upward_p(&pts, &mut scratch).unwrap();
+            assert_eq!(
+                p.to_bits(),
+                fit(&pts, 1.96, &mut scratch).unwrap().p_up.to_bits()
+            );
+        }
+        assert!(upward_p(&[(0.0, 1.0), (1.0, 2.0)], &mut scratch).is_none());
+        assert!(upward_p(&[(1.0, 1.0); 5], &mut scratch).is_none());
     }
 
     #[test]
