@@ -49,7 +49,7 @@ use crate::shared::Shared;
 use classes::peer_groups;
 use gpumon_proto::{GroupWait, P2P_WAITS};
 use links::{LinkEvent, LinkStep, LinkTracker};
-use roles::WaitIn;
+use roles::{WaitIn, WaitInCache};
 use row_index::RowIndex;
 use stages::{StageEvent, StageStep, StageTracker};
 pub use waits::MAX_WAIT_GROUPS;
@@ -276,6 +276,8 @@ pub struct StragglerTracker {
     scratch: Scratch,
     #[serde(skip)]
     index: RowIndex,
+    #[serde(skip)]
+    wait_in: WaitInCache,
     /// Stage events of the latest step record, until taken.
     #[serde(skip)]
     stage_events: Vec<StageEvent>,
@@ -426,8 +428,8 @@ impl StragglerTracker {
         Some(self.sections.len() - 1)
     }
 
-    fn wait_in(&self) -> WaitIn {
-        WaitIn::of(self.sections.iter().map(String::as_str))
+    fn wait_in(&mut self) -> WaitIn {
+        self.wait_in.get(&self.sections)
     }
 
     fn score(&mut self, rows: Vec<Row>, p: &StragglerParams, events: &mut Vec<StragglerEvent>) {
