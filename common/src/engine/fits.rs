@@ -3,7 +3,7 @@
 
 use super::envelope::EnvelopePoint;
 use super::regime::RegimeSeries;
-use super::trend::{fit, upward_p, Trend};
+use super::trend::{fit_rising, Trend};
 use super::{EngineConfig, Scratch};
 
 /// Fits one coordinate of a regime's points; `None` when it is flat or short.
@@ -13,23 +13,12 @@ pub(super) fn fit_series(
     cfg: &EngineConfig,
     scratch: &mut Scratch,
 ) -> Option<Trend> {
-    if regime.len() < 3 {
-        return None;
-    }
-    scratch.points.clear();
-    scratch
-        .points
-        .extend(regime.points().map(|p| (p.t, value(p))));
-    let first = scratch.points[0].1;
-    if scratch.points.iter().all(|p| p.1 == first) {
-        return None;
-    }
-    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+    fit_series_rising(regime, value, f64::INFINITY, cfg, scratch)
 }
 
 /// [`fit_series`] for a caller that uses the trend only when it rises with
-/// a one-sided p-value at most `p_max`: `None` without the pair slopes
-/// when Mann–Kendall alone (the fit's own `p_up`) says it does not.
+/// a one-sided p-value at most `p_max` ([`fit_rising`]: `None` without the
+/// pair slopes when it does not).
 pub(super) fn fit_series_rising(
     regime: &RegimeSeries,
     value: impl Fn(&EnvelopePoint) -> f64,
@@ -44,8 +33,9 @@ pub(super) fn fit_series_rising(
     scratch
         .points
         .extend(regime.points().map(|p| (p.t, value(p))));
-    if upward_p(&scratch.points, &mut scratch.trend)? > p_max {
+    let first = scratch.points[0].1;
+    if scratch.points.iter().all(|p| p.1 == first) {
         return None;
     }
-    fit_series(regime, value, cfg, scratch)
+    fit_rising(&scratch.points, cfg.z_interval, p_max, &mut scratch.trend)
 }
