@@ -116,8 +116,21 @@ impl AlertBook {
         id
     }
 
+    /// Whether any episode of this kind is active: one ordered-map step,
+    /// no allocation (the least subject, `Rank("", 0)`, owns no string), so
+    /// the detectors can pass over subjects with nothing to close.
+    pub fn any_active(&self, kind: AlertKind) -> bool {
+        self.active
+            .range((kind, Subject::Rank(String::new(), 0))..)
+            .next()
+            .is_some_and(|((k, _), _)| *k == kind)
+    }
+
     /// Updates the active episode for this kind and subject, if any.
     pub fn update(&mut self, kind: AlertKind, subject: &Subject, f: impl FnOnce(&mut Alert)) {
+        if !self.any_active(kind) {
+            return;
+        }
         if let Some(&id) = self.active.get(&(kind, subject.clone())) {
             if let Some(a) = self.get_mut(id) {
                 f(a);
@@ -127,6 +140,9 @@ impl AlertBook {
 
     /// Closes the active episode for this kind and subject, if any.
     pub fn resolve(&mut self, kind: AlertKind, subject: &Subject, t: f64) -> bool {
+        if !self.any_active(kind) {
+            return false;
+        }
         let Some(id) = self.active.remove(&(kind, subject.clone())) else {
             return false;
         };
@@ -146,7 +162,7 @@ impl AlertBook {
 
     /// Whether an episode of this kind is active for `subject`.
     pub fn is_active(&self, kind: AlertKind, subject: &Subject) -> bool {
-        self.active.contains_key(&(kind, subject.clone()))
+        self.any_active(kind) && self.active.contains_key(&(kind, subject.clone()))
     }
 
     /// Episodes in firing order.

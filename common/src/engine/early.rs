@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::forecast::{project, ForecastParams, OomForecast};
-use super::trend::{fit, TrendScratch};
+use super::trend::{fit, fit_rising, TrendScratch};
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -155,7 +155,9 @@ impl EarlyWatch {
         if window.len() < p.min_points || before.is_empty() {
             return None;
         }
-        let trend = fit(window, 1.96, scratch)?;
+        // Most seconds show no significant rise: Mann–Kendall alone rules
+        // them out without the pair slopes.
+        let trend = fit_rising(window, 1.96, p.p_max, scratch)?;
         let real = trend.p_up <= p.p_max && trend.slope > 0.0 && trend.slope_low > 0.0;
         if !real {
             return None;

@@ -3,13 +3,26 @@
 
 use super::envelope::EnvelopePoint;
 use super::regime::RegimeSeries;
-use super::trend::{fit, Trend};
+use super::trend::{fit_rising, Trend};
 use super::{EngineConfig, Scratch};
 
 /// Fits one coordinate of a regime's points; `None` when it is flat or short.
 pub(super) fn fit_series(
     regime: &RegimeSeries,
     value: impl Fn(&EnvelopePoint) -> f64,
+    cfg: &EngineConfig,
+    scratch: &mut Scratch,
+) -> Option<Trend> {
+    fit_series_rising(regime, value, f64::INFINITY, cfg, scratch)
+}
+
+/// [`fit_series`] for a caller that uses the trend only when it rises with
+/// a one-sided p-value at most `p_max` ([`fit_rising`]: `None` without the
+/// pair slopes when it does not).
+pub(super) fn fit_series_rising(
+    regime: &RegimeSeries,
+    value: impl Fn(&EnvelopePoint) -> f64,
+    p_max: f64,
     cfg: &EngineConfig,
     scratch: &mut Scratch,
 ) -> Option<Trend> {
@@ -24,5 +37,5 @@ pub(super) fn fit_series(
     if scratch.points.iter().all(|p| p.1 == first) {
         return None;
     }
-    fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+    fit_rising(&scratch.points, cfg.z_interval, p_max, &mut scratch.trend)
 }

@@ -3,7 +3,7 @@
 
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::envelope::EnvelopePoint;
-use super::fits::fit_series;
+use super::fits::{fit_series, fit_series_rising};
 use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
@@ -178,7 +178,7 @@ impl Engine {
         let sole_rank = sole_rank(track);
         let nvml_leak = match (&sole_rank, peaks) {
             (Some(_), Some(p)) if p.slope > 0.0 => {
-                fit_series(&track.regime, |p| p.trough, &cfg, scratch)
+                fit_series_rising(&track.regime, |p| p.trough, cfg.leak.p_max, &cfg, scratch)
                     .and_then(|troughs| leak_rate(&p, &troughs, capacity, &cfg.leak))
             }
             _ => None,

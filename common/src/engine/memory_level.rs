@@ -113,6 +113,10 @@ impl Engine {
         let params = &self.cfg.memory_levels;
         let pct = 100.0 * used_high as f64 / total as f64;
         let level = params.level(pct);
+        // Below every level there is only closing to do.
+        if level.is_none() && !self.alerts.any_active(AlertKind::MemoryLevel) {
+            return;
+        }
         let clears = params.clears(pct);
         let subjects = oom_subjects(track, node, gpu);
         // Raised on the GPU before its ranks were known: theirs now.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::alerts::{AlertKind, Severity, Subject};
-use super::fits::fit_series;
+use super::fits::{fit_series, fit_series_rising};
 use super::fragmentation::{is_fragmenting, AllocatorView};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
@@ -346,20 +346,31 @@ impl Engine {
             .push_back((reserved.t, reserved.peak - allocated.peak));
         let scratch = &mut self.scratch;
         let alloc_peaks = fit_series(&track.allocated, |p| p.peak, &cfg, scratch);
-        let reserved_peaks = fit_series(&track.reserved, |p| p.peak, &cfg, scratch);
+        // Fragmentation reads the reserved trend only when it rises that surely.
+        let reserved_peaks = fit_series_rising(
+            &track.reserved,
+            |p| p.peak,
+            cfg.fragmentation.p_max,
+            &cfg,
+            scratch,
+        );
 
         // Fits cost O(n^2): the troughs and the gap are fitted only when the
         // cheaper evidence already points that way.
         let leak = match alloc_peaks {
-            Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => {
-                fit_series(&track.allocated, |p| p.trough, &cfg, scratch)
-                    .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
-                    .filter(|&rate| {
-                        r.leak.is_on()
-                            || (still_rising(&track.allocated, rate, &cfg, scratch)
-                                && makes_new_highs(&track.peak_history, rate, cfg.leak.min_points))
-                    })
-            }
+            Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => fit_series_rising(
+                &track.allocated,
+                |p| p.trough,
+                cfg.leak.p_max,
+                &cfg,
+                scratch,
+            )
+            .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
+            .filter(|&rate| {
+                r.leak.is_on()
+                    || (still_rising(&track.allocated, rate, &cfg, scratch)
+                        && makes_new_highs(&track.peak_history, rate, cfg.leak.min_points))
+            }),
             _ => None,
         };
         let reserved_growing =

@@ -71,6 +71,19 @@ fn from_order_key(key: i64) -> f64 {
 /// normal quantile of the slope interval (1.96 for 95 %). `None` with fewer
 /// than three points or no time spread.
 pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -> Option<Trend> {
+    fit_rising(points, z_interval, f64::INFINITY, scratch)
+}
+
+/// [`fit`] for a caller that uses the trend only when it rises with a
+/// one-sided p-value at most `p_max`: otherwise `None`, decided by
+/// Mann–Kendall alone (the fit's own `p_up`, computed first) before the
+/// pair slopes and their selection, most of a fit's cost.
+pub fn fit_rising(
+    points: &[(f64, f64)],
+    z_interval: f64,
+    p_max: f64,
+    scratch: &mut TrendScratch,
+) -> Option<Trend> {
     let n = points.len();
     if n < 3 {
         return None;
@@ -79,11 +92,20 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
     if span_s <= 0.0 {
         return None;
     }
-    scratch.slopes.clear();
     let mut s: i64 = 0;
+    for (i, &(_, yi)) in points.iter().enumerate() {
+        for &(_, yj) in &points[i + 1..] {
+            s += sign(yj - yi);
+        }
+    }
+    let (mk_z, sd) = mann_kendall_z(s, points, &mut scratch.values);
+    let p_up = normal_upper_tail(mk_z);
+    if p_up > p_max {
+        return None;
+    }
+    scratch.slopes.clear();
     for (i, &(ti, yi)) in points.iter().enumerate() {
         for &(tj, yj) in &points[i + 1..] {
-            s += sign(yj - yi);
             let dt = tj - ti;
             if dt > 0.0 {
                 scratch.slopes.push(order_key((yj - yi) / dt));
@@ -95,17 +117,6 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
     }
     let pairs = scratch.slopes.len();
 
-    let var_s = mann_kendall_variance(points, &mut scratch.values);
-    let sd = var_s.sqrt();
-    let mk_z = if sd == 0.0 {
-        0.0
-    } else if s > 0 {
-        (s - 1) as f64 / sd
-    } else if s < 0 {
-        (s + 1) as f64 / sd
-    } else {
-        0.0
-    };
     let c = z_interval * sd;
     let lo_rank = ((pairs as f64 - c) / 2.0).floor().max(1.0) as usize;
     let hi_rank = ((pairs as f64 + c) / 2.0).ceil() as usize + 1;
@@ -132,11 +143,27 @@ pub fn fit(points: &[(f64, f64)], z_interval: f64, scratch: &mut TrendScratch) -
         level,
         t_ref,
         mk_z,
-        p_up: normal_upper_tail(mk_z),
+        p_up,
         max_residual,
         n,
         span_s,
     })
+}
+
+/// Mann–Kendall's normal score of `S` (continuity-corrected) and the
+/// standard deviation of `S`.
+fn mann_kendall_z(s: i64, points: &[(f64, f64)], values: &mut Vec<f64>) -> (f64, f64) {
+    let sd = mann_kendall_variance(points, values).sqrt();
+    let z = if sd == 0.0 {
+        0.0
+    } else if s > 0 {
+        (s - 1) as f64 / sd
+    } else if s < 0 {
+        (s + 1) as f64 / sd
+    } else {
+        0.0
+    };
+    (z, sd)
 }
 
 fn sign(d: f64) -> i64 {
@@ -292,6 +319,25 @@ mod tests {
         for v in values {
             assert_eq!(from_order_key(order_key(v)).to_bits(), v.to_bits());
         }
+    }
+
+    #[test]
+    fn fit_rising_is_the_fit_or_none_above_p_max() {
+        let mut scratch = TrendScratch::default();
+        for pts in [
+            series(20, |t| 100.0 + 2.0 * t),
+            series(15, |t| 1000.0 - t),
+            series(30, |t| t + 40.0 * ((t * 7.3).sin())),
+            series(12, |t| (t / 30.0).floor()),
+            series(20, |_| 5.0),
+        ] {
+            let whole = fit(&pts, 1.96, &mut scratch).unwrap();
+            for p_max in [0.0, 0.001, 0.5, 1.0] {
+                let rising = fit_rising(&pts, 1.96, p_max, &mut scratch);
+                assert_eq!(rising, (whole.p_up <= p_max).then_some(whole));
+            }
+        }
+        assert!(fit_rising(&[(1.0, 1.0); 5], 1.96, 1.0, &mut scratch).is_none());
     }
 
     #[test]

@@ -51,7 +51,7 @@ use arrivals::{ArrivalBook, ArrivalScore, GroupArrivals};
 use classes::peer_groups;
 use gpumon_proto::{CollectiveArrival, GroupWait, P2P_WAITS};
 use links::{LinkEvent, LinkStep, LinkTracker};
-use roles::WaitIn;
+use roles::{WaitIn, WaitInCache};
 use row_index::RowIndex;
 use stages::{StageEvent, StageStep, StageTracker};
 pub use waits::MAX_WAIT_GROUPS;
@@ -294,6 +294,8 @@ pub struct StragglerTracker {
     scratch: Scratch,
     #[serde(skip)]
     index: RowIndex,
+    #[serde(skip)]
+    wait_in: WaitInCache,
     /// Stage events of the latest step record, until taken.
     #[serde(skip)]
     stage_events: Vec<StageEvent>,
@@ -464,8 +466,8 @@ impl StragglerTracker {
         Some(self.sections.len() - 1)
     }
 
-    fn wait_in(&self) -> WaitIn {
-        WaitIn::of(self.sections.iter().map(String::as_str))
+    fn wait_in(&mut self) -> WaitIn {
+        self.wait_in.get(&self.sections)
     }
 
     fn score(

@@ -98,6 +98,33 @@ impl WaitIn {
     }
 }
 
+/// [`WaitIn::of`] a tracker's section names, remembered while their count
+/// stays the same (names are only ever appended), so a scored step does not
+/// fold every name again. Not state: it is not serialized and compares
+/// equal to any other.
+#[derive(Debug, Clone, Default)]
+pub struct WaitInCache(Option<(usize, WaitIn)>);
+
+impl WaitInCache {
+    /// Where the steps of a job with these sections carry the wait.
+    pub fn get(&mut self, names: &[String]) -> WaitIn {
+        match self.0 {
+            Some((n, wait_in)) if n == names.len() => wait_in,
+            _ => {
+                let wait_in = WaitIn::of(names.iter().map(String::as_str));
+                self.0 = Some((names.len(), wait_in));
+                wait_in
+            }
+        }
+    }
+}
+
+impl PartialEq for WaitInCache {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
