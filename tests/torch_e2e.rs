@@ -25,9 +25,10 @@
 //! slowdown shows in them (the slow rank's section longer than its peers',
 //! its `backward` shorter, as its peers wait for it in DDP's all-reduce).
 //! Each test writes the ranks' own section medians to stderr. The slow
-//! DDP data loader and optimizer, the slow FSDP rank and the pipeline's slow
-//! replica also run under `gpumon profile` (the engine in-process, read from
-//! its report when the job ends by itself).
+//! DDP data loader and optimizer, the slow FSDP rank, the pipeline's slow
+//! replica and heavier stage, and the three healthy jobs also run under
+//! `gpumon profile` (the engine in-process, read from its report when the
+//! job ends by itself).
 //!
 //! Without CUDA the hook has no device to report, and the job API lists a
 //! rank only with its device: the ranks report their resident memory on a
@@ -153,19 +154,8 @@ async fn slow_rank_named_under_profile(test: &str, section: &str, parallel: &str
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
     let args = slow_job_args(section, "none", parallel, slow_rank);
-    let mut job = ProfileRun::start(
-        &format!("profile-{parallel}-slow-{section}"),
-        &python,
-        &args,
-    );
-    let start = job.slowdown_start().await;
-    let runs_for = Duration::from_secs(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs() + 120);
-    let (status, r) = job.wait_end(runs_for).await;
-    kill_processes_mentioning(&job.dir);
-    assert!(
-        status.success(),
-        "{test}: gpumon profile ended with {status}"
-    );
+    let name = format!("profile-{parallel}-slow-{section}");
+    let (start, r) = profile_slowed_job(test, &name, &python, &args).await;
     let stragglers = report_entries(&r, "alerts", "straggler");
     let alert = stragglers
         .iter()
@@ -196,6 +186,27 @@ async fn slow_rank_named_under_profile(test: &str, section: &str, parallel: &str
         alert["message"].as_str().unwrap_or("?"),
         began.elapsed().as_secs_f64()
     ));
+}
+
+/// Runs the job `name` (the script's `args`, slowed part-way) under
+/// `gpumon profile` until it ends by itself; when it slowed down (Unix s)
+/// and the profile's report.
+async fn profile_slowed_job(
+    test: &str,
+    name: &str,
+    python: &std::path::Path,
+    args: &[String],
+) -> (f64, Value) {
+    let mut job = ProfileRun::start(name, python, args);
+    let start = job.slowdown_start().await;
+    let runs_for = Duration::from_secs(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs() + 120);
+    let (status, r) = job.wait_end(runs_for).await;
+    kill_processes_mentioning(&job.dir);
+    assert!(
+        status.success(),
+        "{test}: gpumon profile ended with {status}"
+    );
+    (start, r)
 }
 
 /// The share of the lateness, %, in the first "..., SHARE % of all the
@@ -521,6 +532,63 @@ async fn with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a
     );
 }
 
+/// The heavier stage under `gpumon profile`: a `stage_imbalance` naming
+/// stage 1 within 30 s in the report, and no straggler.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a_straggler(
+) {
+    let test = "under_profile_with_no_gpumon_call_a_heavier_pipeline_stage_is_a_stage_imbalance_not_a_straggler";
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args: Vec<String> = [
+        "--parallel",
+        "pipeline",
+        "--duration-s",
+        &(SLOW_AFTER_S + 2 * ALERT_WITHIN.as_secs()).to_string(),
+        "--slow-rank",
+        &HEAVY_STAGE.to_string(),
+        "--slow-in",
+        "stage",
+        "--slow-repeats",
+        "6",
+        "--slow-after-s",
+        &SLOW_AFTER_S.to_string(),
+        "--instrument",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (start, r) = profile_slowed_job(test, "profile-pipeline-heavy-stage", &python, &args).await;
+    let stages = report_entries(&r, "alerts", "stage_imbalance");
+    let alert = stages
+        .iter()
+        .find(|a| a["rank"] == HEAVY_STAGE)
+        .unwrap_or_else(|| {
+            panic!("{test}: no stage_imbalance naming stage 1 in the report: {stages:?}")
+        });
+    let after = alert["t"].as_f64().unwrap_or(f64::NAN) - start;
+    let message = alert["message"].as_str().unwrap_or("");
+    report(&format!(
+        "{test}: alert {after:.1} s after stage 1 grew heavier: {message}\n{test}: {:.0} s",
+        began.elapsed().as_secs_f64()
+    ));
+    assert!(
+        (0.0..=ALERT_WITHIN.as_secs_f64()).contains(&after),
+        "{test}: named {after:.1} s after the stage grew heavier: {alert}"
+    );
+    assert!(message.contains("ranks 2, 3"), "{message}");
+    let stragglers = report_entries(&r, "alerts", "straggler");
+    assert!(
+        stragglers.is_empty(),
+        "{test}: a heavy stage is no straggler: {}",
+        alert_lines(&stragglers)
+    );
+}
+
 /// The same pipeline with stage 0's gradient all-reduce slowed 20 s in:
 /// each call takes 10 ms longer on both its ranks, inside the collective
 /// (what a slower link looks like to them; their own work is unchanged).
@@ -594,6 +662,83 @@ async fn an_fsdp_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() 
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_a_pipeline_job_with_no_slow_rank_trains_120_s_without_a_straggler_or_stage_alert(
+) {
+    clean_profile_has_no_alert(
+        "under_profile_a_pipeline_job_with_no_slow_rank_trains_120_s_without_a_straggler_or_stage_alert",
+        "pipeline",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
+    clean_profile_has_no_alert(
+        "under_profile_a_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert",
+        "ddp",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_profile_an_fsdp_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert() {
+    clean_profile_has_no_alert(
+        "under_profile_an_fsdp_job_with_no_slow_rank_trains_120_s_without_a_straggler_alert",
+        "fsdp",
+    )
+    .await;
+}
+
+/// [`clean_run_has_no_alert`] under `gpumon profile`, read from the report
+/// the profile writes when the job ends by itself: every rank stepped at
+/// least 100 times with its sections timed, and no straggler or stage alert.
+async fn clean_profile_has_no_alert(test: &str, parallel: &str) {
+    let Some(python) = torch_python(test) else {
+        return;
+    };
+    let _alone = ONE_JOB_AT_A_TIME.lock().await;
+    let began = Instant::now();
+    let args = clean_job_args(parallel);
+    let mut job = ProfileRun::start(&format!("profile-{parallel}-clean"), &python, &args);
+    let (status, r) = job
+        .wait_end(START_WITHIN + Duration::from_secs(CLEAN_RUN_S + 60))
+        .await;
+    kill_processes_mentioning(&job.dir);
+    assert!(
+        status.success(),
+        "{test}: gpumon profile ended with {status}"
+    );
+    let ranks = r["ranks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        ranks.len(),
+        4,
+        "{test}: four ranks in the report: {ranks:?}"
+    );
+    for rank in &ranks {
+        let steps = rank["steps"].as_u64().unwrap_or(0);
+        let sections = rank["sections"].as_object().map_or(0, |s| s.len());
+        assert!(
+            steps >= 100 && sections > 0,
+            "{test}: rank {} reported {steps} steps and {sections} sections",
+            rank["rank"]
+        );
+    }
+    let mut alerts = report_entries(&r, "alerts", "straggler");
+    alerts.extend(report_entries(&r, "alerts", "stage_imbalance"));
+    report(&format!(
+        "{test}: {} ranks, {} alerts\n{test}: {:.0} s",
+        ranks.len(),
+        alerts.len(),
+        began.elapsed().as_secs_f64()
+    ));
+    assert!(
+        alerts.is_empty(),
+        "{test}: no rank is slow, yet: {}",
+        alert_lines(&alerts)
+    );
+}
+
 /// A `parallel` job with no slow rank and no gpumon timing call trains
 /// [`CLEAN_RUN_S`] with no straggler alert.
 async fn clean_run_has_no_alert(test: &str, parallel: &str) {
@@ -602,18 +747,7 @@ async fn clean_run_has_no_alert(test: &str, parallel: &str) {
     };
     let _alone = ONE_JOB_AT_A_TIME.lock().await;
     let began = Instant::now();
-    // No gpumon timing call: the automatic anatomy must not see a straggler either.
-    let args: Vec<String> = [
-        "--parallel",
-        parallel,
-        "--duration-s",
-        &CLEAN_RUN_S.to_string(),
-        "--instrument",
-        "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = clean_job_args(parallel);
     let mut job = Job::start(&format!("torch-{parallel}-clean"), &python, &args).await;
     let status = job
         .wait_end(START_WITHIN + Duration::from_secs(CLEAN_RUN_S + 60))
@@ -638,4 +772,21 @@ async fn clean_run_has_no_alert(test: &str, parallel: &str) {
         alert_lines(&alerts),
         show(&times)
     );
+}
+
+/// The training script's arguments for a `parallel` job with no slow rank
+/// that trains [`CLEAN_RUN_S`], with no gpumon timing call: the automatic
+/// anatomy must not see a straggler either.
+fn clean_job_args(parallel: &str) -> Vec<String> {
+    [
+        "--parallel",
+        parallel,
+        "--duration-s",
+        &CLEAN_RUN_S.to_string(),
+        "--instrument",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
