@@ -1,7 +1,8 @@
-//! Replay throughput, records per second on one core, gzip decoding
-//! included: the whole `gpumon replay` pipeline (reader, records turned into
-//! pushes, the replicas' transition with the cluster view, every detector)
-//! over public-corpus traces held in memory.
+//! Replay throughput, records per second, gzip decoding included: the
+//! whole `gpumon replay` pipeline (reader, records turned into pushes on
+//! one thread; the replicas' transition with the cluster view and every
+//! detector on another) over public-corpus traces held in memory, on
+//! mimalloc as the `gpumon` binary runs.
 //!
 //! `cargo bench -p gpumon-common --bench replay`
 //!
@@ -16,6 +17,9 @@ use gpumon_common::engine::EngineConfig;
 use gpumon_common::replay;
 
 mod support;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn replay_once(gz: &[u8]) -> usize {
     let mut reader = support::reader(gz);

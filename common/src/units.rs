@@ -9,13 +9,26 @@ pub const GIB: u64 = 1 << 30;
 
 /// Formats bytes with a binary unit and one decimal: `1.5 GiB`, `512 B`.
 pub fn fmt_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)];
-    for (name, size) in UNITS {
-        if bytes >= size {
-            return format!("{:.1} {name}", bytes as f64 / size as f64);
+    Bytes(bytes).to_string()
+}
+
+/// Bytes shown as [`fmt_bytes`] shows them, written straight into a
+/// message (no string of their own).
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes(pub u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [(&str, u64); 4] =
+            [("TiB", 1 << 40), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)];
+        let bytes = self.0;
+        for (name, size) in UNITS {
+            if bytes >= size {
+                return write!(f, "{:.1} {name}", bytes as f64 / size as f64);
+            }
         }
+        write!(f, "{bytes} B")
     }
-    format!("{bytes} B")
 }
 
 /// Formats a duration in milliseconds as `1h02m`, `3m05s`, `4.2s` or `350ms`.

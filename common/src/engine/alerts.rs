@@ -126,6 +126,24 @@ impl AlertBook {
             .is_some_and(|((k, _), _)| *k == kind)
     }
 
+    /// Whether any episode of this kind about a GPU is active: one
+    /// ordered-map step, no allocation, like [`AlertBook::any_active`].
+    pub fn any_active_about_a_gpu(&self, kind: AlertKind) -> bool {
+        self.active
+            .range((kind, Subject::Gpu(String::new(), 0))..)
+            .next()
+            .is_some_and(|((k, s), _)| *k == kind && matches!(s, Subject::Gpu(..)))
+    }
+
+    /// The active episode of this kind and subject, to refresh in place: a
+    /// detector that would raise it again with new figures need not build
+    /// the whole alert anew. The key is taken whole so that looking up
+    /// copies no subject.
+    pub fn active_mut(&mut self, key: &(AlertKind, Subject)) -> Option<&mut Alert> {
+        let id = *self.active.get(key)?;
+        self.get_mut(id)
+    }
+
     /// Updates the active episode for this kind and subject, if any.
     pub fn update(&mut self, kind: AlertKind, subject: &Subject, f: impl FnOnce(&mut Alert)) {
         if !self.any_active(kind) {

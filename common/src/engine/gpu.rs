@@ -3,7 +3,7 @@
 
 use super::alerts::{Alert, AlertKind, Severity, Subject};
 use super::envelope::EnvelopePoint;
-use super::fits::{fit_series, fit_series_rising};
+use super::fits::{fit_series_rising, fit_series_sloping_up};
 use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
@@ -152,7 +152,8 @@ impl Engine {
             return;
         }
         let scratch = &mut self.scratch;
-        let peaks = fit_series(&track.regime, |p| p.peak, &cfg, scratch);
+        // Growth, the forecast and the NVML leak all need a rising slope.
+        let peaks = fit_series_sloping_up(&track.regime, |p| p.peak, &cfg, scratch);
         track.growing = peaks.is_some_and(|t| {
             t.p_up <= GROWING_P && t.slope > 0.0 && t.slope * t.span_s >= 0.005 * capacity
         });

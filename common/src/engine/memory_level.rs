@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::alerts::{AlertKind, Severity, Subject};
 use super::gpu::oom_subjects;
 use super::Engine;
-use crate::units::fmt_bytes;
+use crate::units::Bytes;
 
 /// The levels, in percent of a GPU's capacity (or of a host's RAM).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,32 +120,72 @@ impl Engine {
         let clears = params.clears(pct);
         let subjects = oom_subjects(track, node, gpu);
         // Raised on the GPU before its ranks were known: theirs now.
-        let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
-        if !subjects.contains(&gpu_subject) {
+        if !track.ranks.is_empty() && self.alerts.any_active_about_a_gpu(AlertKind::MemoryLevel) {
+            let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
             self.alerts.resolve(AlertKind::MemoryLevel, &gpu_subject, t);
         }
-        for subject in &subjects {
+        for subject in subjects {
             match level {
                 Some(severity) => {
+                    let (name, at) = params.named(severity);
+                    let key = (AlertKind::MemoryLevel, subject);
+                    // Held at the same level: the same alert with today's
+                    // figures, rewritten where it stands (what raising it
+                    // again would leave, without building it anew).
+                    if let Some(open) = self.alerts.active_mut(&key).filter(|a| {
+                        a.severity == severity
+                            && a.node.as_deref() == Some(node)
+                            && a.gpu == Some(gpu)
+                    }) {
+                        open.updated_t = t;
+                        open.message.clear();
+                        write_level_message(
+                            &mut open.message,
+                            (node, gpu),
+                            pct,
+                            (used_high, total),
+                            (name, at),
+                        );
+                        continue;
+                    }
+                    let subject = key.1;
                     let mut alert = subject.alert(AlertKind::MemoryLevel, t, severity);
                     alert.node = Some(node.to_owned());
                     alert.gpu = Some(gpu);
-                    let (name, at) = params.named(severity);
-                    alert.message = format!(
-                        "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
-                        fmt_bytes(total),
-                        fmt_bytes(used_high),
+                    write_level_message(
+                        &mut alert.message,
+                        (node, gpu),
+                        pct,
+                        (used_high, total),
+                        (name, at),
                     );
                     alert.recommendation = Some(level_advice(severity).to_owned());
-                    self.alerts.raise(subject.clone(), alert);
+                    self.alerts.raise(subject, alert);
                 }
                 None if clears => {
-                    self.alerts.resolve(AlertKind::MemoryLevel, subject, t);
+                    self.alerts.resolve(AlertKind::MemoryLevel, &subject, t);
                 }
                 None => {}
             }
         }
     }
+}
+
+/// The message of a GPU's level alert, written into `out`.
+fn write_level_message(
+    out: &mut String,
+    (node, gpu): (&str, u32),
+    pct: f64,
+    (used_high, total): (u64, u64),
+    (name, at): (&str, f64),
+) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
+        Bytes(total),
+        Bytes(used_high),
+    );
 }
 
 /// What to do about a GPU at a level.
@@ -187,7 +227,7 @@ mod tests {
 
 #[cfg(test)]
 mod engine_tests {
-    use super::super::{Engine, EngineConfig, GpuObs, RankObs};
+    use super::super::{Alert, Engine, EngineConfig, GpuObs, RankObs};
     use super::*;
 
     const TOTAL: u64 = 80 << 30;
@@ -218,8 +258,8 @@ mod engine_tests {
             .collect()
     }
 
-    #[test]
-    fn a_rank_at_a_level_is_warned_then_critical_and_clears_below_the_margin() {
+    /// A default engine with rank 5 of `job` placed on GPU 3 of node-0.
+    fn with_rank_5_on_gpu_3() -> Engine {
         let mut e = Engine::new(EngineConfig::default());
         e.observe_rank(&RankObs {
             t: 0.0,
@@ -231,6 +271,12 @@ mod engine_tests {
             gpu: 3,
             pid: 77,
         });
+        e
+    }
+
+    #[test]
+    fn a_rank_at_a_level_is_warned_then_critical_and_clears_below_the_margin() {
+        let mut e = with_rank_5_on_gpu_3();
         observe(&mut e, 1.0, 50.0);
         assert!(level_alerts(&e).is_empty());
         // The window's highest sample counts, not its newest.
@@ -266,6 +312,25 @@ mod engine_tests {
             level_alerts(&e),
             vec![(Some(5), Severity::Critical, Some(5.0))]
         );
+    }
+
+    #[test]
+    fn an_alert_held_at_its_level_reads_as_one_raised_anew_with_the_latest_figures() {
+        let level_alert = |e: &Engine| {
+            e.alerts()
+                .find(|a| a.kind == AlertKind::MemoryLevel)
+                .cloned()
+                .unwrap()
+        };
+        let mut held = with_rank_5_on_gpu_3();
+        observe(&mut held, 2.0, 96.0);
+        observe(&mut held, 3.0, 97.5);
+        let mut fresh = with_rank_5_on_gpu_3();
+        observe(&mut fresh, 3.0, 97.5);
+        let (held, fresh) = (level_alert(&held), level_alert(&fresh));
+        assert_eq!(held.t, 2.0, "the episode began at the first sample");
+        assert!(held.message.contains("97.5 %"), "{}", held.message);
+        assert_eq!(Alert { t: 3.0, ..held }, fresh);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::alerts::{AlertKind, Severity, Subject};
-use super::fits::{fit_series, fit_series_rising};
+use super::fits::{fit_series, fit_series_rising, fit_series_sloping_up};
 use super::fragmentation::{is_fragmenting, AllocatorView};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
@@ -345,7 +345,6 @@ impl Engine {
             .gap
             .push_back((reserved.t, reserved.peak - allocated.peak));
         let scratch = &mut self.scratch;
-        let alloc_peaks = fit_series(&track.allocated, |p| p.peak, &cfg, scratch);
         // Fragmentation reads the reserved trend only when it rises that surely.
         let reserved_peaks = fit_series_rising(
             &track.reserved,
@@ -354,6 +353,13 @@ impl Engine {
             &cfg,
             scratch,
         );
+        // Fragmentation compares the allocated trend with that one; without
+        // it, only a leak reads the allocated trend, and only when it rises.
+        let alloc_peaks = if reserved_peaks.is_some() {
+            fit_series(&track.allocated, |p| p.peak, &cfg, scratch)
+        } else {
+            fit_series_sloping_up(&track.allocated, |p| p.peak, &cfg, scratch)
+        };
 
         // Fits cost O(n^2): the troughs and the gap are fitted only when the
         // cheaper evidence already points that way.

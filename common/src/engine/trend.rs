@@ -150,6 +150,26 @@ pub fn fit_rising(
     })
 }
 
+/// Whether the Theil–Sen slope of `points` is surely at most zero: more
+/// than half of the pair slopes are, so the median is too. One pass over
+/// the pairs with no selection, for callers that use a trend only when its
+/// slope is positive; `false` does not say that it is.
+pub fn slope_surely_not_positive(points: &[(f64, f64)]) -> bool {
+    let (mut pairs, mut not_positive) = (0usize, 0usize);
+    for (i, &(ti, yi)) in points.iter().enumerate() {
+        for &(tj, yj) in &points[i + 1..] {
+            let dt = tj - ti;
+            if dt > 0.0 {
+                pairs += 1;
+                // The very quotient the fit sorts, so that a slope that
+                // rounds to zero counts as the fit would see it.
+                not_positive += usize::from((yj - yi) / dt <= 0.0);
+            }
+        }
+    }
+    not_positive > pairs / 2
+}
+
 /// Mann–Kendall's normal score of `S` (continuity-corrected) and the
 /// standard deviation of `S`.
 fn mann_kendall_z(s: i64, points: &[(f64, f64)], values: &mut Vec<f64>) -> (f64, f64) {
@@ -338,6 +358,41 @@ mod tests {
             }
         }
         assert!(fit_rising(&[(1.0, 1.0); 5], 1.96, 1.0, &mut scratch).is_none());
+    }
+
+    #[test]
+    fn a_slope_surely_not_positive_is_never_positive_and_a_rise_is_never_ruled_out() {
+        let mut scratch = TrendScratch::default();
+        let mut seed = 7u64;
+        let mut noise = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 40) as f64 / (1u64 << 24) as f64 - 0.5
+        };
+        let (mut ruled_out, mut kept) = (0, 0);
+        for case in 0..2000 {
+            let n = 3 + case % 28;
+            let drift = [-1.0, -0.01, 0.0, 0.01, 1.0][case % 5];
+            let mut pts: Vec<(f64, f64)> = (0..n)
+                .map(|i| (i as f64 * 10.0, (drift * i as f64 + noise()).round()))
+                .collect();
+            if case % 7 == 0 {
+                pts[n / 2].0 = pts[n / 2 - 1].0;
+            }
+            let surely = slope_surely_not_positive(&pts);
+            let slope = fit(&pts, 1.96, &mut scratch).map(|t| t.slope);
+            if surely {
+                ruled_out += 1;
+                assert!(slope.is_none_or(|s| s <= 0.0), "{pts:?}: {slope:?}");
+            } else {
+                kept += 1;
+            }
+        }
+        assert!(ruled_out > 500 && kept > 300, "{ruled_out} {kept}");
+        assert!(!slope_surely_not_positive(&series(20, |t| 100.0 + 2.0 * t)));
+        assert!(slope_surely_not_positive(&series(20, |t| 100.0 - 2.0 * t)));
+        assert!(slope_surely_not_positive(&series(20, |_| 5.0)));
     }
 
     #[test]
