@@ -161,7 +161,13 @@ impl AlertBook {
         if !self.any_active(kind) {
             return false;
         }
-        let Some(id) = self.active.remove(&(kind, subject.clone())) else {
+        self.resolve_key(&(kind, subject.clone()), t)
+    }
+
+    /// [`AlertBook::resolve`] for a caller that holds the key whole, so
+    /// that looking up copies no subject.
+    pub fn resolve_key(&mut self, key: &(AlertKind, Subject), t: f64) -> bool {
+        let Some(id) = self.active.remove(key) else {
             return false;
         };
         if let Some(a) = self.get_mut(id) {

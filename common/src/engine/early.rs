@@ -31,7 +31,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::forecast::{project, ForecastParams, OomForecast};
-use super::trend::{fit, fit_rising, TrendScratch};
+use super::trend::{
+    fit_rising_with_s, mann_kendall_s, pairs_sign, sign_after, slope, TrendScratch,
+};
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -85,6 +87,64 @@ pub struct EarlyWatch {
     streak: u32,
     /// The latest evaluation's verdict.
     holds: bool,
+    #[serde(skip)]
+    sliding: SlidingS,
+}
+
+/// Mann–Kendall's `S` of the window tested last, with that window: each
+/// second the window drops a point or so at its start and gains one at its
+/// end, and `S` follows in O(n) instead of O(n²) (most of the watch's cost,
+/// as most seconds end at the test). Not state: not serialized and equal to
+/// any other (a restored watch computes `S` whole once, to the same value).
+#[derive(Debug, Clone, Default)]
+struct SlidingS(Option<(Vec<(f64, f64)>, i64)>);
+
+impl SlidingS {
+    /// `S` of `window`, from the last window's when `window` is that one
+    /// less some leading points plus some trailing ones.
+    fn of(&mut self, window: &[(f64, f64)]) -> i64 {
+        let s = self
+            .0
+            .as_ref()
+            .and_then(|(last, s)| slide(last, *s, window))
+            .unwrap_or_else(|| mann_kendall_s(window));
+        let (last, kept) = self.0.get_or_insert_with(Default::default);
+        last.clear();
+        last.extend_from_slice(window);
+        *kept = s;
+        s
+    }
+}
+
+impl PartialEq for SlidingS {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+/// `S` of `new` from `s`, that of `old`, when `new` is `old` less its
+/// leading points before `new`'s first and plus points after its last
+/// (the kept ones equal to the bit); `None` otherwise.
+fn slide(old: &[(f64, f64)], s: i64, new: &[(f64, f64)]) -> Option<i64> {
+    let first = new.first()?;
+    let dropped = old
+        .iter()
+        .position(|p| p.0.to_bits() == first.0.to_bits())?;
+    let kept = &old[dropped..];
+    let same = |a: &(f64, f64), b: &(f64, f64)| {
+        a.0.to_bits() == b.0.to_bits() && a.1.to_bits() == b.1.to_bits()
+    };
+    if kept.len() > new.len() || !kept.iter().zip(new).all(|(a, b)| same(a, b)) {
+        return None;
+    }
+    let mut s = s;
+    for (i, &(_, y)) in old[..dropped].iter().enumerate() {
+        s -= pairs_sign(y, &old[i + 1..]);
+    }
+    for j in kept.len()..new.len() {
+        s += sign_after(&new[..j], new[j].1);
+    }
+    Some(s)
 }
 
 impl EarlyWatch {
@@ -104,6 +164,7 @@ impl EarlyWatch {
     ) -> Option<OomForecast> {
         if p.watch_s <= 0.0 || t - active_since > p.watch_s {
             self.points = VecDeque::new();
+            self.sliding = SlidingS::default();
             self.holds = false;
             return None;
         }
@@ -157,17 +218,17 @@ impl EarlyWatch {
         }
         // Most seconds show no significant rise: Mann–Kendall alone rules
         // them out without the pair slopes.
-        let trend = fit_rising(window, 1.96, p.p_max, scratch)?;
+        let sliding = &mut self.sliding;
+        let trend = fit_rising_with_s(window, |w| sliding.of(w), 1.96, p.p_max, scratch)?;
         let real = trend.p_up <= p.p_max && trend.slope > 0.0 && trend.slope_low > 0.0;
         if !real {
             return None;
         }
         let half = window.len() / 2;
-        let first = fit(&window[..half], 1.96, scratch)?;
-        let second = fit(&window[half..], 1.96, scratch)?;
-        let steady = first.slope > 0.0
-            && second.slope > 0.0
-            && first.slope.max(second.slope) <= p.steady_ratio * first.slope.min(second.slope);
+        let first = slope(&window[..half], scratch)?;
+        let second = slope(&window[half..], scratch)?;
+        let steady =
+            first > 0.0 && second > 0.0 && first.max(second) <= p.steady_ratio * first.min(second);
         if !steady || fastest_rise(before, p.ramp_s) < p.ramp_ratio * trend.slope {
             return None;
         }

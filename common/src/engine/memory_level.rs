@@ -119,16 +119,25 @@ impl Engine {
         }
         let clears = params.clears(pct);
         let subjects = oom_subjects(track, node, gpu);
+        let figures = level.map(|severity| LevelFigures {
+            used_high,
+            total,
+            severity,
+            level_pct: params.named(severity).1,
+        });
+        // The messages already read what writing them would give.
+        let written = figures.is_some_and(|f| track.level_messages.wrote(&f, &subjects));
+        let remember = figures.filter(|_| !written).map(|f| (f, subjects.clone()));
         // Raised on the GPU before its ranks were known: theirs now.
         if !track.ranks.is_empty() && self.alerts.any_active_about_a_gpu(AlertKind::MemoryLevel) {
             let gpu_subject = Subject::Gpu(node.to_owned(), gpu);
             self.alerts.resolve(AlertKind::MemoryLevel, &gpu_subject, t);
         }
         for subject in subjects {
+            let key = (AlertKind::MemoryLevel, subject);
             match level {
                 Some(severity) => {
                     let (name, at) = params.named(severity);
-                    let key = (AlertKind::MemoryLevel, subject);
                     // Held at the same level: the same alert with today's
                     // figures, rewritten where it stands (what raising it
                     // again would leave, without building it anew).
@@ -138,14 +147,16 @@ impl Engine {
                             && a.gpu == Some(gpu)
                     }) {
                         open.updated_t = t;
-                        open.message.clear();
-                        write_level_message(
-                            &mut open.message,
-                            (node, gpu),
-                            pct,
-                            (used_high, total),
-                            (name, at),
-                        );
+                        if !written {
+                            open.message.clear();
+                            write_level_message(
+                                &mut open.message,
+                                (node, gpu),
+                                pct,
+                                (used_high, total),
+                                (name, at),
+                            );
+                        }
                         continue;
                     }
                     let subject = key.1;
@@ -163,11 +174,50 @@ impl Engine {
                     self.alerts.raise(subject, alert);
                 }
                 None if clears => {
-                    self.alerts.resolve(AlertKind::MemoryLevel, &subject, t);
+                    self.alerts.resolve_key(&key, t);
                 }
                 None => {}
             }
         }
+        if let Some(wrote) = remember {
+            if let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) {
+                track.level_messages = LevelMessages(Some(wrote));
+            }
+        }
+    }
+}
+
+/// What a GPU's level messages say: the figures they were written with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LevelFigures {
+    used_high: u64,
+    total: u64,
+    severity: Severity,
+    level_pct: f64,
+}
+
+/// The figures the level alerts of a GPU's subjects were last written
+/// with, and those subjects. NVML's used memory seldom moves while the
+/// caching allocator keeps its segments, and a GPU held at a level with
+/// the same figures and subjects has messages that already read what
+/// writing them again would give. Not state: not serialized and equal to
+/// any other (a restored replica writes the same text once more).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LevelMessages(Option<(LevelFigures, Vec<Subject>)>);
+
+impl LevelMessages {
+    /// Whether the latest messages were written with `figures`, for these
+    /// `subjects`.
+    fn wrote(&self, figures: &LevelFigures, subjects: &[Subject]) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|(f, s)| f == figures && s == subjects)
+    }
+}
+
+impl PartialEq for LevelMessages {
+    fn eq(&self, _other: &Self) -> bool {
+        true
     }
 }
 
@@ -331,6 +381,53 @@ mod engine_tests {
         assert_eq!(held.t, 2.0, "the episode began at the first sample");
         assert!(held.message.contains("97.5 %"), "{}", held.message);
         assert_eq!(Alert { t: 3.0, ..held }, fresh);
+    }
+
+    /// Messages left as they stand while the figures repeat read as those
+    /// written anew: an engine restored from a snapshot (which keeps no
+    /// record of what the messages were written with) and one that ran on
+    /// show the same alerts, whatever the figures and ranks do.
+    #[test]
+    fn repeated_figures_leave_the_messages_a_restored_engine_would_write() {
+        let mut seed = 3u64;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut ran = with_rank_5_on_gpu_3();
+        let mut restored = with_rank_5_on_gpu_3();
+        for i in 1..400 {
+            let t = i as f64;
+            // A rank comes and goes now and then.
+            if next(25) == 0 {
+                let rank = RankObs {
+                    t,
+                    job: "job",
+                    rank: 6,
+                    local_rank: 4,
+                    world_size: 8,
+                    node: "node-0",
+                    gpu: 3,
+                    pid: 78 + i,
+                };
+                ran.observe_rank(&rank);
+                restored.observe_rank(&rank);
+            }
+            let pct = [50.0, 78.0, 81.0, 81.0, 90.0, 96.0, 96.0, 97.0][next(8) as usize];
+            for _ in 0..1 + next(3) {
+                observe(&mut ran, t, pct);
+                observe(&mut restored, t, pct);
+            }
+            if next(10) == 0 {
+                let bytes = postcard::to_allocvec(&restored).unwrap();
+                restored = postcard::from_bytes(&bytes).unwrap();
+            }
+            let alerts = |e: &Engine| e.alerts().cloned().collect::<Vec<_>>();
+            assert_eq!(alerts(&ran), alerts(&restored), "t={t}");
+        }
+        assert!(ran.alerts().any(|a| a.kind == AlertKind::MemoryLevel));
     }
 
     #[test]

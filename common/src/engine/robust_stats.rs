@@ -13,11 +13,31 @@ impl PartialEq for Scratch {
     }
 }
 
+/// `x` as an integer in `f64::total_cmp`'s order: sorting or selecting
+/// among these compares integers, not floats converted twice per
+/// comparison, and picks the very same values.
+pub(super) fn order_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+}
+
+/// The `f64` whose [`order_key`] is `key`.
+pub(super) fn from_order_key(key: i64) -> f64 {
+    f64::from_bits((key ^ ((((key >> 63) as u64) >> 1) as i64)) as u64)
+}
+
+/// Values [`median_in_place`] sorts on the stack, as integers.
+const SMALL: usize = 32;
+
 /// Median of `values` (reordered in place); `None` when empty.
 pub fn median_in_place(values: &mut [f64]) -> Option<f64> {
     let n = values.len();
     if n == 0 {
         return None;
+    }
+    // The detectors' medians are mostly of a few ranks or recent steps.
+    if n <= SMALL && values.iter().all(|v| v.is_finite()) {
+        return Some(small_median(values));
     }
     let mid = n / 2;
     let (_, upper, _) = values.select_nth_unstable_by(mid, f64::total_cmp);
@@ -30,6 +50,26 @@ pub fn median_in_place(values: &mut [f64]) -> Option<f64> {
         .copied()
         .fold(f64::NEG_INFINITY, f64::max);
     Some((lower + upper) / 2.0)
+}
+
+/// The median of at most [`SMALL`] finite values, the very value the
+/// selection below gives: sorted as integers on the stack (the largest of
+/// the lower half in `f64::max`'s sense and in `total_cmp`'s differ only
+/// between -0 and +0, whose mean with the upper middle is the same).
+fn small_median(values: &[f64]) -> f64 {
+    let n = values.len();
+    let mut keys = [0i64; SMALL];
+    let keys = &mut keys[..n];
+    for (k, &v) in keys.iter_mut().zip(values) {
+        *k = order_key(v);
+    }
+    keys.sort_unstable();
+    let upper = from_order_key(keys[n / 2]);
+    if n % 2 == 1 {
+        upper
+    } else {
+        (from_order_key(keys[n / 2 - 1]) + upper) / 2.0
+    }
 }
 
 /// Median of an iterator, using `scratch` as working space.
@@ -79,6 +119,54 @@ mod tests {
         assert_eq!(median_in_place(&mut [3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median_in_place(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median_in_place(&mut []), None);
+    }
+
+    #[test]
+    fn a_few_finite_values_have_the_median_the_selection_gives_to_the_bit() {
+        let mut seed = 5u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let pool = [
+            0.0,
+            -0.0,
+            1.5,
+            -1.5,
+            2.0,
+            1e-300,
+            -7.25,
+            3.0e12,
+            f64::MIN_POSITIVE,
+        ];
+        for case in 0..20_000 {
+            let n = 1 + case % SMALL;
+            let values: Vec<f64> = (0..n)
+                .map(|_| match next() % 3 {
+                    0 => pool[(next() % pool.len() as u64) as usize],
+                    _ => (next() as f64 - 2e9) / 1e3,
+                })
+                .collect();
+            // The selection's answer, as before the integer sort.
+            let mut selected = values.clone();
+            let mid = n / 2;
+            let (_, upper, _) = selected.select_nth_unstable_by(mid, f64::total_cmp);
+            let upper = *upper;
+            let expected = if n % 2 == 1 {
+                upper
+            } else {
+                (selected[..mid]
+                    .iter()
+                    .copied()
+                    .fold(f64::NEG_INFINITY, f64::max)
+                    + upper)
+                    / 2.0
+            };
+            let got = median_in_place(&mut values.clone()).unwrap();
+            assert_eq!(got.to_bits(), expected.to_bits(), "{values:?}");
+        }
     }
 
     #[test]

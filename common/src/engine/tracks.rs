@@ -10,6 +10,7 @@ use super::early::EarlyWatch;
 use super::envelope::Envelope;
 use super::forecast::{OomForecast, Risk};
 use super::latch::Latch;
+use super::memory_level::LevelMessages;
 use super::regime::RegimeSeries;
 use super::straggler::StragglerTracker;
 use crate::shared::Shared;
@@ -53,6 +54,8 @@ pub struct GpuTrack {
     pub(crate) growing: bool,
     /// The first minutes' watch for a leak that starts with the job.
     pub(crate) early: EarlyWatch,
+    #[serde(skip)]
+    pub(crate) level_messages: LevelMessages,
 }
 
 /// One job.
@@ -169,6 +172,7 @@ impl GpuTrack {
             oom_latch: Latch::default(),
             growing: false,
             early: EarlyWatch::default(),
+            level_messages: LevelMessages::default(),
         }
     }
 }

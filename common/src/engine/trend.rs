@@ -12,7 +12,7 @@
 //! Cost: O(n²) for `n` points; the detectors keep `n` at a few dozen envelope
 //! points and call this once per envelope window, not per sample.
 
-use super::robust_stats::{median_in_place, normal_upper_tail};
+use super::robust_stats::{from_order_key, median_in_place, normal_upper_tail, order_key};
 
 /// A fitted robust trend; time in seconds, values in the series' unit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,19 +54,6 @@ pub struct TrendScratch {
     values: Vec<f64>,
 }
 
-/// `x` as an integer in `f64::total_cmp`'s order: selecting among these
-/// compares integers, not floats converted twice per comparison, and picks
-/// the very same values (the fit's selection was a fifth of a replay).
-fn order_key(x: f64) -> i64 {
-    let bits = x.to_bits() as i64;
-    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
-}
-
-/// The `f64` whose [`order_key`] is `key`.
-fn from_order_key(key: i64) -> f64 {
-    f64::from_bits((key ^ ((((key >> 63) as u64) >> 1) as i64)) as u64)
-}
-
 /// Fits `points` (time, value) in time order. `z_interval` is the two-sided
 /// normal quantile of the slope interval (1.96 for 95 %). `None` with fewer
 /// than three points or no time spread.
@@ -84,6 +71,18 @@ pub fn fit_rising(
     p_max: f64,
     scratch: &mut TrendScratch,
 ) -> Option<Trend> {
+    fit_rising_with_s(points, mann_kendall_s, z_interval, p_max, scratch)
+}
+
+/// [`fit_rising`] with Mann–Kendall's `S` of `points` from `s` (a caller
+/// that slides a window can keep it up to date in O(n) instead of O(n²)).
+pub fn fit_rising_with_s(
+    points: &[(f64, f64)],
+    s: impl FnOnce(&[(f64, f64)]) -> i64,
+    z_interval: f64,
+    p_max: f64,
+    scratch: &mut TrendScratch,
+) -> Option<Trend> {
     let n = points.len();
     if n < 3 {
         return None;
@@ -92,26 +91,13 @@ pub fn fit_rising(
     if span_s <= 0.0 {
         return None;
     }
-    let mut s: i64 = 0;
-    for (i, &(_, yi)) in points.iter().enumerate() {
-        for &(_, yj) in &points[i + 1..] {
-            s += sign(yj - yi);
-        }
-    }
+    let s = s(points);
     let (mk_z, sd) = mann_kendall_z(s, points, &mut scratch.values);
     let p_up = normal_upper_tail(mk_z);
     if p_up > p_max {
         return None;
     }
-    scratch.slopes.clear();
-    for (i, &(ti, yi)) in points.iter().enumerate() {
-        for &(tj, yj) in &points[i + 1..] {
-            let dt = tj - ti;
-            if dt > 0.0 {
-                scratch.slopes.push(order_key((yj - yi) / dt));
-            }
-        }
-    }
+    pair_slopes(points, &mut scratch.slopes);
     if scratch.slopes.is_empty() {
         return None;
     }
@@ -170,6 +156,48 @@ pub fn slope_surely_not_positive(points: &[(f64, f64)]) -> bool {
     not_positive > pairs / 2
 }
 
+/// The Theil–Sen slope alone, the very value [`fit`] gives (`None` where
+/// it gives none), for a caller that needs no interval, level or test: one
+/// selection among the pair slopes instead of three, and no Mann–Kendall.
+pub fn slope(points: &[(f64, f64)], scratch: &mut TrendScratch) -> Option<f64> {
+    let n = points.len();
+    if n < 3 || points[n - 1].0 - points[0].0 <= 0.0 {
+        return None;
+    }
+    pair_slopes(points, &mut scratch.slopes);
+    let keys = &mut scratch.slopes[..];
+    if keys.is_empty() {
+        return None;
+    }
+    let mid = keys.len() / 2;
+    let odd = keys.len() % 2 == 1;
+    let (left, upper, _) = keys.select_nth_unstable(mid);
+    Some(median_of_selected(odd, left, *upper))
+}
+
+/// The slopes of every pair of points apart in time, as [`order_key`]s,
+/// into `out`.
+fn pair_slopes(points: &[(f64, f64)], out: &mut Vec<i64>) {
+    out.clear();
+    for (i, &(ti, yi)) in points.iter().enumerate() {
+        for &(tj, yj) in &points[i + 1..] {
+            let dt = tj - ti;
+            if dt > 0.0 {
+                out.push(order_key((yj - yi) / dt));
+            }
+        }
+    }
+}
+
+/// The median once the middle key is selected: `upper`, or for an even
+/// count its mean with the largest key below it (in `left`).
+fn median_of_selected(odd: bool, left: &[i64], upper: i64) -> f64 {
+    match (odd, left.iter().max()) {
+        (false, Some(&lower_mid)) => (from_order_key(lower_mid) + from_order_key(upper)) / 2.0,
+        _ => from_order_key(upper),
+    }
+}
+
 /// Mann–Kendall's normal score of `S` (continuity-corrected) and the
 /// standard deviation of `S`.
 fn mann_kendall_z(s: i64, points: &[(f64, f64)], values: &mut Vec<f64>) -> (f64, f64) {
@@ -184,6 +212,26 @@ fn mann_kendall_z(s: i64, points: &[(f64, f64)], values: &mut Vec<f64>) -> (f64,
         0.0
     };
     (z, sd)
+}
+
+/// Mann–Kendall's `S`: concordant pairs less discordant ones.
+pub fn mann_kendall_s(points: &[(f64, f64)]) -> i64 {
+    let mut s: i64 = 0;
+    for (i, &(_, yi)) in points.iter().enumerate() {
+        s += pairs_sign(yi, &points[i + 1..]);
+    }
+    s
+}
+
+/// The signs of `y - yi` over `later` points, summed: `yi`'s part of `S`.
+pub fn pairs_sign(yi: f64, later: &[(f64, f64)]) -> i64 {
+    later.iter().map(|&(_, yj)| sign(yj - yi)).sum()
+}
+
+/// The signs of `y - yj` over `earlier` points, summed: what `y`, added
+/// after them, adds to `S`.
+pub fn sign_after(earlier: &[(f64, f64)], y: f64) -> i64 {
+    earlier.iter().map(|&(_, yj)| sign(y - yj)).sum()
 }
 
 fn sign(d: f64) -> i64 {
@@ -205,10 +253,7 @@ fn order_statistics(keys: &mut [i64], lo: usize, hi: usize) -> [f64; 3] {
     let mid = n / 2;
     let (left, upper, right) = keys.select_nth_unstable(mid);
     let upper = *upper;
-    let median = match (n % 2 == 1, left.iter().max()) {
-        (false, Some(&lower_mid)) => (from_order_key(lower_mid) + from_order_key(upper)) / 2.0,
-        _ => from_order_key(upper),
-    };
+    let median = median_of_selected(n % 2 == 1, left, upper);
     let low = match lo.cmp(&mid) {
         std::cmp::Ordering::Less => *left.select_nth_unstable(lo).1,
         _ => upper,
@@ -393,6 +438,39 @@ mod tests {
         assert!(!slope_surely_not_positive(&series(20, |t| 100.0 + 2.0 * t)));
         assert!(slope_surely_not_positive(&series(20, |t| 100.0 - 2.0 * t)));
         assert!(slope_surely_not_positive(&series(20, |_| 5.0)));
+    }
+
+    #[test]
+    fn the_slope_alone_is_the_fits_slope_to_the_bit() {
+        let mut scratch = TrendScratch::default();
+        let mut seed = 11u64;
+        for case in 0..3000 {
+            let n = case % 25;
+            let mut pts: Vec<(f64, f64)> = (0..n)
+                .map(|i| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let noise = (seed >> 44) as f64;
+                    (
+                        i as f64 * [1.0, 10.0, 0.5][case % 3],
+                        noise + (case % 7) as f64 * i as f64,
+                    )
+                })
+                .collect();
+            if case % 11 == 0 && n > 1 {
+                pts[1].0 = pts[0].0;
+            }
+            if case % 13 == 0 {
+                pts.iter_mut().for_each(|p| p.0 = 4.0);
+            }
+            let whole = fit(&pts, 1.96, &mut scratch).map(|t| t.slope.to_bits());
+            assert_eq!(
+                slope(&pts, &mut scratch).map(f64::to_bits),
+                whole,
+                "{pts:?}"
+            );
+        }
     }
 
     #[test]

@@ -73,3 +73,41 @@ fn the_watch_ends_and_forgets_its_points() {
     }
     assert!(w.points.is_empty());
 }
+
+#[test]
+fn s_kept_up_as_the_window_slides_is_s_computed_whole() {
+    let mut seed = 9u64;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut points: Vec<(f64, f64)> = Vec::new();
+    let mut sliding = SlidingS::default();
+    let mut slid = 0;
+    for t in 0..3000u64 {
+        // Values with ties now and then, as a staircase of cached segments.
+        points.push((t as f64, (next(6) * 1000) as f64 + (t / 50) as f64));
+        // Mostly the last 20 points; at times a jump, a shrink or a gap.
+        let len = match next(40) {
+            0 => 3 + next(30) as usize,
+            1 => 0,
+            _ => 20,
+        };
+        let start = points.len().saturating_sub(len);
+        let window = &points[start..];
+        let before = sliding.0.as_ref().map(|(w, s)| slide(w, *s, window));
+        slid += usize::from(before.flatten().is_some());
+        assert_eq!(sliding.of(window), mann_kendall_s(window), "t={t}");
+        if next(97) == 0 {
+            // A point of the remembered window changed: computed whole.
+            if let Some((w, _)) = sliding.0.as_mut() {
+                if let Some(p) = w.last_mut() {
+                    p.1 += 1.0;
+                }
+            }
+        }
+    }
+    assert!(slid > 2000, "the window slid {slid} times");
+}
