@@ -31,9 +31,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::forecast::{project, ForecastParams, OomForecast};
-use super::trend::{
-    fit_rising_with_s, mann_kendall_s, pairs_sign, sign_after, slope, TrendScratch,
-};
+use super::trend::{fit_rising_with_s, mann_kendall_s, pairs_sign, slope, TrendScratch};
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -142,7 +140,7 @@ fn slide(old: &[(f64, f64)], s: i64, new: &[(f64, f64)]) -> Option<i64> {
         s -= pairs_sign(y, &old[i + 1..]);
     }
     for j in kept.len()..new.len() {
-        s += sign_after(&new[..j], new[j].1);
+        s -= pairs_sign(new[j].1, &new[..j]);
     }
     Some(s)
 }

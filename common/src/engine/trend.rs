@@ -223,15 +223,10 @@ pub fn mann_kendall_s(points: &[(f64, f64)]) -> i64 {
     s
 }
 
-/// The signs of `y - yi` over `later` points, summed: `yi`'s part of `S`.
+/// The signs of `y - yi` over `later` points, summed: `yi`'s part of `S`
+/// (and, negated over earlier points, what a point added after them adds).
 pub fn pairs_sign(yi: f64, later: &[(f64, f64)]) -> i64 {
     later.iter().map(|&(_, yj)| sign(yj - yi)).sum()
-}
-
-/// The signs of `y - yj` over `earlier` points, summed: what `y`, added
-/// after them, adds to `S`.
-pub fn sign_after(earlier: &[(f64, f64)], y: f64) -> i64 {
-    earlier.iter().map(|&(_, yj)| sign(y - yj)).sum()
 }
 
 fn sign(d: f64) -> i64 {
