@@ -583,7 +583,7 @@ async fn an_agent_without_gpus_still_registers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_writes_a_trace_from_a_live_cluster_that_replays() {
-    use gpumon_common::trace::RecordRef;
+    use gpumon_trace::RecordRef;
 
     let dir = tempfile::tempdir().unwrap();
     let mut coord = coordinator(&dir.path().join("data"));
@@ -638,7 +638,7 @@ async fn record_writes_a_trace_from_a_live_cluster_that_replays() {
     );
     assert!(!dir.path().join("t.jsonl.gz.partial").exists());
 
-    let mut reader = gpumon_common::trace::open(&trace).unwrap();
+    let mut reader = gpumon_trace::open(&trace).unwrap();
     assert!(reader.source().starts_with("gpumon record http://"));
     let (mut ranks, mut gpus, mut ts) = (Vec::new(), 0, Vec::new());
     while let Some(record) = reader.next_ref().unwrap() {

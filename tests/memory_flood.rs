@@ -33,13 +33,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
-use gpumon_common::secrets::Secret;
 use gpumon_proto::api::{ClusterView, JobWithAnalysis, MemorySnapshotsAnswer};
 use gpumon_proto::{
     wire, AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, CollectiveWait,
     EventRecord, GpuInfo, GpuWindow, Hello, HookRecord, ProcWindow, PushBatch, RankInfo,
     StallRecord, StepRecord,
 };
+use gpumon_runtime::secrets::Secret;
 use support::cluster::Cluster;
 
 const TOKEN: &str = "the-one-agent-token-of-the-memory-flood";

@@ -54,10 +54,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
-use gpumon_common::cluster::DEFAULT_MAX_ENDED_JOBS;
-use gpumon_common::secrets::Secret;
+use gpumon_core::cluster::DEFAULT_MAX_ENDED_JOBS;
 use gpumon_proto::api::{AlertKind, AlertsBody, ClusterView, JobsView};
 use gpumon_proto::{wire, AgentMessage, AgentMessageV1, PushBatch};
+use gpumon_runtime::secrets::Secret;
 use support::cluster::Cluster;
 use support::fleet::{self, Fleet, Job};
 use tokio::io::AsyncWriteExt;

@@ -4,8 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
-use gpumon_common::net::is_loopback_url;
-use gpumon_common::secrets::Secret;
+use gpumon_runtime::loopback::is_loopback_url;
+use gpumon_runtime::secrets::Secret;
 
 use crate::hook_endpoint::HookAddr;
 use crate::source::sim::Scenario;

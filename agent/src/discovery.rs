@@ -28,7 +28,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use gpumon_common::limits::prefix_within;
+use gpumon_core::limits::prefix_within;
 use gpumon_proto::{GpuSample, GpuWindow, PodPlacement, ProcPlacement, ProcSample, RankInfo};
 
 use crate::placement::read_placement;
@@ -46,11 +46,11 @@ pub const MAX_ENVIRON_BYTES: usize = 1 << 20;
 /// Longest job name (and `MASTER_ADDR`) kept, bytes; longer ones are cut on a
 /// character boundary so one odd environment cannot bloat every sample. The
 /// coordinator's limit on names.
-pub const MAX_JOB_BYTES: usize = gpumon_common::limits::MAX_NAME_BYTES;
+pub const MAX_JOB_BYTES: usize = gpumon_core::limits::MAX_NAME_BYTES;
 
 /// Largest `WORLD_SIZE` believed (about a million ranks); beyond it the
 /// variables are taken for garbage rather than a training job.
-pub use gpumon_common::limits::MAX_WORLD_SIZE;
+pub use gpumon_core::limits::MAX_WORLD_SIZE;
 
 /// Job name when neither `TORCHELASTIC_RUN_ID` nor `MASTER_ADDR:MASTER_PORT`
 /// is available.

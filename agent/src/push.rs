@@ -15,9 +15,9 @@
 //! the next attempt asks someone else. Backoff between attempts is the
 //! caller's.
 
-use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{CoordinatorReply, CoordinatorReplyV2, NodeAlert, PendingAction, PushOutcome};
+use gpumon_runtime::secrets::Secret;
 
 /// Leader hints followed in one attempt.
 pub const MAX_LEADER_HOPS: u32 = 3;

@@ -23,7 +23,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gpumon_common::window::WindowFolder;
+use gpumon_core::window::WindowFolder;
 use gpumon_proto::Hello;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};

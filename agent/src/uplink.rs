@@ -10,7 +10,7 @@
 //!
 //! Sequence numbers count what was sent, so they never run far ahead of
 //! what the coordinators applied (they refuse a seq more than
-//! `gpumon_common::limits::MAX_SEQ_GAP` past it): a batch once sent keeps
+//! `gpumon_core::limits::MAX_SEQ_GAP` past it): a batch once sent keeps
 //! its seq until it is acknowledged (it may have been committed), so a full
 //! buffer drops the oldest batch not yet sent and the later ones close the
 //! gap it leaves; a refused batch never reached the log, so the next batch
@@ -39,12 +39,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon_common::secrets::Secret;
 use gpumon_proto::wire;
 use gpumon_proto::{
     ActionAck, AgentMessage, AgentMessageV1, GpuWindow, Hello, HookRecord, HostMemory, NodeAlert,
     PendingAction, ProcPlacement, PushBatch, PushBatchV2,
 };
+use gpumon_runtime::secrets::Secret;
 use thiserror::Error;
 use tokio::sync::mpsc;
 

@@ -10,7 +10,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use gpumon_agent::discovery::RankFinder;
-use gpumon_common::window::WindowFolder;
+use gpumon_core::window::WindowFolder;
 use gpumon_proto::{GpuInfo, GpuSample, PodPlacement, ProcPlacement, ProcSample};
 
 const POD_ENV: &[u8] = include_bytes!("fixtures/environ/k8s_pod_rank8.environ");

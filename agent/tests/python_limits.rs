@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gpumon_agent::hook_endpoint::{MAX_CLOCK_SKEW_MS, MAX_LINE_BYTES, MAX_RECORDS_PER_REPORT};
-use gpumon_common::limits::{
+use gpumon_core::limits::{
     MAX_DETAIL_BYTES, MAX_LABEL_BYTES, MAX_NAME_BYTES, MAX_SECTIONS, MAX_WORLD_SIZE,
 };
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use gpumon_common::secrets::read_secret;
 use gpumon_proto::api::ApiErrorBody;
+use gpumon_runtime::secrets::read_secret;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use gpumon_common::config::FileConfig;
 use gpumon_net::ClientTls;
+use gpumon_runtime::config::FileConfig;
 
 use crate::args::ClientTlsArgs;
 use crate::{usage, Failure};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use gpumon_agent::config::parse_metrics_listen;
 use gpumon_agent::{AgentConfig, AgentError};
-use gpumon_common::config::FileConfig;
-use gpumon_common::secrets::read_secret;
+use gpumon_runtime::config::FileConfig;
+use gpumon_runtime::secrets::read_secret;
 
 use crate::args::AgentArgs;
 use crate::{shutdown, usage, Failure};

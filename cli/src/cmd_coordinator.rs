@@ -2,12 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::config::{resolve_limits, CoordinatorFile, FileConfig, LimitsFile};
-use gpumon_common::notify::{NotifyFile, ReceiverKind};
-use gpumon_common::secrets::{read_agent_tokens, read_secret, Secret};
 use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Credentials, Formation, StartError};
+use gpumon_core::notify::{NotifyFile, ReceiverKind};
+use gpumon_runtime::config::{resolve_limits, CoordinatorFile, FileConfig, LimitsFile};
+use gpumon_runtime::secrets::{read_agent_tokens, read_secret, Secret};
 
 use gpumon_net::ServerTls;
 
@@ -162,7 +162,7 @@ fn credentials(args: &CoordinatorArgs, file: &CoordinatorFile) -> Result<Credent
 }
 
 /// The `[limits]` table and `--max-*` flags, into the cluster view's and
-/// the engine's bounds (see [`gpumon_common::config::resolve_limits`]).
+/// the engine's bounds (see [`gpumon_runtime::config::resolve_limits`]).
 fn apply_limits(
     flags: &LimitsFile,
     file: &LimitsFile,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use gpumon_common::trace::{TraceRecord, TraceWriter, MAX_LINE_BYTES};
+use gpumon_trace::{TraceRecord, TraceWriter, MAX_LINE_BYTES};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -486,8 +486,8 @@ mod tests {
 
     #[test]
     fn a_streamed_window_is_recorded_as_the_stream_mapped_it() {
-        use gpumon_common::trace::from_window::{gpu_record, rank_records};
         use gpumon_proto::{BytesStat, GpuInfo, GpuWindow, ProcWindow, RankInfo};
+        use gpumon_trace::from_window::{gpu_record, rank_records};
         let w = GpuWindow {
             gpu: GpuInfo {
                 uuid: "GPU-0".into(),
@@ -532,7 +532,7 @@ mod tests {
         let mut rec = Recorder::new(Vec::new(), "s").unwrap();
         rec.feed(&stream).unwrap();
         let (out, _) = rec.finish().unwrap();
-        let mut reader = gpumon_common::trace::from_reader(&out[..]).unwrap();
+        let mut reader = gpumon_trace::from_reader(&out[..]).unwrap();
         let mut recorded = Vec::new();
         while let Some(r) = reader.next_ref().unwrap() {
             recorded.push(r.to_owned());
@@ -564,7 +564,7 @@ mod tests {
             rec.feed(format!("{RANK}\n{GPU}\n").as_bytes()).unwrap();
             let (sink, _) = rec.finish().unwrap();
             sink.finish().unwrap();
-            let mut reader = gpumon_common::trace::open(&path).unwrap();
+            let mut reader = gpumon_trace::open(&path).unwrap();
             let mut n = 0;
             while reader.next_ref().unwrap().is_some() {
                 n += 1;

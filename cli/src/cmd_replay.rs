@@ -8,11 +8,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpumon_common::cluster::Limits;
-use gpumon_common::config::{resolve_limits, FileConfig, LimitsFile};
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::replay;
-use gpumon_common::units::fmt_duration_ms;
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
+use gpumon_core::units::fmt_duration_ms;
+use gpumon_runtime::config::{resolve_limits, FileConfig, LimitsFile};
+use gpumon_trace::replay;
 
 use crate::args::ReplayArgs;
 use crate::{usage, Failure};
@@ -48,7 +48,7 @@ fn settings(config_file: Option<&Path>) -> Result<(Limits, EngineConfig), Failur
 pub fn run(args: ReplayArgs, config_file: Option<&Path>) -> Result<(), Failure> {
     let started = Instant::now();
     let (limits, engine) = settings(config_file)?;
-    let mut reader = gpumon_common::trace::open(&args.trace)
+    let mut reader = gpumon_trace::open(&args.trace)
         .with_context(|| format!("cannot replay {}", args.trace.display()))
         .map_err(Failure::Runtime)?;
     let mut replay = replay::Replay::with_limits(limits, &engine);

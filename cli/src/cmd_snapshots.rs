@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use gpumon_common::hook_records::compare_snapshots;
-use gpumon_common::units::fmt_bytes;
+use gpumon_core::hook_records::compare_snapshots;
+use gpumon_core::units::fmt_bytes;
 use gpumon_proto::api::{
     JobsView, MemorySnapshotComparison, MemorySnapshotsAnswer, NamedMemorySnapshot, StatsDelta,
 };

@@ -4,7 +4,7 @@
 //! Kubernetes shows its pod (`NAMESPACE/POD (CONTAINER)`, the names known)
 //! in a last column.
 
-use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
+use gpumon_core::units::{fmt_bytes, fmt_duration_ms};
 use gpumon_proto::api::{ClusterView, JobsView};
 use gpumon_proto::PodPlacement;
 use std::path::Path;

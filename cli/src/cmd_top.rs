@@ -13,7 +13,7 @@ use std::io::{IsTerminal, Write as _};
 use std::path::Path;
 use std::time::Duration;
 
-use gpumon_common::units::{fmt_bytes, fmt_duration_ms};
+use gpumon_core::units::{fmt_bytes, fmt_duration_ms};
 use gpumon_proto::api::JobView;
 use gpumon_proto::api::{Alert, JobSummary, RankSummary, Risk, Severity};
 

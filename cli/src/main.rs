@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         // itself (raft::reachability).
         _ => "info,openraft=warn,openraft::replication=off,openraft::engine::handler::replication_handler=error",
     };
-    gpumon_common::logging::init(default_log);
+    gpumon_runtime::logging::init(default_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

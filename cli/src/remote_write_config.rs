@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpumon_common::config::RemoteWriteFile;
-use gpumon_common::secrets::read_secret;
 use gpumon_coordinator::remote_write::RemoteWriteConfig;
+use gpumon_runtime::config::RemoteWriteFile;
+use gpumon_runtime::secrets::read_secret;
 
 use crate::args::RemoteWriteArgs;
 

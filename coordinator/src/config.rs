@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use gpumon_common::actions::PlannerConfig;
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::net::is_loopback_authority;
-use gpumon_common::secrets::{AgentToken, Secret};
+use gpumon_core::actions::PlannerConfig;
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
 use gpumon_net::ServerTls;
+use gpumon_runtime::loopback::is_loopback_authority;
+use gpumon_runtime::secrets::{AgentToken, Secret};
 
 pub use crate::api::RankSeries;
 
@@ -63,7 +63,7 @@ pub enum Formation {
 }
 
 /// The secrets a replica checks requests against (`Authorization: Bearer`),
-/// read from owner-only files (see `gpumon_common::secrets`).
+/// read from owner-only files (see `gpumon_runtime::secrets`).
 ///
 /// With none configured a replica is open, which [`Credentials::validate`]
 /// allows only on a loopback address or with `insecure`.

@@ -2,7 +2,7 @@
 //! leader only, it proposes `Expire { stale_after_ms }` through the
 //! replica's one write path (`service::Proposer`), so every replica
 //! forgets the same quiet agents, GPUs and long-ended jobs (see
-//! `gpumon_common::cluster::expiry`). Time inside is the data's, so a
+//! `gpumon_core::cluster::expiry`). Time inside is the data's, so a
 //! proposal racing a leader change does nothing twice.
 //!
 //! The period is a tenth of `expire_after_s`, between [`MIN_EXPIRE_EVERY`]

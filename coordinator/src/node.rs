@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
-use gpumon_common::cluster::ClusterEvent;
+use gpumon_core::cluster::ClusterEvent;
 use gpumon_net::{ApiListener, ServerTls};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};

@@ -1,5 +1,5 @@
 //! The leader's release planner task: every `interval_ms`, on the leader
-//! only, it runs the pure planner (`gpumon_common::actions::plan_releases`)
+//! only, it runs the pure planner (`gpumon_core::actions::plan_releases`)
 //! over the applied state and proposes what it returns through the
 //! replica's one write path (`service::Proposer`). The
 //! book re-checks every rule at apply time, so a proposal racing a leader
@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use gpumon_common::actions::{plan_dumps, plan_releases, IssueOutcome, PlannerConfig};
+use gpumon_core::actions::{plan_dumps, plan_releases, IssueOutcome, PlannerConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

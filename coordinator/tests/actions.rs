@@ -12,8 +12,8 @@ use std::time::Duration;
 mod support;
 use support::{push, push_reply, start_with};
 
-use gpumon_common::actions::PlannerConfig;
 use gpumon_coordinator::CoordinatorConfig;
+use gpumon_core::actions::PlannerConfig;
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AgentMessage, AgentMessageV1, AllocRecord, AllocStats,
     BytesStat, EventRecord, GpuInfo, GpuWindow, HookRecord, ProcWindow, PushBatch, RankInfo,
@@ -188,7 +188,7 @@ fn ranks_of(actions: &[Value]) -> Vec<u64> {
 }
 
 fn tune(c: &mut CoordinatorConfig) {
-    c.credentials.admin_token = gpumon_common::secrets::Secret::new(TOKEN).ok();
+    c.credentials.admin_token = gpumon_runtime::secrets::Secret::new(TOKEN).ok();
     c.planner = PlannerConfig {
         horizon_s: 3600.0,
         min_reclaimable_bytes: 256 * MIB,

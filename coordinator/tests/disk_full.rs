@@ -181,8 +181,8 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 /// one again, once, and records it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_with_a_full_disk_neither_records_nor_keeps_sending_notifications() {
-    use gpumon_common::notify::ReceiverKind;
     use gpumon_coordinator::notify::{NotifyConfig, Receiver};
+    use gpumon_core::notify::ReceiverKind;
     let rx = HeldReceiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let _fs = Tmpfs::mount(dir.path(), 32);

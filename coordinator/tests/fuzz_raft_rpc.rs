@@ -23,11 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::Path;
 
-use gpumon_common::actions::{ActionOrigin, ActionRequest, IssueRules};
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::transition::{Command, CommandV1};
 use gpumon_coordinator::raft::{snapshot_file, TypeConfig};
+use gpumon_core::actions::{ActionOrigin, ActionRequest, IssueRules};
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
+use gpumon_core::transition::{Command, CommandV1};
 use gpumon_proto::ActionKind;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{

@@ -19,9 +19,9 @@ mod kit;
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
 use gpumon_coordinator::raft::snapshot_file::{self, Loaded};
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
 
 /// Default cases of whole files (about two seconds in a debug build).
 const FILE_CASES: u64 = 1_500;

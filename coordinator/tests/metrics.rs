@@ -20,7 +20,7 @@ use support::prometheus::{promtool, Prometheus, INSTALL};
 use support::trio::Trio;
 use support::{leak_batch, push, start_with};
 
-use gpumon_common::engine::AlertKind;
+use gpumon_core::engine::AlertKind;
 use gpumon_proto::{
     AgentMessage, AllocRecord, AllocStats, BytesStat, GaugeStat, GpuInfo, GpuWindow, HookRecord,
     PodPlacement, ProcPlacement, ProcWindow, PushBatch, RankInfo, StepRecord,
@@ -784,10 +784,10 @@ fn every_shipped_rule_is_unit_tested_and_named_like_the_pushed_alerts() {
         );
     }
     for kind in AlertKind::ALL {
-        let alert = gpumon_common::engine::Subject::Rank("j".into(), 0).alert(
+        let alert = gpumon_core::engine::Subject::Rank("j".into(), 0).alert(
             kind,
             0.0,
-            gpumon_common::engine::Severity::High,
+            gpumon_core::engine::Severity::High,
         );
         let name = gpumon_coordinator::notify::payload::alertmanager::alertname(&alert);
         let mirrors: Vec<_> = rules

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 mod support;
 use support::{push, start, GIB};
 
-use gpumon_common::limits::MAX_SEQ_GAP;
+use gpumon_core::limits::MAX_SEQ_GAP;
 use gpumon_proto::api::{ApiErrorBody, ClusterView};
 use gpumon_proto::wire;
 use gpumon_proto::{

@@ -13,7 +13,7 @@ const TOKEN: &str = "a-long-enough-admin-token";
 async fn start_with_token(dir: &std::path::Path) -> Coordinator {
     let mut config = CoordinatorConfig::new(1, dir.to_owned());
     config.listen = "127.0.0.1:0".into();
-    config.credentials.admin_token = gpumon_common::secrets::Secret::new(TOKEN).ok();
+    config.credentials.admin_token = gpumon_runtime::secrets::Secret::new(TOKEN).ok();
     Coordinator::start(config)
         .await
         .expect("coordinator starts")

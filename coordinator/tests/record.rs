@@ -10,12 +10,12 @@ use std::time::Duration;
 mod support;
 use support::start;
 
-use gpumon_common::trace::{GpuRecord, ProcRecord, RankRecord, TraceRecord};
 use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBatch,
     PushOutcome, RankInfo,
 };
+use gpumon_trace::{GpuRecord, ProcRecord, RankRecord, TraceRecord};
 
 const GIB: u64 = 1 << 30;
 const T0_MS: u64 = 1_700_000_000_000;

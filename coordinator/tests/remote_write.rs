@@ -16,7 +16,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use gpumon_common::secrets::Secret;
 use gpumon_coordinator::remote_write::proto::WriteRequest;
 use gpumon_coordinator::remote_write::{RemoteWriteConfig, RemoteWriteCounts, RemoteWriteStats};
 use gpumon_coordinator::Coordinator;
@@ -24,6 +23,7 @@ use gpumon_proto::{
     AgentMessage, AgentMessageV1, BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBatch,
     RankInfo,
 };
+use gpumon_runtime::secrets::Secret;
 use prost::Message;
 use serde_json::Value;
 use support::prometheus::{Options, Prometheus};

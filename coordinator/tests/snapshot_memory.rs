@@ -10,14 +10,14 @@
 //! state. One test in its own process, so no other test allocates
 //! meanwhile.
 
-#[path = "../../common/benches/support/fleet.rs"]
+#[path = "../../core/benches/support/fleet.rs"]
 mod fleet;
 
-use gpumon_common::cluster::{Limits, DEFAULT_HISTORY_WINDOWS};
-use gpumon_common::engine::EngineConfig;
 use gpumon_coordinator::raft::snapshot_file;
 use gpumon_coordinator::raft::state_machine::StateMachine;
 use gpumon_coordinator::raft::TypeConfig;
+use gpumon_core::cluster::{Limits, DEFAULT_HISTORY_WINDOWS};
+use gpumon_core::engine::EngineConfig;
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
 

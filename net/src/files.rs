@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumon_common::secrets::{read_private, SecretError};
+use gpumon_runtime::secrets::{read_private, SecretError};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;

@@ -1,7 +1,7 @@
 """Limits and timings of the hook, written once.
 
 The limits mirror the agent's (see ``PROTOCOL.md``): a report the agent would
-refuse is never built. They are written once in Rust (``common/src/limits.rs``
+refuse is never built. They are written once in Rust (``core/src/limits.rs``
 and the agent's hook endpoint); the agent's test ``python_limits`` reads this
 file and fails when a number here differs. The timings have documented defaults; the user knobs
 are the report interval (``GPUMON_REPORT_INTERVAL``), the clock that times

@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use gpumon_common::engine::hang::PROCESS_EXIT;
-use gpumon_common::limits::prefix_within;
+use gpumon_core::engine::hang::PROCESS_EXIT;
+use gpumon_core::limits::prefix_within;
 use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, NodeAlert, PendingAction, StallRecord};
 use tokio::sync::watch;
 

@@ -22,7 +22,7 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 const MAX_UUID_BYTES: usize = 128;
 /// Longest device name kept, bytes (the coordinator's limit on names);
 /// longer ones are cut.
-const MAX_DEVICE_NAME_BYTES: usize = gpumon_common::limits::MAX_NAME_BYTES;
+const MAX_DEVICE_NAME_BYTES: usize = gpumon_core::limits::MAX_NAME_BYTES;
 
 /// A request's operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 //! is trusted: every record is read field by field (each field's JSON type),
 //! stamped with the session's job and rank, and then put through the one
 //! record check the coordinator applies too
-//! ([`gpumon_common::hook_records::check_record`], bounds in
-//! [`gpumon_common::limits`]) before it is forwarded. Checked here only:
+//! ([`gpumon_core::hook_records::check_record`], bounds in
+//! [`gpumon_core::limits`]) before it is forwarded. Checked here only:
 //! what never leaves the agent (`t` against the agent's clock, the device
 //! memory of `alloc` records, the step's `clock`). A bad record is skipped
 //! and counted, never fatal: the rest of the report still counts. A record
@@ -13,8 +13,8 @@
 //! report, since it means the hook is confused about who it is. Pure: the
 //! agent's clock comes in as `now_ms`.
 
-use gpumon_common::hook_records::check_record as check_fields;
-use gpumon_common::limits::MAX_WAIT_GROUPS;
+use gpumon_core::hook_records::check_record as check_fields;
+use gpumon_core::limits::MAX_WAIT_GROUPS;
 use gpumon_proto::{
     AllocRecord, AllocStats, CollectiveArrival, EventRecord, GroupWait, HookRecord, StepRecord,
     MAX_STEP_COLLECTIVES,
@@ -478,7 +478,7 @@ fn shown_str(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumon_common::limits::{MAX_DETAIL_BYTES, MAX_LABEL_BYTES, MAX_SECTIONS};
+    use gpumon_core::limits::{MAX_DETAIL_BYTES, MAX_LABEL_BYTES, MAX_SECTIONS};
     use serde_json::json;
 
     const NOW_MS: u64 = 1_763_700_000_000;

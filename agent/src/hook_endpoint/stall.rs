@@ -3,7 +3,7 @@
 //! it waits in and the last one it entered per process group. Field by
 //! field, like the other records; the bounds are the common record check's.
 
-use gpumon_common::engine::hang::PROCESS_EXIT;
+use gpumon_core::engine::hang::PROCESS_EXIT;
 use gpumon_proto::{CollectiveWait, StallRecord};
 use serde_json::{Map, Value};
 

@@ -12,8 +12,8 @@ use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use gpumon_common::metric_family::gauge;
 use gpumon_proto::{GaugeStat, GpuWindow};
+use gpumon_runtime::metric_family::gauge;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;

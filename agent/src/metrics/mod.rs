@@ -13,7 +13,7 @@
 //! the address cannot be bound (another agent on the same host has it) the
 //! agent logs a warning and keeps monitoring without it. Answers are
 //! OpenMetrics text, or the classic text format for a client whose `Accept`
-//! prefers `text/plain` ([`gpumon_common::exposition`]).
+//! prefers `text/plain` ([`gpumon_runtime::exposition`]).
 
 mod collector;
 
@@ -28,8 +28,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use gpumon_common::exposition::Format;
 use gpumon_proto::GpuWindow;
+use gpumon_runtime::exposition::Format;
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 

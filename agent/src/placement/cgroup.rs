@@ -21,7 +21,7 @@
 //! outside Kubernetes, a UID or id of the wrong shape, a file over
 //! [`MAX_CGROUP_BYTES`], bytes that are not UTF-8) is no placement.
 
-use gpumon_common::cluster::{is_container_id, is_pod_uid};
+use gpumon_core::cluster::{is_container_id, is_pod_uid};
 
 /// Largest `/proc/PID/cgroup` parsed, bytes. A v1 file has a dozen lines
 /// of a few hundred bytes; larger is not a kernel's.

@@ -29,7 +29,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gpumon_common::cluster::is_dns_label;
+use gpumon_core::cluster::is_dns_label;
 use gpumon_proto::PodPlacement;
 use rustix::fs::{Mode, OFlags};
 

@@ -20,7 +20,7 @@
 //! [`parse_pod_env`] takes the environment blob, as
 //! [`crate::discovery::parse_environ`] does.
 
-use gpumon_common::cluster::{is_dns_label, is_dns_subdomain};
+use gpumon_core::cluster::{is_dns_label, is_dns_subdomain};
 
 use crate::discovery::{env_vars, MAX_ENVIRON_BYTES};
 

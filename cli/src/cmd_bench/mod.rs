@@ -185,7 +185,7 @@ pub struct IngestConfig {
     /// Each rank's step, ms; 0: none.
     pub step_ms: u64,
     /// The agent token sent with every push.
-    pub token: Option<gpumon_common::secrets::Secret>,
+    pub token: Option<gpumon_runtime::secrets::Secret>,
     /// How https coordinators are verified, and the client certificate.
     pub tls: gpumon_net::ClientTls,
 }
@@ -273,7 +273,7 @@ pub fn resolve(args: IngestArgs) -> Result<IngestConfig, Failure> {
         .round()
         .max(1.0);
     let token = match &args.agent_token_file {
-        Some(path) => Some(gpumon_common::secrets::read_secret(path).map_err(usage)?),
+        Some(path) => Some(gpumon_runtime::secrets::read_secret(path).map_err(usage)?),
         None => None,
     };
     let tls = args.tls.resolve((None, None, None)).map_err(usage)?;

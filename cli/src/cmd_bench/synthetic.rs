@@ -269,7 +269,7 @@ fn gauge(mean: f32, width: f32, cap: f32) -> GaugeStat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumon_common::cluster::{ClusterState, Limits};
+    use gpumon_core::cluster::{ClusterState, Limits};
 
     fn shape(agents: usize, gpus: u32, samples: u32) -> Shape {
         Shape {

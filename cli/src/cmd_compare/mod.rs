@@ -200,7 +200,7 @@ fn value(unit: Unit, v: Option<f64>) -> String {
     match (unit, v) {
         (_, None) => "-".into(),
         (Unit::Ms, Some(ms)) => format!("{ms:.1} ms"),
-        (Unit::Bytes, Some(b)) => gpumon_common::units::fmt_bytes(b.max(0.0) as u64),
+        (Unit::Bytes, Some(b)) => gpumon_core::units::fmt_bytes(b.max(0.0) as u64),
     }
 }
 

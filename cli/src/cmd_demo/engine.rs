@@ -19,7 +19,7 @@
 //! configuration, offline and in simulated time, and check that exactly the
 //! planted alerts fire, and when.
 
-use gpumon_common::engine::EngineConfig;
+use gpumon_core::engine::EngineConfig;
 
 /// Envelope window of the demo's engine, seconds.
 pub const WINDOW_S: f64 = 2.0;

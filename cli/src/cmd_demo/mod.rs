@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon_agent::{AgentConfig, SimPlacement, SourceSpec};
-use gpumon_common::cluster::ClusterEvent;
-use gpumon_common::units::fmt_bytes;
+use gpumon_core::cluster::ClusterEvent;
+use gpumon_core::units::fmt_bytes;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch, Mutex};
 

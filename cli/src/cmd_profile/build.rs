@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_common::engine::{Alert, Risk};
-use gpumon_common::hook_records::named_snapshot;
+use gpumon_core::engine::{Alert, Risk};
+use gpumon_core::hook_records::named_snapshot;
 
 use super::embedded::Embedded;
 use super::recommend::recommendations;

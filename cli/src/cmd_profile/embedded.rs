@@ -6,10 +6,10 @@
 //! RAM levels included.
 
 use gpumon_agent::uplink::Outgoing;
-use gpumon_common::actions::{plan_dumps, IssueRules};
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::transition::{Command, CommandV1, Replicated};
+use gpumon_core::actions::{plan_dumps, IssueRules};
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
+use gpumon_core::transition::{Command, CommandV1, Replicated};
 use gpumon_proto::{Hello, PendingAction, PushBatch, PushBatchV2};
 
 use super::observed::Observed;

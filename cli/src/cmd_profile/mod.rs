@@ -30,8 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use gpumon_agent::{AgentConfig, HookAddr, Sampler, SourceSpec};
-use gpumon_common::config::FileConfig;
-use gpumon_common::engine::{EngineConfig, Severity, Subject};
+use gpumon_core::engine::{EngineConfig, Severity, Subject};
+use gpumon_runtime::config::FileConfig;
 use tokio::sync::{mpsc, watch};
 
 use crate::args::ProfileArgs;

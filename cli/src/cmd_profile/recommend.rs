@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_common::engine::{AlertKind, Risk};
-use gpumon_common::units::fmt_bytes;
+use gpumon_core::engine::{AlertKind, Risk};
+use gpumon_core::units::fmt_bytes;
 
 use super::report::{ProfileReport, RankReport, Recommendation};
 
@@ -76,7 +76,7 @@ pub fn recommendations(report: &ProfileReport) -> Vec<Recommendation> {
         a.kind == AlertKind::MemoryLevel
             && a.job.is_none()
             && a.gpu.is_none()
-            && a.severity >= gpumon_common::engine::Severity::Critical
+            && a.severity >= gpumon_core::engine::Severity::Critical
     });
     if host.total_bytes > 0 && host_critical {
         out.push(Recommendation {

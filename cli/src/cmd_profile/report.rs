@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_common::engine::{Alert, OomForecast, Risk};
+use gpumon_core::engine::{Alert, OomForecast, Risk};
 use gpumon_proto::api::{ActionEntry, NamedMemorySnapshot, StepVerdict};
 use serde::{Deserialize, Serialize};
 

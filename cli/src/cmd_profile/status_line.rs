@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use gpumon_common::units::fmt_bytes;
+use gpumon_core::units::fmt_bytes;
 
 use super::embedded::Embedded;
 

@@ -1,11 +1,11 @@
 //! Where each rank's step goes, and the job's, in the profile report: the
 //! rank's median step and section medians through
-//! [`gpumon_common::step_verdict::judge`]; the job's from the median over
+//! [`gpumon_core::step_verdict::judge`]; the job's from the median over
 //! its ranks of each.
 
 use std::collections::BTreeMap;
 
-use gpumon_common::step_verdict::judge;
+use gpumon_core::step_verdict::judge;
 
 use crate::cmd_sweep::measures::median;
 

@@ -179,7 +179,7 @@ pub fn measures(r: &ProfileReport) -> Measures {
 mod tests {
     use std::collections::BTreeMap;
 
-    use gpumon_common::engine::Risk;
+    use gpumon_core::engine::Risk;
 
     use super::*;
     use crate::cmd_profile::report::{ExitInfo, GpuReport, Quantiles, RankReport};
@@ -234,7 +234,7 @@ mod tests {
         }
     }
 
-    fn alert(id: u64, kind: &str) -> gpumon_common::engine::Alert {
+    fn alert(id: u64, kind: &str) -> gpumon_core::engine::Alert {
         serde_json::from_value(serde_json::json!({
             "id": id, "kind": kind, "t": 1.0, "severity": "warning",
             "updated_t": 1.0, "message": "m"

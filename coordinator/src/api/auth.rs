@@ -31,7 +31,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gpumon_common::secrets::{AgentToken, Secret};
+use gpumon_runtime::secrets::{AgentToken, Secret};
 
 use super::log_gate::LogGate;
 use super::{ApiError, AppState};

@@ -8,14 +8,14 @@
 //!   the change goes through the Raft log and applies whole, from the next
 //!   window, or is refused with 400 naming the key and what it takes.
 //!
-//! The keys, their bounds and scopes are `gpumon_common::settings::keys`.
+//! The keys, their bounds and scopes are `gpumon_core::settings::keys`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::Json;
-use gpumon_common::settings::{Overrides, Scope, Settings, KEYS};
+use gpumon_core::settings::{Overrides, Scope, Settings, KEYS};
 use gpumon_proto::api::{ApiErrorBody, ConfigBody, ConfigChange, ConfigQuery, SettingView};
 
 use super::error_answers::{AdminErrors, ReadErrors};

@@ -3,7 +3,7 @@
 //! bounds, a time that is not a finite epoch or a range that ends before it
 //! starts is a 400 that says which, never a silently different answer.
 
-use gpumon_common::job_scale::TimeRange;
+use gpumon_core::job_scale::TimeRange;
 use gpumon_proto::api::job_scale::{
     DEFAULT_MATRIX_COLUMNS, MAX_MATRIX_COLUMNS, MAX_POINTS, MAX_TOP_RANKS,
 };
@@ -80,7 +80,7 @@ pub fn job_params(raw: Option<&str>) -> Result<Option<JobParams>, ApiError> {
         }
     };
     if let Some(node) = &q.node {
-        if !gpumon_common::cluster::is_valid_name(node) {
+        if !gpumon_core::cluster::is_valid_name(node) {
             return Err(ApiError::BadRequest(format!(
                 "bad node name {:?}",
                 node.chars().take(64).collect::<String>()

@@ -10,9 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use gpumon_common::job_scale::{
-    base64, downsample_max, matrix_edges, node_aggregates, worst_ranks,
-};
+use gpumon_core::job_scale::{base64, downsample_max, matrix_edges, node_aggregates, worst_ranks};
 use gpumon_proto::api::job_scale::MAX_MATRIX_ROWS;
 use gpumon_proto::api::{
     ApiErrorBody, JobScaleSummary, JobSummary, JobSummaryQuery, JobWithAnalysis, RankFlag,
@@ -78,7 +76,7 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
                     .collect()
             })
             .unwrap_or_default();
-        let (step_verdict, step_verdicts) = gpumon_common::step_verdict::of_ranks(&steps);
+        let (step_verdict, step_verdicts) = gpumon_core::step_verdict::of_ranks(&steps);
         let answer = JobWithAnalysis {
             detail,
             analysis: applied.engine.job(job),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use gpumon_common::hook_records::{compare_snapshots, named_snapshot};
+use gpumon_core::hook_records::{compare_snapshots, named_snapshot};
 use gpumon_proto::api::{
     ApiErrorBody, MemorySnapshotList, MemorySnapshotsAnswer, MemorySnapshotsQuery,
 };

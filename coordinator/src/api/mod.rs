@@ -70,7 +70,7 @@ use tokio::sync::watch;
 
 pub use error::ApiError;
 
-use gpumon_common::actions::IssueRules;
+use gpumon_core::actions::IssueRules;
 
 use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
 use crate::notify::NotifyStats;

@@ -97,7 +97,7 @@ pub async fn job(
         ))
     })?;
     let steps = applied.steps.job(&job).cloned().unwrap_or_default();
-    let (step_verdict, step_verdicts) = gpumon_common::step_verdict::of_ranks(&steps);
+    let (step_verdict, step_verdicts) = gpumon_core::step_verdict::of_ranks(&steps);
     Ok(Json(JobWithAnalysis {
         detail,
         analysis: applied.engine.job(&job),

@@ -12,9 +12,9 @@
 //! (named snapshots have no trace form and are left out).
 //!
 //! Records come from the one mapping of pushed data to trace records
-//! ([`gpumon_common::trace::from_window`]) and are written with the trace writer's
+//! ([`gpumon_trace::from_window`]) and are written with the trace writer's
 //! own serde, so the lines are exactly what
-//! [`gpumon_common::trace::TraceWriter`] writes, except that `t` is absolute:
+//! [`gpumon_trace::TraceWriter`] writes, except that `t` is absolute:
 //! the window's last sample (`end_ms`, the agent's clock) in seconds since
 //! the Unix epoch. `used` (device and per process) is the window's **peak**
 //! (`used_bytes.max`), so a spike between samples survives; `used_min` and
@@ -53,8 +53,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use gpumon_common::trace::from_window::{gpu_record, hook_record, rank_records};
-use gpumon_common::trace::TraceRecord;
+use gpumon_trace::from_window::{gpu_record, hook_record, rank_records};
+use gpumon_trace::TraceRecord;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch};
 
@@ -295,8 +295,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use gpumon_common::trace::ProcRecord;
     use gpumon_proto::{GaugeStat, GpuWindow, HookRecord};
+    use gpumon_trace::ProcRecord;
 
     fn window(end_ms: u64, gpu: u32, pid: u32) -> GpuWindow {
         GpuWindow {
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn a_settings_change_is_a_settings_line_a_replay_reads() {
-        use gpumon_common::trace::{SettingValue, SettingsRecord};
+        use gpumon_trace::{SettingValue, SettingsRecord};
         let record = SettingsRecord {
             t: 1_700_000_010.0,
             job: Some("j".into()),

@@ -6,8 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use gpumon_common::engine::Severity;
-use gpumon_common::notify::{NotifyFile, ReceiverId, ReceiverKind};
+use gpumon_core::engine::Severity;
+use gpumon_core::notify::{NotifyFile, ReceiverId, ReceiverKind};
 
 /// How often the leader looks for due notifications, ms.
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;

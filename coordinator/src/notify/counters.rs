@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use gpumon_common::notify::ReceiverKind;
+use gpumon_core::notify::ReceiverKind;
 
 /// Counts of one receiver kind since this replica started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

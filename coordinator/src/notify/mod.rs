@@ -2,14 +2,14 @@
 //! Alertmanager v2, fed by the engine's alert episodes.
 //!
 //! Every `interval_ms`, on the leader only, the loop computes what is due
-//! with the pure [`gpumon_common::notify::due`] over the applied state (the
+//! with the pure [`gpumon_core::notify::due`] over the applied state (the
 //! replicated notify book and the engine's alerts) and the leader's wall
 //! clock, and hands each notification to its receiver's worker through a
 //! bounded queue with `try_send`: a full queue counts a drop and the
 //! notification is simply due again next round. Workers POST with a timeout,
 //! retry with backoff, and record what a receiver accepted through Raft
 //! (`CommandV1::Notified`), so a failover neither loses nor (beyond the
-//! at-least-once window described in `gpumon_common::notify`) repeats one.
+//! at-least-once window described in `gpumon_core::notify`) repeats one.
 //! Keys queued, in flight or resting after failing every attempt are held
 //! on this leader so a slow receiver is not sent the same thing twice.
 //! Followers never send, and a new leader starts only once it has applied
@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon_common::engine::Severity;
-use gpumon_common::notify::{due, Notice, ReceiverId, ReceiverRule};
+use gpumon_core::engine::Severity;
+use gpumon_core::notify::{due, Notice, ReceiverId, ReceiverRule};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -144,7 +144,7 @@ struct Leader {
     proposer: Proposer,
     state_machine: StateMachine,
     config: Arc<NotifyConfig>,
-    queues: HashMap<ReceiverId, (gpumon_common::notify::ReceiverKind, mpsc::Sender<Message>)>,
+    queues: HashMap<ReceiverId, (gpumon_core::notify::ReceiverKind, mpsc::Sender<Message>)>,
     holds: Holds,
     stats: NotifyStats,
     dashboard_url: String,

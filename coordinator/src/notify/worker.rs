@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpumon_common::notify::{NotifyKey, ReceiverKind};
+use gpumon_core::notify::{NotifyKey, ReceiverKind};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -154,7 +154,7 @@ impl Worker {
             }
             Err(e) => {
                 // Sent but not recorded: the next leader may send it again
-                // (at least once, see gpumon_common::notify).
+                // (at least once, see gpumon_core::notify).
                 self.stats.add(kind, Count::Unrecorded);
                 tracing::warn!(receiver = %self.receiver.redacted(), error = %e, "notification sent but not recorded");
                 Settled::Abandoned

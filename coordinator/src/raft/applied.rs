@@ -3,9 +3,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::transition::Replicated;
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
+use gpumon_core::transition::Replicated;
 use openraft::{LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 //! `gpumon_state_copy_seconds{for="snapshot|digest"}`.
 //!
 //! The copy is cheap by design (entries are shared copy-on-write, see
-//! `gpumon_common::shared`); this is how an operator sees that it stays so.
+//! `gpumon_core::shared`); this is how an operator sees that it stays so.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

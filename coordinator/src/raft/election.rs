@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gpumon_common::secrets::Secret;
+use gpumon_runtime::secrets::Secret;
 use openraft::{BasicNode, LogId, RaftMetrics, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;

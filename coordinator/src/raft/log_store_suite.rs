@@ -6,8 +6,8 @@
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::StorageError;
 
-use gpumon_common::cluster::Limits;
-use gpumon_common::engine::EngineConfig;
+use gpumon_core::cluster::Limits;
+use gpumon_core::engine::EngineConfig;
 
 use super::log_store::LogStore;
 use super::state_machine::StateMachine;

@@ -2,8 +2,8 @@
 //!
 //! Every agent message the coordinator accepts becomes a [`Command`] in the
 //! Raft log. The [`state_machine`] adapts openraft's storage traits to
-//! `gpumon_common::transition`: each committed command goes through
-//! [`Replicated::apply`](gpumon_common::transition::Replicated::apply), the
+//! `gpumon_core::transition`: each committed command goes through
+//! [`Replicated::apply`](gpumon_core::transition::Replicated::apply), the
 //! one transition replay runs too, so every replica holds the same state.
 //! [`snapshot_file`] reads and writes the versioned snapshot file.
 
@@ -28,7 +28,7 @@ pub mod state_machine;
 
 use std::io::Cursor;
 
-pub use gpumon_common::transition::{Command, CommandResult, CommandV1};
+pub use gpumon_core::transition::{Command, CommandResult, CommandV1};
 
 openraft::declare_raft_types!(
     /// gpumon's Raft types: commands in, results out, u64 node ids,

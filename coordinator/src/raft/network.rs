@@ -26,7 +26,7 @@ use openraft::error::{
 use std::error::Error;
 use std::time::Duration;
 
-use gpumon_common::secrets::Secret;
+use gpumon_runtime::secrets::Secret;
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,

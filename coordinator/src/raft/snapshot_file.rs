@@ -29,12 +29,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gpumon_common::actions::ActionBook;
-use gpumon_common::cluster::{ClusterStateV4, Limits};
-use gpumon_common::engine::legacy::EngineV4;
-use gpumon_common::engine::EngineConfig;
-use gpumon_common::hook_records::HookState;
-use gpumon_common::transition::{
+use gpumon_core::actions::ActionBook;
+use gpumon_core::cluster::{ClusterStateV4, Limits};
+use gpumon_core::engine::legacy::EngineV4;
+use gpumon_core::engine::EngineConfig;
+use gpumon_core::hook_records::HookState;
+use gpumon_core::transition::{
     ReplicatedV10, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
     ReplicatedV9,
 };

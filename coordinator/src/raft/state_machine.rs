@@ -2,7 +2,7 @@
 //! transition, snapshots built and installed.
 //!
 //! It only adapts. Each normal entry goes to
-//! [`Replicated::apply`](gpumon_common::transition::Replicated::apply) (the
+//! [`Replicated::apply`](gpumon_core::transition::Replicated::apply) (the
 //! function `gpumon replay` runs too); blank and membership entries and the
 //! last applied log id are Raft's own bookkeeping, kept beside the data in
 //! [`Applied`]. The state is rebuilt on start from the newest snapshot file
@@ -24,8 +24,8 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use gpumon_common::cluster::{ClusterEvent, Limits};
-use gpumon_common::engine::EngineConfig;
+use gpumon_core::cluster::{ClusterEvent, Limits};
+use gpumon_core::engine::EngineConfig;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -35,7 +35,7 @@ use tokio::sync::broadcast;
 
 pub use super::applied::Applied;
 pub use super::snapshot_file::{LoadSnapshotError, SNAPSHOT_FILE};
-pub use gpumon_common::transition::AppliedBatch;
+pub use gpumon_core::transition::AppliedBatch;
 
 use super::copy_times::{CopyFor, CopyTimes};
 use super::snapshot_file::{self, decode_applied};

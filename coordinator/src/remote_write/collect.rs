@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpumon_common::cluster::{ClusterState, GpuSeries};
+use gpumon_core::cluster::{ClusterState, GpuSeries};
 
 use super::encode::NAME_LABEL;
 use super::proto::{Label, Sample, TimeSeries};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpumon_common::secrets::Secret;
+use gpumon_runtime::secrets::Secret;
 
 /// Default time between sends.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);

@@ -4,7 +4,7 @@
 //! Handing an action out is itself recorded through Raft (`delivered`)
 //! before the agent sees it, so a failover neither loses nor repeats it.
 
-use gpumon_common::actions::{ActionOrigin, ActionRequest};
+use gpumon_core::actions::{ActionOrigin, ActionRequest};
 use gpumon_proto::api::{IssueOutcome, IssueRequest, IssueResponse, IssuedAction};
 use gpumon_proto::PendingAction;
 

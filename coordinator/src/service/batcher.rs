@@ -17,7 +17,7 @@
 //! with the same error, which the agents retry as before (a retried push is
 //! recognized by its seq).
 
-use gpumon_common::transition::MAX_PUSHES_PER_BATCH;
+use gpumon_core::transition::MAX_PUSHES_PER_BATCH;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{Proposer, ServiceError};

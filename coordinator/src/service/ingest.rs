@@ -2,7 +2,7 @@
 //! and the actions and alerts handed to the pushing agent in the reply.
 //!
 //! The alerts (active ones about the agent's node, for its hooks; see
-//! `gpumon_common::transition::node_alerts`) are read from the leader's
+//! `gpumon_core::transition::node_alerts`) are read from the leader's
 //! applied state after the commit and recorded nowhere: delivery to the
 //! hooks is best effort, repeated with every reply while the alert is
 //! active, and the agent posts each once per severity.

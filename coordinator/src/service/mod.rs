@@ -21,7 +21,7 @@ mod push_bounds;
 mod settings;
 mod storage;
 
-use gpumon_common::actions::IssueRules;
+use gpumon_core::actions::IssueRules;
 use openraft::BasicNode;
 
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};

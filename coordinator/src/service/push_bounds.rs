@@ -13,7 +13,7 @@
 //!   A refusal is a 400 that names the field, the value and the bound, and
 //!   nothing reaches the log. A seq at or below the last applied one passes
 //!   untouched: it is a re-send, acknowledged as a duplicate.
-//! - **the transition** (`gpumon_common::cluster`, the same on every
+//! - **the transition** (`gpumon_core::cluster`, the same on every
 //!   replica, no clock): it refuses and counts the same seq gap (an entry
 //!   from a log written before these checks, or two pushes racing here),
 //!   and skips and counts a window that would move its own clock more than
@@ -21,7 +21,7 @@
 //! - **the agent** (`gpumon_agent::uplink`): a 4xx is final; it counts the
 //!   refused batch, logs the reason and sends the next one.
 
-use gpumon_common::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
+use gpumon_core::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
 use gpumon_proto::{HostMemory, ProcPlacement, PushBatch};
 
 use super::ingest::{PushRefused, Refusal};
@@ -104,14 +104,14 @@ pub(super) fn check_times(batch: &PushBatch, wall_ms: u64) -> Result<(), PushRef
 }
 
 /// Checks a version 2 push's host memory: its time against `wall_ms` as
-/// [`check_times`] does, and its sizes (`gpumon_common::cluster::check_host`).
+/// [`check_times`] does, and its sizes (`gpumon_core::cluster::check_host`).
 pub(super) fn check_host(
     batch: &PushBatch,
     host: &HostMemory,
     wall_ms: u64,
 ) -> Result<(), PushRefused> {
     check_time("host.t_ms", host.t_ms, wall_ms)?;
-    gpumon_common::cluster::check_host(host).map_err(|e| {
+    gpumon_core::cluster::check_host(host).map_err(|e| {
         PushRefused::new(
             Refusal::OutOfBounds,
             format!("{e} (agent {:?}, node {:?})", batch.agent_id, batch.node),

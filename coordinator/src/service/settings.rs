@@ -3,7 +3,7 @@
 //! it at the same point (and refuses it whole if the state it meets there
 //! no longer takes it).
 
-use gpumon_common::settings::SettingsChange;
+use gpumon_core::settings::SettingsChange;
 use gpumon_proto::api::ConfigChange;
 
 use super::{Service, ServiceError};

@@ -1,6 +1,6 @@
 //! Where a training step's time goes, and what bounds it: the verdict the
 //! profile report and `GET /api/v1/jobs/{job}` give per job and per rank
-//! (computed by `gpumon_common::step_verdict`).
+//! (computed by `gpumon_core::step_verdict`).
 
 use serde::{Deserialize, Serialize};
 

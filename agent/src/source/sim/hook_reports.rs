@@ -15,7 +15,7 @@
 //! at the device's limit, minutes into a fragmenting run, and a count that
 //! stays 0 would tell the engine that a growing cache is plain caching, not
 //! fragmentation (the engine then waits for retries; see
-//! `gpumon_common::engine::fragmentation`).
+//! `gpumon_core::engine::fragmentation`).
 
 use gpumon_proto::{AllocRecord, AllocStats, EventRecord, HookRecord, RankInfo, StepRecord};
 

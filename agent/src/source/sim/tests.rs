@@ -353,7 +353,7 @@ fn hook_records_are_valid_deterministic_and_depend_on_the_seed() {
     assert_eq!(a, b);
     assert_ne!(a, records(&mut hooked(Scenario::Mixed, 2), 30));
     for r in &a {
-        gpumon_common::hook_records::check_record(r).unwrap_or_else(|e| panic!("{r:?}: {e}"));
+        gpumon_core::hook_records::check_record(r).unwrap_or_else(|e| panic!("{r:?}: {e}"));
         assert_eq!(r.subject().0, "sim-job");
     }
     // Each rank: one step record per step, numbered from 1, with sections.

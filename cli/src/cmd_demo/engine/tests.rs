@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 
 use gpumon_agent::source::sim::{Scenario, SimSettings, SimSource};
 use gpumon_agent::source::GpuSource;
-use gpumon_common::engine::{AlertKind, Engine, EngineConfig};
-use gpumon_common::hook_records::HookState;
-use gpumon_common::window::WindowFolder;
+use gpumon_core::engine::{AlertKind, Engine, EngineConfig};
+use gpumon_core::hook_records::HookState;
+use gpumon_core::window::WindowFolder;
 
 use super::{demo_config, PROMISED_ALERT_S};
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_common::engine::{Alert, AlertKind, OomForecast, Risk, Severity, Subject};
+use gpumon_core::engine::{Alert, AlertKind, OomForecast, Risk, Severity, Subject};
 
 use crate::cmd_profile::report::{
     ExitInfo, GpuReport, HostReport, JobReport, Levels, Mark, ProfileReport, Quantiles, RankReport,

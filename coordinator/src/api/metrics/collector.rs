@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use gpumon_common::metric_family::gauge;
+use gpumon_runtime::metric_family::gauge;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,

@@ -8,7 +8,7 @@
 //!
 //! The answer is OpenMetrics 1.0 text; a client whose `Accept` prefers
 //! `text/plain` gets the classic text format 0.0.4 (see
-//! [`gpumon_common::exposition`]), which is what `promtool check metrics`
+//! [`gpumon_runtime::exposition`]), which is what `promtool check metrics`
 //! reads.
 //!
 //! Bounds: at most [`scrape::MAX_RANK_SERIES`] ranks get per-rank series
@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use gpumon_common::exposition::Format;
+use gpumon_runtime::exposition::Format;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 

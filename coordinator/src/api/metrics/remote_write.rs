@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use gpumon_common::metric_family::gauge;
+use gpumon_runtime::metric_family::gauge;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::collector::{counters, SECONDS};

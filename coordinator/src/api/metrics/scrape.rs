@@ -17,11 +17,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 
-use gpumon_common::actions::ActionState;
-use gpumon_common::engine::summary::RankSummary;
-use gpumon_common::engine::{AlertKind, OomForecast, Risk, Severity};
-use gpumon_common::hook_records::RankSteps;
-use gpumon_common::settings::{Settings, KEYS};
+use gpumon_core::actions::ActionState;
+use gpumon_core::engine::summary::RankSummary;
+use gpumon_core::engine::{AlertKind, OomForecast, Risk, Severity};
+use gpumon_core::hook_records::RankSteps;
+use gpumon_core::settings::{Settings, KEYS};
 use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 
@@ -36,9 +36,9 @@ use crate::remote_write::RemoteWriteCounts;
 pub const MAX_RANK_SERIES: usize = 16_384;
 /// An agent is up while its newest window ended at most this long before the
 /// cluster's newest one (data time), ms.
-pub use gpumon_common::cluster::AGENT_STALE_MS;
+pub use gpumon_core::cluster::AGENT_STALE_MS;
 /// Most step sections given a series per rank, by name: all the state keeps.
-pub use gpumon_common::hook_records::MAX_SECTIONS_PER_RANK;
+pub use gpumon_core::hook_records::MAX_SECTIONS_PER_RANK;
 
 /// Every severity, in rising order.
 pub const SEVERITIES: [Severity; 3] = [Severity::Warning, Severity::High, Severity::Critical];

@@ -17,8 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_common::engine::{Alert, Severity};
-use gpumon_common::notify::Notice;
+use gpumon_core::engine::{Alert, Severity};
+use gpumon_core::notify::Notice;
 use serde_json::{json, Value};
 
 use super::{details, rfc3339, Message};
@@ -116,7 +116,7 @@ pub fn body(m: &Message, now_s: f64, ends_after_s: f64) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use gpumon_common::notify::ReceiverKind;
+    use gpumon_core::notify::ReceiverKind;
 
     use super::super::testing::oom_message;
     use super::*;

@@ -5,9 +5,9 @@ pub mod alertmanager;
 pub mod slack;
 pub mod webhook;
 
-use gpumon_common::engine::{Alert, AlertKind};
-use gpumon_common::notify::Due;
-use gpumon_common::units::fmt_bytes;
+use gpumon_core::engine::{Alert, AlertKind};
+use gpumon_core::notify::Due;
+use gpumon_core::units::fmt_bytes;
 use serde::Serialize;
 
 /// One notification and what its payload needs besides the alert.
@@ -184,8 +184,8 @@ pub fn clip(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    use gpumon_common::engine::{AlertKind, Severity, Subject};
-    use gpumon_common::notify::{Due, Notice, NotifyKey, ReceiverId, ReceiverKind};
+    use gpumon_core::engine::{AlertKind, Severity, Subject};
+    use gpumon_core::notify::{Due, Notice, NotifyKey, ReceiverId, ReceiverKind};
 
     use super::Message;
 
@@ -251,8 +251,8 @@ mod tests {
     #[test]
     fn links_encode_the_job() {
         let m = testing::oom_message(
-            gpumon_common::notify::ReceiverKind::Webhook,
-            gpumon_common::notify::Notice::New,
+            gpumon_core::notify::ReceiverKind::Webhook,
+            gpumon_core::notify::Notice::New,
         );
         assert_eq!(m.link(), "http://gpumon.test:7070/#/jobs/job%20x");
         assert_eq!(m.title(), "OOM predicted: job x rank 2");
@@ -264,8 +264,8 @@ mod tests {
     #[test]
     fn a_host_alert_names_the_node_s_host_and_links_the_front_page() {
         let m = testing::host_message(
-            gpumon_common::notify::ReceiverKind::Webhook,
-            gpumon_common::notify::Notice::New,
+            gpumon_core::notify::ReceiverKind::Webhook,
+            gpumon_core::notify::Notice::New,
         );
         assert_eq!(m.title(), "Memory level: node-a host RAM");
         assert_eq!(m.link(), "http://gpumon.test:7070/");

@@ -9,8 +9,8 @@
 
 use serde_json::{json, Value};
 
-use gpumon_common::engine::Severity;
-use gpumon_common::notify::Notice;
+use gpumon_core::engine::Severity;
+use gpumon_core::notify::Notice;
 
 use super::{clip, details, rfc3339, what, Message};
 
@@ -128,7 +128,7 @@ pub fn body(m: &Message) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use gpumon_common::notify::ReceiverKind;
+    use gpumon_core::notify::ReceiverKind;
 
     use super::super::testing::oom_message;
     use super::*;

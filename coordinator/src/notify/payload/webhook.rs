@@ -41,7 +41,7 @@ pub fn body(m: &Message) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use gpumon_common::notify::{Notice, ReceiverKind};
+    use gpumon_core::notify::{Notice, ReceiverKind};
 
     use super::super::testing::oom_message;
     use super::*;

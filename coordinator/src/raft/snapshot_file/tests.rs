@@ -12,11 +12,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpumon_common::actions::{ActionOrigin, ActionRequest, IssueRules};
-use gpumon_common::engine::straggler::StragglerParams;
-use gpumon_common::engine::{AlertKind, EngineConfig, Severity, Subject};
-use gpumon_common::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
-use gpumon_common::transition::{Command, CommandV1};
+use gpumon_core::actions::{ActionOrigin, ActionRequest, IssueRules};
+use gpumon_core::engine::straggler::StragglerParams;
+use gpumon_core::engine::{AlertKind, EngineConfig, Severity, Subject};
+use gpumon_core::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
+use gpumon_core::transition::{Command, CommandV1};
 use gpumon_proto::{
     ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveArrival, CollectiveWait, EventRecord,
     GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement,

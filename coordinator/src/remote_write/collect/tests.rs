@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use gpumon_common::cluster::{ClusterState, Limits};
+use gpumon_core::cluster::{ClusterState, Limits};
 use gpumon_proto::{BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBatch, RankInfo};
 
 use super::*;
