@@ -2,7 +2,9 @@
 //! replay decide, as pure, deterministic code. No I/O, no clock and no
 //! logging set-up: time comes only from the data, so every replica and every
 //! replay of the log computes the same state. The dependency list holds it
-//! to that (no tokio, no file or network crate, no tracing subscriber).
+//! to that (no tokio, no file or network crate, no tracing subscriber), and
+//! `tests/purity.rs` fails if library code names the standard library's
+//! clock, files, network, environment, processes or threads.
 //!
 //! - [`window`]: folds raw GPU samples into the windows agents push;
 //! - [`cluster`]: the cluster view (agents, nodes, GPUs, jobs, ranks, bounded
