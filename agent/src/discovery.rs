@@ -24,24 +24,17 @@
 //! agent's `/proc` at all.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use gpumon_core::limits::prefix_within;
 use gpumon_proto::{GpuSample, GpuWindow, PodPlacement, ProcPlacement, ProcSample, RankInfo};
 
 use crate::placement::read_placement;
+use crate::procfs::{env_vars, read_bounded, MAX_ENVIRON_BYTES};
 
 /// Where the host's process table is mounted.
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
-
-/// Largest environment blob [`parse_environ`] accepts, bytes (1 MiB).
-///
-/// Linux caps a process's arguments plus environment at a quarter of its stack
-/// limit, in practice a few MiB at most, and real environments are a few KiB;
-/// anything larger is not worth parsing every sampling round.
-pub const MAX_ENVIRON_BYTES: usize = 1 << 20;
 
 /// Longest job name (and `MASTER_ADDR`) kept, bytes; longer ones are cut on a
 /// character boundary so one odd environment cannot bloat every sample. The
@@ -206,25 +199,6 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
         master_addr,
         master_port,
     })
-}
-
-/// The values of `keys` in an environment blob (`KEY=value` entries
-/// separated by NUL bytes). Entries that are not UTF-8 or have no `=` are
-/// skipped; where a key repeats the first entry wins, as with `getenv`.
-pub(crate) fn env_vars<'a>(bytes: &'a [u8], keys: &[&str]) -> HashMap<&'a str, &'a str> {
-    let mut vars = HashMap::new();
-    for entry in bytes.split(|&b| b == 0) {
-        let Ok(entry) = std::str::from_utf8(entry) else {
-            continue;
-        };
-        let Some((key, value)) = entry.split_once('=') else {
-            continue;
-        };
-        if keys.contains(&key) {
-            vars.entry(key).or_insert(value);
-        }
-    }
-    vars
 }
 
 /// Like Python's `int()` on these variables: surrounding whitespace is fine.
@@ -487,16 +461,6 @@ impl RankFinder {
 pub fn read_rank(proc_root: &Path, pid: u32) -> io::Result<Option<RankInfo>> {
     let path = proc_root.join(pid.to_string()).join("environ");
     Ok(parse_environ(&read_bounded(&path, MAX_ENVIRON_BYTES)?))
-}
-
-/// Reads at most `limit + 1` bytes of `path`, so an oversized file is
-/// detectable without reading all of it.
-pub(crate) fn read_bounded(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    File::open(path)?
-        .take(limit as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// Field 22 of `/proc/PID/stat`: the process's start time, in clock ticks

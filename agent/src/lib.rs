@@ -2,7 +2,7 @@
 //!
 //! It samples every GPU of its node ([`source`]: NVML, a simulator, or
 //! nothing) and its host RAM ([`host`]), attributes each GPU process to its torchrun job and rank
-//! ([`discovery`]), folds samples into windows (`gpumon_core::window`) and
+//! ([`discovery`], reading `/proc` through [`procfs`]), folds samples into windows (`gpumon_core::window`) and
 //! pushes them to the coordinators ([`uplink`], each delivery one [`push`]
 //! attempt). With a hook address it also
 //! serves the in-process hooks of the node's training processes ([`hook_endpoint`]):
@@ -28,6 +28,7 @@ pub mod host;
 pub mod metrics;
 pub mod placement;
 pub mod private_dir;
+pub mod procfs;
 pub mod push;
 mod run;
 pub mod source;

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use gpumon_net::{ClientTls, Identity};
 
+pub mod bench;
+pub use bench::{BenchArgs, BenchCommand, IngestArgs};
+
 /// gpumon: GPU-memory monitoring for distributed training, by job and rank.
 #[derive(Debug, Parser)]
 #[command(
@@ -46,7 +49,7 @@ pub enum Command {
     /// Show or change detection and notification settings live, cluster-wide or for one job (through the Raft log; nothing restarts).
     Config(ConfigArgs),
     /// Load generators against a running cluster (`gpumon bench ingest`).
-    Bench(crate::cmd_bench::BenchArgs),
+    Bench(BenchArgs),
     /// Run a training command (e.g. torchrun ...) with the gpumon hook injected; starts a local agent if none answers.
     Run(RunArgs),
     /// One node, no cluster: run a training command with the hook, watch its GPUs, host RAM and ranks, and write a report when it ends.

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::hub::cut;
+use super::fields::cut;
 
 /// Alerts kept for one session between two polls; past it the oldest go.
 pub const MAX_PENDING_ALERTS_PER_SESSION: usize = 64;

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use gpumon_core::engine::hang::PROCESS_EXIT;
-use gpumon_core::limits::prefix_within;
 use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, NodeAlert, PendingAction, StallRecord};
 use tokio::sync::watch;
 
 use super::alerts::{AlertQueue, HookAlert, PostedAlert};
+use super::fields::cut;
 use super::records::{AllocReading, CheckedReport};
 use super::relay::{hook_alert, Relayed};
 
@@ -606,13 +606,6 @@ fn failed(id: u64, t_ms: u64, reason: String) -> ActionAck {
     }
 }
 
-/// `s` cut to at most `max` bytes on a char boundary.
-pub(crate) fn cut(mut s: String, max: usize) -> String {
-    let keep = prefix_within(&s, max).len();
-    s.truncate(keep);
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::alerts::{HookAlertSeverity, MAX_PENDING_ALERTS_PER_SESSION};
@@ -949,11 +942,5 @@ mod tests {
         hub.end_session(s, 2);
         let again = hub.register(claim("j", 0), false, 3).unwrap();
         assert!(hub.take_alerts(again).is_empty());
-    }
-
-    #[test]
-    fn cut_respects_char_boundaries() {
-        assert_eq!(cut("ééé".into(), 3), "é");
-        assert_eq!(cut("abc".into(), 5), "abc");
     }
 }

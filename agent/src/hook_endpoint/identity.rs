@@ -36,7 +36,8 @@
 use std::path::Path;
 
 use super::hub::Registration;
-use crate::discovery::{read_bounded, read_rank, standalone_job, STANDALONE_JOB_VAR, UNKNOWN_JOB};
+use crate::discovery::{read_rank, standalone_job, STANDALONE_JOB_VAR, UNKNOWN_JOB};
+use crate::procfs::read_bounded;
 
 /// Checks `claim` against the peer's PID (when the transport gives one) and
 /// the process's environment; on success `claim.pid` is the PID in the

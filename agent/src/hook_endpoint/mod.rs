@@ -40,6 +40,7 @@ mod addr;
 mod alerts;
 mod connection;
 mod exit;
+mod fields;
 mod hub;
 mod identity;
 mod protocol;

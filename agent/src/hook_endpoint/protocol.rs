@@ -5,13 +5,14 @@
 //! that each refusal can name the field and what was wrong with it in the
 //! sentence the hook shows its user, and so that unknown fields are ignored
 //! (a newer hook may send more). Every string that comes back in an answer
-//! is cut short (see [`super::records::shown`]).
+//! is cut short (see [`super::fields::shown`]).
 
 use gpumon_proto::ActionOutcome;
 use serde_json::{json, Map, Value};
 
-use super::hub::{cut, AckReport, HookDevice, Registration, MAX_ACK_TEXT_BYTES};
-use super::records::{kind_of, shown};
+use super::fields::cut;
+use super::fields::{kind_of, shown};
+use super::hub::{AckReport, HookDevice, Registration, MAX_ACK_TEXT_BYTES};
 use crate::discovery::{MAX_JOB_BYTES, MAX_WORLD_SIZE};
 
 /// The hook protocol version this agent speaks.

@@ -21,6 +21,8 @@ use gpumon_proto::{
 };
 use serde_json::{Map, Value};
 
+use super::fields::{bytes, kind_of, opt_bytes, shown, shown_str};
+
 /// Most records in one report.
 pub const MAX_RECORDS_PER_REPORT: usize = 1024;
 /// Furthest a record's `t` may be from the agent's clock, ms.
@@ -271,11 +273,6 @@ fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
     })
 }
 
-/// A required non-negative integer (bytes, counts, step numbers).
-pub(super) fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
-    opt_bytes(obj, key)?.ok_or_else(|| format!("missing field {key}"))
-}
-
 /// A step's peer group: the lowest rank of the ranks it is compared with,
 /// so never above its own.
 fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, String> {
@@ -284,17 +281,6 @@ fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, String
             "group {g} is above the rank {rank}: a group is the lowest rank of its ranks"
         )),
         g => Ok(g.map(|g| g as u32)),
-    }
-}
-
-/// An optional non-negative integer: absent and `null` are `None`.
-pub(super) fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| format!("{key} must be a non-negative integer, not {}", shown(v))),
     }
 }
 
@@ -439,40 +425,6 @@ fn name(obj: &Map<String, Value>) -> Result<String, String> {
         Some(other) => Err(format!("name must be a string, not {}", shown(other))),
         None => Err("missing field name".into()),
     }
-}
-
-/// The JSON type of a value, for messages.
-pub(crate) fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// A value as compact JSON, cut to a few dozen bytes: reasons go back to the
-/// client and into logs, so they must stay short whatever was sent.
-pub(crate) fn shown(v: &Value) -> String {
-    match v {
-        Value::Array(_) | Value::Object(_) => kind_of(v).to_owned(),
-        Value::String(s) => shown_str(s),
-        other => other.to_string(),
-    }
-}
-
-fn shown_str(s: &str) -> String {
-    const MAX: usize = 40;
-    if s.len() <= MAX {
-        return format!("{s:?}");
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{:?}...", &s[..end])
 }
 
 #[cfg(test)]

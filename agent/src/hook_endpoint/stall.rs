@@ -7,7 +7,7 @@ use gpumon_core::engine::hang::PROCESS_EXIT;
 use gpumon_proto::{CollectiveWait, StallRecord};
 use serde_json::{Map, Value};
 
-use super::records::{bytes, opt_bytes, shown};
+use super::fields::{bytes, opt_bytes, shown};
 
 /// The record, stamped with the session's job and rank.
 pub(super) fn read_stall(

@@ -33,7 +33,7 @@ use gpumon_core::cluster::is_dns_label;
 use gpumon_proto::PodPlacement;
 use rustix::fs::{Mode, OFlags};
 
-use crate::discovery::read_bounded;
+use crate::procfs::read_bounded;
 use cgroup::{parse_cgroup, MAX_CGROUP_BYTES};
 use pod_env::parse_pod_env;
 

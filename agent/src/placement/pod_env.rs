@@ -22,7 +22,7 @@
 
 use gpumon_core::cluster::{is_dns_label, is_dns_subdomain};
 
-use crate::discovery::{env_vars, MAX_ENVIRON_BYTES};
+use crate::procfs::{env_vars, MAX_ENVIRON_BYTES};
 
 /// The variables [`parse_pod_env`] reads.
 const KEYS: [&str; 6] = [

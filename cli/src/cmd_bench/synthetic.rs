@@ -10,7 +10,7 @@
 //! coordinator's analysis engine does its real work: memory oscillating
 //! slowly between about 42 and 58 GiB of 80 GiB with a spread inside each
 //! window, utilization, SM clock and power gauges, and one process per GPU
-//! that holds a rank of a torchrun-like job of up to [`AGENTS_PER_JOB`] agents
+//! that holds a rank of a torchrun-like job of up to [`crate::args::bench::AGENTS_PER_JOB`] agents
 //! (or `agents_per_job`). With `step_ms`, every rank also reports a training
 //! step that often, as its hook would, with the automatic anatomy's sections
 //! and its peer group: the straggler detector scores every step of every job.
@@ -25,8 +25,6 @@ use gpumon_proto::{
     StepRecord,
 };
 
-/// Agents (nodes) per simulated job by default: a job's world size is this many agents' GPUs.
-pub const AGENTS_PER_JOB: usize = 16;
 const GIB: f64 = (1u64 << 30) as f64;
 /// Memory a GPU holds beyond its one process (CUDA context, other users).
 const NON_PROCESS_BYTES: u64 = 512 << 20;
@@ -278,7 +276,7 @@ mod tests {
             samples_per_window: samples,
             window_ms: 250,
             t0_ms: 1_700_000_000_000,
-            agents_per_job: AGENTS_PER_JOB,
+            agents_per_job: crate::args::bench::AGENTS_PER_JOB,
             step_ms: 0,
         }
     }

@@ -201,7 +201,7 @@ impl Engine {
         let Some(track) = self.nodes.get(node).and_then(|n| n.get(&gpu)) else {
             return;
         };
-        let subjects = oom_subjects(track, node, gpu);
+        let subjects = track.oom_subjects(node, gpu);
         let (risk, total) = (track.risk, track.total);
         let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
         for subject in &subjects {
@@ -390,18 +390,6 @@ fn sole_rank(track: &GpuTrack) -> Option<(String, u32)> {
         [(job, rank, _)] => Some((job.clone(), *rank)),
         _ => None,
     }
-}
-
-/// Who an OOM on this GPU is about: its ranks, or the GPU when it has none.
-pub(super) fn oom_subjects(track: &GpuTrack, node: &str, gpu: u32) -> Vec<Subject> {
-    if track.ranks.is_empty() {
-        return vec![Subject::Gpu(node.to_owned(), gpu)];
-    }
-    track
-        .ranks
-        .iter()
-        .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
-        .collect()
 }
 
 pub(super) fn severity_of(risk: Risk) -> Severity {

@@ -15,7 +15,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::alerts::{AlertKind, Severity, Subject};
-use super::gpu::oom_subjects;
 use super::Engine;
 use crate::units::Bytes;
 
@@ -118,7 +117,7 @@ impl Engine {
             return;
         }
         let clears = params.clears(pct);
-        let subjects = oom_subjects(track, node, gpu);
+        let subjects = track.oom_subjects(node, gpu);
         let figures = level.map(|severity| LevelFigures {
             used_high,
             total,

@@ -27,7 +27,7 @@
 //! ```
 
 mod alerts;
-mod config;
+pub(crate) mod config;
 pub mod early;
 pub mod envelope;
 mod fits;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub use gpumon_proto::api::Marker;
 use serde::{Deserialize, Serialize};
 
+use super::alerts::Subject;
 use super::early::EarlyWatch;
 use super::envelope::Envelope;
 use super::forecast::{OomForecast, Risk};
@@ -147,6 +148,17 @@ pub struct AllocTrack {
 }
 
 impl GpuTrack {
+    /// Who an OOM on this GPU is about: its ranks, or the GPU when it has none.
+    pub(super) fn oom_subjects(&self, node: &str, gpu: u32) -> Vec<Subject> {
+        if self.ranks.is_empty() {
+            return vec![Subject::Gpu(node.to_owned(), gpu)];
+        }
+        self.ranks
+            .iter()
+            .map(|(j, r, _)| Subject::Rank(j.clone(), *r))
+            .collect()
+    }
+
     pub(crate) fn new(t: f64, uuid: &str, name: &str, total: u64, window_s: f64) -> Self {
         Self {
             uuid: uuid.to_owned(),

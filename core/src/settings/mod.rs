@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use gpumon_proto::api::Severity;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineConfig;
+use crate::engine::config::EngineConfig;
 use crate::limits::MAX_NAME_BYTES;
 pub use keys::{Key, Kind, Scope, Value, KEYS};
 
