@@ -33,7 +33,7 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::log_writer::{Pending, Row, Writer};
+use super::log_writer::{Pending, Row, RowSink, Writer};
 use super::TypeConfig;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -63,7 +63,7 @@ pub struct LogStore {
     /// Entries appended and not yet written.
     pending: Pending,
     /// The writer thread's queue; `None` in the writer thread's own copy.
-    writer: Option<Writer>,
+    writer: Option<Writer<LogStore>>,
 }
 
 /// The newest committed log index this replica knows of, shared with the API
@@ -151,7 +151,7 @@ impl LogStore {
     }
 
     /// The writer thread's queue (every store but the writer's own has one).
-    fn writer(&self) -> StorageResult<&Writer> {
+    fn writer(&self) -> StorageResult<&Writer<LogStore>> {
         self.writer
             .as_ref()
             .ok_or_else(|| self.write_err("this copy of the log has no writer"))
@@ -273,26 +273,6 @@ impl LogStore {
             Some((k, v)) => Ok(Some(self.decode_entry(k.value(), v.value())?)),
             None => Ok(None),
         }
-    }
-
-    /// Stores encoded entries and the committed log id openraft saved last,
-    /// in one transaction that returns after fsync.
-    pub(super) fn write_rows(&self, rows: &[Row]) -> StorageResult<()> {
-        let committed =
-            postcard::to_allocvec(&*self.committed_id()).map_err(|e| self.write_err(e))?;
-        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
-        {
-            let mut table = txn.open_table(LOG).map_err(|e| self.write_err(e))?;
-            for row in rows {
-                table
-                    .insert(row.log_id.index, row.bytes.as_slice())
-                    .map_err(|e| self.write_err(e))?;
-            }
-            let mut meta = txn.open_table(META).map_err(|e| self.write_err(e))?;
-            meta.insert(KEY_COMMITTED, committed.as_slice())
-                .map_err(|e| self.write_err(e))?;
-        }
-        txn.commit().map_err(|e| self.write_err(e))
     }
 
     /// Removes entries in `range`.
@@ -448,6 +428,28 @@ fn is_empty(range: (Bound<u64>, Bound<u64>)) -> bool {
         Bound::Included(e) => start > e,
         Bound::Excluded(e) => start >= e,
         Bound::Unbounded => false,
+    }
+}
+
+impl RowSink for LogStore {
+    /// Stores encoded entries and the committed log id openraft saved last,
+    /// in one transaction that returns after fsync.
+    fn write_rows(&self, rows: &[Row]) -> StorageResult<()> {
+        let committed =
+            postcard::to_allocvec(&*self.committed_id()).map_err(|e| self.write_err(e))?;
+        let txn = self.db.begin_write().map_err(|e| self.write_err(e))?;
+        {
+            let mut table = txn.open_table(LOG).map_err(|e| self.write_err(e))?;
+            for row in rows {
+                table
+                    .insert(row.log_id.index, row.bytes.as_slice())
+                    .map_err(|e| self.write_err(e))?;
+            }
+            let mut meta = txn.open_table(META).map_err(|e| self.write_err(e))?;
+            meta.insert(KEY_COMMITTED, committed.as_slice())
+                .map_err(|e| self.write_err(e))?;
+        }
+        txn.commit().map_err(|e| self.write_err(e))
     }
 }
 

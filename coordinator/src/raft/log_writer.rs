@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use openraft::storage::LogFlushed;
 use openraft::{Entry, LogId, StorageError};
 
-use super::log_store::LogStore;
 use super::TypeConfig;
 
 type NodeId = u64;
@@ -42,11 +41,18 @@ pub(super) struct Row {
     pub bytes: Vec<u8>,
 }
 
+/// Where the writer thread writes: the log's file, opened without a writer
+/// of its own.
+pub(super) trait RowSink: Send + 'static {
+    /// Writes `rows` in one transaction and fsyncs it.
+    fn write_rows(&self, rows: &[Row]) -> StorageResult<()>;
+}
+
 /// A write other than an append, run on the writer thread.
-type Work = Box<dyn FnOnce(&LogStore) -> StorageResult<()> + Send>;
+type Work<S> = Box<dyn FnOnce(&S) -> StorageResult<()> + Send>;
 
 /// A write for the writer thread.
-pub(super) enum Op {
+pub(super) enum Op<S> {
     /// Entries to store, then `done` once they are fsynced.
     Append {
         rows: Vec<Row>,
@@ -54,7 +60,7 @@ pub(super) enum Op {
     },
     /// Any other write, run in order; its result goes back on `done`.
     Run {
-        work: Work,
+        work: Work<S>,
         done: tokio::sync::oneshot::Sender<StorageResult<()>>,
     },
 }
@@ -118,7 +124,7 @@ impl Pending {
 
 /// Runs the writer until every sender is gone. `store` is the log without
 /// a writer of its own.
-fn run(store: LogStore, pending: Pending, ops: Receiver<Op>) {
+fn run<S: RowSink>(store: S, pending: Pending, ops: Receiver<Op<S>>) {
     let mut next = None;
     loop {
         let op = match next.take() {
@@ -171,16 +177,22 @@ fn run(store: LogStore, pending: Pending, ops: Receiver<Op>) {
 /// goes, the thread finishes the writes queued and ends, and the file is
 /// closed before the drop returns (so a replica restarted in the same
 /// process can open it again).
-#[derive(Debug, Clone)]
-pub(super) struct Writer(Arc<Handle>);
+#[derive(Debug)]
+pub(super) struct Writer<S>(Arc<Handle<S>>);
+
+impl<S> Clone for Writer<S> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
 
 #[derive(Debug)]
-struct Handle {
-    ops: Option<Sender<Op>>,
+struct Handle<S> {
+    ops: Option<Sender<Op<S>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Drop for Handle {
+impl<S> Drop for Handle<S> {
     fn drop(&mut self) {
         drop(self.ops.take());
         if let Some(thread) = self.thread.take() {
@@ -190,9 +202,9 @@ impl Drop for Handle {
     }
 }
 
-impl Writer {
+impl<S: RowSink> Writer<S> {
     /// Starts the writer thread over `store` (a copy without a writer).
-    pub fn start(store: LogStore, pending: Pending) -> std::io::Result<Self> {
+    pub fn start(store: S, pending: Pending) -> std::io::Result<Self> {
         let (ops, queue) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
@@ -203,7 +215,7 @@ impl Writer {
         })))
     }
 
-    fn send(&self, op: Op) -> bool {
+    fn send(&self, op: Op<S>) -> bool {
         self.0.ops.as_ref().is_some_and(|ops| ops.send(op).is_ok())
     }
 
@@ -215,7 +227,7 @@ impl Writer {
     /// Runs `work` on the writer thread after every write queued before it.
     pub async fn run<F>(&self, work: F) -> Option<StorageResult<()>>
     where
-        F: FnOnce(&LogStore) -> StorageResult<()> + Send + 'static,
+        F: FnOnce(&S) -> StorageResult<()> + Send + 'static,
     {
         let (done, answer) = tokio::sync::oneshot::channel();
         let queued = self.send(Op::Run {
@@ -229,7 +241,7 @@ impl Writer {
     }
 }
 
-impl std::fmt::Debug for Op {
+impl<S> std::fmt::Debug for Op<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Op::Append { rows, .. } => write!(f, "Append({} entries)", rows.len()),

@@ -14,35 +14,11 @@ use gpumon_proto::{
     PushBatchV2, PushOutcome, MAX_NODE_ALERTS,
 };
 
-use super::push_bounds::{check_host, check_placements, check_seq, check_sizes, check_times};
+use super::push_bounds::{
+    check_host, check_placements, check_seq, check_sizes, check_times, PushRefused, Refusal,
+};
 use super::{Service, ServiceError};
 use crate::raft::{Command, CommandV1};
-
-/// Why a decoded push was refused: the bound it broke, in words.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct PushRefused {
-    /// Which kind of bound.
-    pub kind: Refusal,
-    /// The field, its value and the bound.
-    pub message: String,
-}
-
-impl PushRefused {
-    pub(super) fn new(kind: Refusal, message: String) -> Self {
-        Self { kind, message }
-    }
-}
-
-/// The kinds of bound a push can break (the counters of refused pushes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// More windows, hook records or acks than one batch may carry.
-    TooMany,
-    /// A seq or a time outside what the agent's history and the leader's
-    /// clock allow (`service::push_bounds`).
-    OutOfBounds,
-}
 
 impl Service {
     /// Commits an agent's message (`wire_bytes` long as it came) and

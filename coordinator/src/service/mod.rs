@@ -28,9 +28,10 @@ pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, R
 pub use agent_ids::AgentIdConflicts;
 pub use error::ServiceError;
 pub(crate) use ingest::wall_ms;
-pub use ingest::{PushError, Refusal};
+pub use ingest::PushError;
 pub use proposer::Proposer;
 use proposer::{stepped_down, write_error};
+pub use push_bounds::Refusal;
 pub use storage::{StorageGuard, DEFAULT_MIN_FREE_BYTES};
 
 use crate::peer_link::PeerLink;

@@ -24,8 +24,33 @@
 use gpumon_core::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
 use gpumon_proto::{HostMemory, ProcPlacement, PushBatch};
 
-use super::ingest::{PushRefused, Refusal};
 use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
+
+/// Why a decoded push was refused: the bound it broke, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PushRefused {
+    /// Which kind of bound.
+    pub kind: Refusal,
+    /// The field, its value and the bound.
+    pub message: String,
+}
+
+impl PushRefused {
+    pub(super) fn new(kind: Refusal, message: String) -> Self {
+        Self { kind, message }
+    }
+}
+
+/// The kinds of bound a push can break (the counters of refused pushes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// More windows, hook records or acks than one batch may carry.
+    TooMany,
+    /// A seq or a time outside what the agent's history and the leader's
+    /// clock allow (`service::push_bounds`).
+    OutOfBounds,
+}
 
 /// Checks the batch's sizes.
 pub(super) fn check_sizes(batch: &PushBatch) -> Result<(), PushRefused> {
