@@ -6,13 +6,13 @@ use gpumon_core::actions::PlannerConfig;
 use gpumon_core::cluster::Limits;
 use gpumon_core::engine::EngineConfig;
 use gpumon_net::ServerTls;
-use gpumon_runtime::loopback::is_loopback_authority;
-use gpumon_runtime::secrets::{AgentToken, Secret};
 
 pub use crate::api::RankSeries;
 
+use crate::credentials::Credentials;
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
+use crate::raft::network::{MAX_ENTRY_BYTES, MAX_RAFT_RPC_BYTES};
 use crate::remote_write::RemoteWriteConfig;
 
 /// Default time after which quiet agents, GPUs and ended jobs are forgotten.
@@ -25,28 +25,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 pub const DEFAULT_MAX_PUSH_BYTES: usize = 4 << 20;
 /// Default log entries between snapshots.
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
-/// Most windows accepted in one push.
-pub const MAX_WINDOWS_PER_PUSH: usize = 4_096;
-/// Most hook records one push may carry.
-pub const MAX_HOOK_RECORDS_PER_PUSH: usize = 65_536;
-/// Most action acknowledgements one push may carry.
-pub const MAX_ACKS_PER_PUSH: usize = 4096;
-/// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).
-pub const MAX_RAFT_RPC_BYTES: usize = 64 << 20;
-/// Most push bytes the leader gathers into one log entry: a quarter of an
-/// RPC body, so an entry always fits one AppendEntries with room to spare
-/// (an AppendEntries of several entries over the RPC limit is split by the
-/// sender). `max_push_bytes` may not exceed it.
-pub const MAX_ENTRY_BYTES: usize = MAX_RAFT_RPC_BYTES / 4;
-/// Most bytes of entries a leader sends a follower in one AppendEntries,
-/// and of pushes it gathers into one entry; a single entry or push larger
-/// than this goes alone. openraft gives each AppendEntries one heartbeat
-/// period (100 ms) to be answered, whatever it carries, and resends one
-/// that runs over with the same entries: a call a follower cannot receive,
-/// decode and write in time is retried without end, and the follower never
-/// catches up. 4 MiB takes about 35 ms on 1 Gbit/s; a push near the 16 MiB
-/// `max_push_bytes` ceiling needs about 1.3 Gbit/s between replicas.
-pub const APPEND_BUDGET_BYTES: usize = 4 << 20;
 /// Default size of one snapshot chunk sent to a lagging peer, bytes.
 pub const DEFAULT_SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
 
@@ -60,68 +38,6 @@ pub enum Formation {
     Peers(Peers),
     /// Wait, uninitialized, to be added by `gpumon cluster add`.
     Join,
-}
-
-/// The secrets a replica checks requests against (`Authorization: Bearer`),
-/// read from owner-only files (see `gpumon_runtime::secrets`).
-///
-/// With none configured a replica is open, which [`Credentials::validate`]
-/// allows only on a loopback address or with `insecure`.
-#[derive(Debug, Clone)]
-pub struct Credentials {
-    /// What replicas send each other on `/raft/*`.
-    pub cluster_secret: Option<Secret>,
-    /// The agent tokens accepted on `/api/v1/ingest`, each with the agents
-    /// it may push as; one per agent, so one leaked token is revoked alone
-    /// and speaks for its own agent only.
-    pub agent_tokens: Option<Vec<AgentToken>>,
-    /// What admin requests carry; it also reads. Without one, only loopback
-    /// clients may make admin requests.
-    pub admin_token: Option<Secret>,
-    /// Reads (the JSON API, `/metrics`, the stream) without a token.
-    pub open_reads: bool,
-    /// Run without secrets on a non-loopback address.
-    pub insecure: bool,
-}
-
-impl Default for Credentials {
-    fn default() -> Self {
-        Self {
-            cluster_secret: None,
-            agent_tokens: None,
-            admin_token: None,
-            open_reads: true,
-            insecure: false,
-        }
-    }
-}
-
-impl Credentials {
-    /// Refuses an open replica on a non-loopback `listen` address (unless
-    /// `insecure`), and closed reads without an admin token.
-    pub fn validate(&self, listen: &str) -> Result<(), String> {
-        if !self.open_reads && self.admin_token.is_none() {
-            return Err("closed reads (open_reads = false) need an admin token (--admin-token-file) to read with".into());
-        }
-        if self.insecure || is_loopback_authority(listen) {
-            return Ok(());
-        }
-        let missing: Vec<&str> = [
-            (self.cluster_secret.is_none(), "--cluster-secret-file"),
-            (self.agent_tokens.is_none(), "--agent-token-file"),
-            (self.admin_token.is_none(), "--admin-token-file"),
-        ]
-        .into_iter()
-        .filter_map(|(gone, flag)| gone.then_some(flag))
-        .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        Err(format!(
-            "--listen {listen} is reachable from other hosts, and anyone who reaches it could forge pushes and Raft messages: give {} (or --insecure to run open on a trusted network)",
-            missing.join(", ")
-        ))
-    }
 }
 
 /// Everything a coordinator needs to run.

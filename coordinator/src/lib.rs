@@ -16,11 +16,13 @@
 //! files, HTTP network), `service` (what the cluster does on a request:
 //! the rules and the leader's writes), `api` (routes, authorization,
 //! handlers that translate HTTP to the service and the state), `node`
-//! (start-up and shutdown), [`config`], [`remote_write`] (the leader's
+//! (start-up and shutdown), [`config`], [`credentials`] (the secrets
+//! requests are checked against), [`remote_write`] (the leader's
 //! Prometheus remote-write of the per-GPU series).
 
 mod api;
 pub mod config;
+pub mod credentials;
 mod expiry_task;
 mod node;
 pub mod notify;
@@ -31,5 +33,6 @@ mod release_task;
 pub mod remote_write;
 mod service;
 
-pub use config::{CoordinatorConfig, Credentials, Formation};
+pub use config::{CoordinatorConfig, Formation};
+pub use credentials::Credentials;
 pub use node::{Coordinator, StartError};

@@ -22,22 +22,15 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::HttpNetwork;
 use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
+use crate::raft::timing::{
+    ELECTION_TIMEOUT_MS, HEARTBEAT_MS, MAX_ENTRIES_PER_APPEND, SNAPSHOT_CHUNK_TIMEOUT_MS,
+};
 use crate::raft::{snapshot_schedule, Raft};
 use crate::remote_write::RemoteWriteStats;
 use crate::service::{Proposer, StorageGuard};
 
 /// File name of the Raft log inside the data directory.
 pub const LOG_FILE: &str = "raft-log.redb";
-
-/// Leader heartbeat period, ms.
-const HEARTBEAT_MS: u64 = 100;
-/// Entries one AppendEntries call carries at most (openraft's default: 300).
-const MAX_ENTRIES_PER_APPEND: u64 = 16;
-/// Election timeout range, ms: a dead leader is replaced within about a second.
-pub(crate) const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
-/// Time allowed to send one snapshot chunk and, for the last, to install the
-/// whole snapshot on the peer (decode and swap in), ms.
-const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
 
 /// Why a coordinator could not start.
 #[derive(Debug, Error)]

@@ -35,7 +35,7 @@ use gpumon_runtime::secrets::{AgentToken, Secret};
 
 use super::log_gate::LogGate;
 use super::{ApiError, AppState};
-use crate::config::Credentials;
+use crate::credentials::Credentials;
 use crate::service::wall_ms;
 
 /// Who a route is for.

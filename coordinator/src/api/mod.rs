@@ -72,11 +72,12 @@ pub use error::ApiError;
 
 use gpumon_core::actions::IssueRules;
 
-use crate::config::{Credentials, MAX_RAFT_RPC_BYTES};
+use crate::credentials::Credentials;
 use crate::notify::NotifyStats;
 use crate::peer_link::PeerLink;
 use crate::raft::election::Backing;
 use crate::raft::log_store::CommittedIndex;
+use crate::raft::network::MAX_RAFT_RPC_BYTES;
 use crate::raft::standing::Contact;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;

@@ -37,8 +37,8 @@ use tokio::task::JoinHandle;
 
 use super::network::{RAFT_VERSION, RAFT_VERSION_HEADER};
 use super::standing::{Contact, Standing, STEP_DOWN_AFTER};
+use super::timing::ELECTION_TIMEOUT_MS;
 use super::Raft;
-use crate::node::ELECTION_TIMEOUT_MS;
 use crate::peer_link::PeerLink;
 
 /// How often the task looks.

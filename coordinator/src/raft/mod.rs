@@ -25,6 +25,7 @@ pub mod snapshot_file;
 pub mod snapshot_schedule;
 pub mod standing;
 pub mod state_machine;
+pub mod timing;
 
 use std::io::Cursor;
 

@@ -37,8 +37,24 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::reachability::{Note, Reachability};
 use super::TypeConfig;
-use crate::config::APPEND_BUDGET_BYTES;
 use crate::peer_link::PeerLink;
+
+/// Largest Raft RPC body accepted, bytes (snapshots travel in smaller chunks).
+pub const MAX_RAFT_RPC_BYTES: usize = 64 << 20;
+/// Most push bytes the leader gathers into one log entry: a quarter of an
+/// RPC body, so an entry always fits one AppendEntries with room to spare
+/// (an AppendEntries of several entries over the RPC limit is split by the
+/// sender). `max_push_bytes` may not exceed it.
+pub const MAX_ENTRY_BYTES: usize = MAX_RAFT_RPC_BYTES / 4;
+/// Most bytes of entries a leader sends a follower in one AppendEntries,
+/// and of pushes it gathers into one entry; a single entry or push larger
+/// than this goes alone. openraft gives each AppendEntries one heartbeat
+/// period (100 ms) to be answered, whatever it carries, and resends one
+/// that runs over with the same entries: a call a follower cannot receive,
+/// decode and write in time is retried without end, and the follower never
+/// catches up. 4 MiB takes about 35 ms on 1 Gbit/s; a push near the 16 MiB
+/// `max_push_bytes` ceiling needs about 1.3 Gbit/s between replicas.
+pub const APPEND_BUDGET_BYTES: usize = 4 << 20;
 
 /// Header naming the Raft RPC protocol version.
 pub const RAFT_VERSION_HEADER: &str = "x-gpumon-raft-version";

@@ -19,7 +19,7 @@ use openraft::{RaftMetrics, ServerState};
 /// How long a leader may go without a majority's acknowledgement before it
 /// stops acting as the leader: openraft's leader lease (the longest
 /// election timeout), after which the other replicas may elect another.
-pub const STEP_DOWN_AFTER: Duration = Duration::from_millis(crate::node::ELECTION_TIMEOUT_MS.1);
+pub const STEP_DOWN_AFTER: Duration = Duration::from_millis(super::timing::ELECTION_TIMEOUT_MS.1);
 
 /// When this replica last heard from a leader it follows (an append it
 /// accepted) or granted a vote; clones share it.

@@ -21,7 +21,7 @@ use gpumon_core::transition::MAX_PUSHES_PER_BATCH;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{Proposer, ServiceError};
-use crate::config::APPEND_BUDGET_BYTES;
+use crate::raft::network::APPEND_BUDGET_BYTES;
 use crate::raft::{Command, CommandResult, CommandV1};
 
 /// Proposals waiting for their commit at once; pushes arriving meanwhile

@@ -24,7 +24,12 @@
 use gpumon_core::limits::{MAX_FUTURE_SKEW_MS, MAX_SEQ_GAP, MIN_PUSH_TIME_MS};
 use gpumon_proto::{HostMemory, ProcPlacement, PushBatch};
 
-use crate::config::{MAX_ACKS_PER_PUSH, MAX_HOOK_RECORDS_PER_PUSH, MAX_WINDOWS_PER_PUSH};
+/// Most windows accepted in one push.
+pub const MAX_WINDOWS_PER_PUSH: usize = 4_096;
+/// Most hook records one push may carry.
+pub const MAX_HOOK_RECORDS_PER_PUSH: usize = 65_536;
+/// Most action acknowledgements one push may carry.
+pub const MAX_ACKS_PER_PUSH: usize = 4096;
 
 /// Why a decoded push was refused: the bound it broke, in words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

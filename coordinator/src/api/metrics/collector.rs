@@ -18,12 +18,11 @@ use std::fmt;
 
 use gpumon_runtime::metric_family::gauge;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
-};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
+use super::families::{counter, counters, gauges, BYTES, SECONDS};
 use super::scrape::{severity_name, ClusterRows, LocalRows, RankRow, Scrape, FLAGS};
 use crate::api::AppState;
 use crate::notify::NotifyCounts;
@@ -45,47 +44,6 @@ impl Collector for StateCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
         encode(&Scrape::take(&self.state), &mut enc)
     }
-}
-
-const BYTES: Option<&Unit> = Some(&Unit::Bytes);
-pub(super) const SECONDS: Option<&Unit> = Some(&Unit::Seconds);
-
-/// One gauge family; rows with `None` are left out.
-pub(super) fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    rows: impl IntoIterator<Item = (L, Option<V>)>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
-    for (labels, v) in rows {
-        if let Some(v) = v {
-            m.encode_family(&labels)?.encode_gauge(&v)?;
-        }
-    }
-    Ok(())
-}
-
-/// One counter family; `name` without `_total`, which the encoder adds.
-pub(super) fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    rows: impl IntoIterator<Item = (L, V)>,
-) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, v) in rows {
-        m.encode_family(&labels)?
-            .encode_counter::<NoLabelSet, V, f64>(&v, None)?;
-    }
-    Ok(())
-}
-
-/// One counter without labels.
-fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
-    enc.encode_descriptor(name, help, None, MetricType::Counter)?
-        .encode_counter::<NoLabelSet, u64, f64>(&v, None)
 }
 
 fn per_rank<V: EncodeGaugeValue>(

@@ -17,6 +17,7 @@
 //! jobs are bounded by the cluster view's own limits.
 
 mod collector;
+mod families;
 pub mod rank_series;
 mod remote_write;
 mod scrape;

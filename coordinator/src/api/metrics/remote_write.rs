@@ -6,7 +6,7 @@ use std::fmt;
 use gpumon_runtime::metric_family::gauge;
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::collector::{counters, SECONDS};
+use super::families::{counters, SECONDS};
 use crate::remote_write::RemoteWriteCounts;
 
 /// Encodes the sender's families.
