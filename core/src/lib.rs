@@ -16,6 +16,8 @@
 //!   imbalance, straggler, hang) that live and replay both run;
 //! - [`step_verdict`]: where a training step's time goes, and what bounds it;
 //! - [`actions`]: the planner of cache releases and their replicated book;
+//! - [`advice`]: what to recommend about memory, and when: one threshold per
+//!   judgement, for the engine, the planner and the profile report;
 //! - [`notify`]: the replicated book of notifications sent and what is due;
 //! - [`settings`]: the settings that change live, through the log;
 //! - [`job_scale`]: the per-job figures that stay cheap at any job size;
@@ -38,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod actions;
+pub mod advice;
 pub mod cluster;
 mod derived_count;
 pub mod engine;

@@ -1,4 +1,6 @@
-//! What to change, with the numbers behind it, from a finished report.
+//! What to change, with the numbers behind it, from a finished report. The
+//! judgements it shares with the engine and the planner (how big a cache
+//! gap is worth a setting) are `gpumon_core::advice`'s.
 //!
 //! The memory model is the usual one for training: between steps a rank
 //! holds its parameters, gradients and optimizer state (the allocator's
@@ -11,15 +13,12 @@
 
 use std::collections::BTreeMap;
 
+use gpumon_core::advice::cache_gap_worth_a_setting;
 use gpumon_core::engine::{AlertKind, Risk};
 use gpumon_core::units::fmt_bytes;
 
 use super::report::{ProfileReport, RankReport, Recommendation};
 
-/// Fragmentation worth a setting: reserved beyond allocated at peak, as a
-/// share of the GPU, and at least this many bytes.
-const CACHE_GAP_SHARE: f64 = 0.10;
-const CACHE_GAP_MIN: u64 = 1 << 30;
 /// Activations worth checkpointing: this share of the peak.
 const ACTIVATION_SHARE: f64 = 0.5;
 /// Headroom worth a larger batch: the batch could grow by this factor.
@@ -206,7 +205,7 @@ fn cache_gap(r: &RankReport, total: u64, out: &mut Vec<Recommendation>) {
         return;
     };
     let gap = reserved.saturating_sub(allocated);
-    let large = gap as f64 >= CACHE_GAP_SHARE * total as f64 && gap >= CACHE_GAP_MIN;
+    let large = cache_gap_worth_a_setting(gap, total);
     if !(large || r.fragmentation) {
         return;
     }

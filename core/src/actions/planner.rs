@@ -14,6 +14,7 @@ use gpumon_proto::ActionKind;
 use serde::Deserialize;
 
 use super::book::{ActionBook, ActionOrigin, ActionRequest, IssueRules};
+use crate::advice::reclaimable_bytes;
 use crate::engine::{Engine, Risk};
 use crate::units::fmt_bytes;
 
@@ -112,9 +113,8 @@ pub fn plan_releases(
             let (Some(allocated), Some(reserved)) = (r.allocated_bytes, r.reserved_bytes) else {
                 continue;
             };
-            let reclaimable = reserved
-                .saturating_sub(allocated)
-                .saturating_sub(r.inactive_split_bytes.unwrap_or(0));
+            let reclaimable =
+                reclaimable_bytes(reserved, allocated, r.inactive_split_bytes.unwrap_or(0));
             if reclaimable < cfg.min_reclaimable_bytes
                 || !book.may_plan(ActionKind::ReleaseCache, &job, r.rank, t, &rules)
             {

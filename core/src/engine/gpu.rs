@@ -7,11 +7,12 @@ use super::fits::{fit_series_rising, fit_series_sloping_up};
 use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
-use super::leak::{leak_rate, LEAK_ADVICE};
+use super::leak::leak_rate;
 use super::rank::rank_in;
 use super::regime::Placed;
 use super::tracks::{GpuTrack, GpuTracks};
 use super::Engine;
+use crate::advice::{reclaimable_bytes, release_worth_advising, LEAK_ADVICE};
 use crate::shared::Shared;
 use crate::units::fmt_bytes;
 
@@ -302,10 +303,9 @@ impl Engine {
                 return "the caching allocator fragments: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into();
             }
             if let Some(a) = &r.alloc {
-                let reclaimable = a
-                    .reserved_last
-                    .saturating_sub(a.allocated_last + a.inactive_split);
-                if reclaimable as f64 >= 0.1 * a.reserved_last as f64 {
+                let reclaimable =
+                    reclaimable_bytes(a.reserved_last, a.allocated_last, a.inactive_split);
+                if release_worth_advising(reclaimable, a.reserved_last) {
                     return format!(
                         "release cached memory (torch.cuda.empty_cache() frees about {})",
                         fmt_bytes(reclaimable)

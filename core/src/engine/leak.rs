@@ -72,10 +72,6 @@ pub fn leak_rate(peaks: &Trend, troughs: &Trend, capacity: f64, p: &LeakParams) 
     leaking.then_some(troughs.slope)
 }
 
-/// What to look for when memory leaks.
-pub(super) const LEAK_ADVICE: &str =
-    "look for tensors kept across steps (losses, activations, caches held in Python lists)";
-
 /// Whether the newest third of a regime's troughs still rise at a good part
 /// of `rate` (bytes/s): a leak goes on, a workload that moved up to a new
 /// level (a phase with longer sequences) levels off.

@@ -9,11 +9,12 @@ use super::fits::{fit_series, fit_series_rising, fit_series_sloping_up};
 use super::fragmentation::{is_fragmenting, AllocatorView};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
-use super::leak::{leak_rate, makes_new_highs, still_rising, LEAK_ADVICE};
+use super::leak::{leak_rate, makes_new_highs, still_rising};
 use super::regime::Placed;
 use super::tracks::{AllocTrack, JobTrack, RankTrack, MAX_RANKS_PER_GPU};
 use super::trend::fit;
 use super::Engine;
+use crate::advice::LEAK_ADVICE;
 use crate::shared::Shared;
 use crate::units::fmt_bytes;
 
