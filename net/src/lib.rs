@@ -2,7 +2,8 @@
 //! the listener the coordinator serves its API and Raft RPC on (plain TCP
 //! or TLS), and the one HTTP client library (reqwest on rustls) that the
 //! agent, the CLI, the replicas and the notifier all build their clients
-//! with.
+//! with. The wall clock in milliseconds ([`wall_ms`]) lives here too, as the
+//! lowest crate all of them share.
 //!
 //! Crypto is rustls with its `ring` provider, handed to each config
 //! explicitly: nothing is installed process-wide, nothing needs a C
@@ -13,11 +14,13 @@
 
 pub mod admission;
 mod client;
+mod clock;
 mod files;
 mod listener;
 
 pub use admission::{Admissions, ConnectionLimits, MAX_HANDSHAKES};
 pub use client::{client_builder, client_builder_with, plain_client_builder, ClientTls};
+pub use clock::wall_ms;
 pub use files::{Identity, TlsError};
 pub use listener::{ApiListener, ApiStream, ServerTls, HANDSHAKE_TIMEOUT};
 

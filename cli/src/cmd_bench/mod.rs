@@ -372,9 +372,7 @@ async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failur
     let pusher =
         Arc::new(Pusher::new(client, config.urls.clone()).with_token(config.token.clone()));
     let start = Instant::now();
-    let t0_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let t0_ms = gpumon_net::wall_ms();
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
     let stats = Arc::new(Stats::new(measure_from, end));

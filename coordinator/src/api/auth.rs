@@ -36,7 +36,7 @@ use gpumon_common::secrets::{AgentToken, Secret};
 use super::log_gate::LogGate;
 use super::{ApiError, AppState};
 use crate::config::Credentials;
-use crate::service::wall_ms;
+use gpumon_net::wall_ms;
 
 /// Who a route is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

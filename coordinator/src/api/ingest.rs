@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use gpumon_net::wall_ms;
 use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
 use gpumon_proto::{AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply};
@@ -24,7 +25,7 @@ use gpumon_proto::{AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorRepl
 use super::auth::AgentBinding;
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::{wall_ms, PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
+use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(

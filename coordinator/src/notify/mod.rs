@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use gpumon_common::engine::Severity;
 use gpumon_common::notify::{due, Notice, ReceiverId, ReceiverRule};
+use gpumon_net::wall_ms;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -42,7 +43,7 @@ use crate::service::Proposer;
 pub use config::{NotifyConfig, Receiver};
 pub use counters::{NotifyCounts, NotifyStats};
 use payload::Message;
-use worker::{wall_ms, Hold, Holds, Worker};
+use worker::{Hold, Holds, Worker};
 
 /// A running notifier: its tasks and counters.
 #[derive(Debug)]

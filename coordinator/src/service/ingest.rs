@@ -7,8 +7,7 @@
 //! hooks is best effort, repeated with every reply while the alert is
 //! active, and the agent posts each once per severity.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
+use gpumon_net::wall_ms;
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReplyV2, NodeAlert, PushBatch,
     PushBatchV2, PushOutcome, MAX_NODE_ALERTS,
@@ -168,12 +167,6 @@ impl Service {
             .admits(&batch.agent_id, &batch.windows)
             .map_err(PushError::Full)
     }
-}
-
-/// The leader's clock, ms since the Unix epoch.
-pub(crate) fn wall_ms() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH);
-    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Why a push was not committed.

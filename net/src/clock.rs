@@ -1,0 +1,16 @@
+//! The wall clock, in the unit records, pushes and the coordinator's checks
+//! carry: milliseconds since the Unix epoch.
+//!
+//! It lives here, the lowest crate that the agent, the coordinator and the
+//! CLI all depend on and that may read a clock: gpumon-common's engine and
+//! transitions take time as an argument and never read one.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, from the wall clock; 0 for a clock set
+/// before 1970, `u64::MAX` past the year 584 million.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
