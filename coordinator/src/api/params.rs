@@ -7,7 +7,8 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use gpumon_common::cluster::{is_valid_name, MAX_NAME_BYTES};
+use gpumon_common::cluster::is_valid_name;
+use gpumon_common::limits::MAX_NAME_BYTES;
 
 use super::ApiError;
 
