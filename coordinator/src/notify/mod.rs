@@ -18,8 +18,8 @@
 //!
 //! Files: [`config`] (receivers, validation), `worker` (sending, retries,
 //! recording), `http` (the HTTP/1.1 client, http and https, with its own
-//! rustls), [`payload`] (one file per receiver kind), [`stats`] (counters
-//! for `/metrics`).
+//! rustls), [`payload`] (one file per receiver kind), [`counters`]
+//! (counters for `/metrics`).
 
 pub mod config;
 pub mod counters;
