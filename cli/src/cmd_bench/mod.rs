@@ -29,9 +29,10 @@
 //!   seconds are measured, counting what commits in them; then the agents
 //!   stop and in-flight pushes get at most [`DRAIN`] to finish.
 //!
-//! Files: [`window`] makes what an agent sends, the agent's own push client
-//! ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
-//! histogram and [`report`] prints.
+//! Files: [`synthetic`] makes what an agent sends, the agent's own push
+//! client ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one
+//! agent, [`counters`] counts, [`latency`] is the histogram and [`report`]
+//! prints.
 //!
 //! The coordinator tracks at most `max_agents` agents (2048 by default) and
 //! as many GPUs and ranks as its limits allow: pushes beyond them still

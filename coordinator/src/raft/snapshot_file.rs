@@ -1,6 +1,6 @@
 //! The snapshot file: versioned, because it outlives binaries.
 //!
-//! A file is a postcard-encoded [`SnapshotFile`]: the variant is the format
+//! A file is a postcard-encoded `SnapshotFile`: the variant is the format
 //! version, `meta` is openraft's snapshot metadata and `data` the postcard
 //! encoding of the applied state as that version laid it out. Postcard
 //! writes fields in declaration order with no names, so a field added,
@@ -427,7 +427,7 @@ pub fn seal_of(applied: &Applied) -> Result<(String, u64), postcard::Error> {
 
 /// Writes the snapshot file of `applied`, whose encoding is `len` bytes
 /// long (from [`seal_of`]), atomically and without holding the encoding in
-/// memory: byte for byte what [`write`] writes for the encoded data.
+/// memory: byte for byte what [`write()`] writes for the encoded data.
 pub fn write_encoding(
     path: &Path,
     meta: &Meta,
