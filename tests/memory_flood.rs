@@ -30,10 +30,11 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
 use gpumon_common::secrets::Secret;
+use gpumon_net::wall_ms;
 use gpumon_proto::api::{ClusterView, JobWithAnalysis, MemorySnapshotsAnswer};
 use gpumon_proto::{
     wire, AgentMessage, AgentMessageV1, AllocRecord, AllocStats, BytesStat, CollectiveWait,
@@ -91,13 +92,6 @@ fn limits() -> Vec<String> {
     .iter()
     .flat_map(|(flag, v)| [(*flag).to_owned(), v.to_string()])
     .collect()
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn agent_id(a: u32) -> String {

@@ -51,11 +51,12 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
 use gpumon_common::cluster::DEFAULT_MAX_ENDED_JOBS;
 use gpumon_common::secrets::Secret;
+use gpumon_net::wall_ms;
 use gpumon_proto::api::{AlertKind, AlertsBody, ClusterView, JobsView};
 use gpumon_proto::{wire, AgentMessage, AgentMessageV1, PushBatch};
 use support::cluster::Cluster;
@@ -160,13 +161,6 @@ async fn soak(scale: Scale) {
     tokio::time::timeout(scale.deadline, run(scale))
         .await
         .unwrap_or_else(|_| panic!("the soak did not end within {:?}", scale.deadline));
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn secret_file(dir: &std::path::Path, name: &str, text: &str) -> String {

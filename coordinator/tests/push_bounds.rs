@@ -5,12 +5,11 @@
 //! bound, counted under `rejected_pushes.out_of_bounds`, and the real
 //! agents' next pushes still apply with the clock and liveness right.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 mod support;
 use support::{push, start, GIB};
 
 use gpumon_common::limits::MAX_SEQ_GAP;
+use gpumon_net::wall_ms;
 use gpumon_proto::api::{ApiErrorBody, ClusterView};
 use gpumon_proto::wire;
 use gpumon_proto::{
@@ -22,13 +21,6 @@ use gpumon_proto::{
 /// Up while the newest window ended at most this long before the
 /// cluster's clock (the coordinator's `AGENT_STALE_MS`).
 const AGENT_STALE_MS: u64 = 30_000;
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// One window of GPU-0 on `agent`'s node, ending at `end_ms`.
 fn push_of(agent: &str, incarnation: u64, seq: u64, end_ms: u64) -> PushBatch {
