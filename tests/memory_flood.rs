@@ -30,7 +30,7 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
 use gpumon_proto::api::{ClusterView, JobWithAnalysis, MemorySnapshotsAnswer};
@@ -39,6 +39,7 @@ use gpumon_proto::{
     EventRecord, GpuInfo, GpuWindow, Hello, HookRecord, ProcWindow, PushBatch, RankInfo,
     StallRecord, StepRecord,
 };
+use gpumon_runtime::clock::wall_ms;
 use gpumon_runtime::secrets::Secret;
 use support::cluster::Cluster;
 
@@ -91,13 +92,6 @@ fn limits() -> Vec<String> {
     .iter()
     .flat_map(|(flag, v)| [(*flag).to_owned(), v.to_string()])
     .collect()
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn agent_id(a: u32) -> String {

@@ -51,12 +51,13 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpumon_agent::push::{Attempt, Pusher, Route};
 use gpumon_core::cluster::DEFAULT_MAX_ENDED_JOBS;
 use gpumon_proto::api::{AlertKind, AlertsBody, ClusterView, JobsView};
 use gpumon_proto::{wire, AgentMessage, AgentMessageV1, PushBatch};
+use gpumon_runtime::clock::wall_ms;
 use gpumon_runtime::secrets::Secret;
 use support::cluster::Cluster;
 use support::fleet::{self, Fleet, Job};
@@ -160,13 +161,6 @@ async fn soak(scale: Scale) {
     tokio::time::timeout(scale.deadline, run(scale))
         .await
         .unwrap_or_else(|_| panic!("the soak did not end within {:?}", scale.deadline));
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn secret_file(dir: &std::path::Path, name: &str, text: &str) -> String {

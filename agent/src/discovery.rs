@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use gpumon_core::limits::prefix_within;
+use gpumon_core::limits::{prefix_within, MAX_NAME_BYTES};
 use gpumon_proto::{GpuSample, GpuWindow, PodPlacement, ProcPlacement, ProcSample, RankInfo};
 
 use crate::placement::read_placement;
@@ -35,11 +35,6 @@ use crate::procfs::{env_vars, read_bounded, MAX_ENVIRON_BYTES};
 
 /// Where the host's process table is mounted.
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
-
-/// Longest job name (and `MASTER_ADDR`) kept, bytes; longer ones are cut on a
-/// character boundary so one odd environment cannot bloat every sample. The
-/// coordinator's limit on names.
-pub const MAX_JOB_BYTES: usize = gpumon_core::limits::MAX_NAME_BYTES;
 
 /// Largest `WORLD_SIZE` believed (about a million ranks); beyond it the
 /// variables are taken for garbage rather than a training job.
@@ -102,7 +97,7 @@ const KEYS: [&str; 20] = [
 /// A launcher matches when its rank and world size are integers with
 /// `rank < world size <= MAX_WORLD_SIZE`. Without a job of its launcher's
 /// own, the job is `MASTER_ADDR:MASTER_PORT` when both are set, else
-/// [`UNKNOWN_JOB`]; it is truncated to [`MAX_JOB_BYTES`]. A local rank
+/// [`UNKNOWN_JOB`]; it is truncated to [`MAX_NAME_BYTES`]. A local rank
 /// absent or not below the world size is 0.
 ///
 /// Without any launcher, a process whose `GPUMON_JOB` ([`STANDALONE_JOB_VAR`])
@@ -174,7 +169,7 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     let master_addr = get("MASTER_ADDR")
         .map(str::trim)
         .filter(|a| !a.is_empty())
-        .map(|a| prefix_within(a, MAX_JOB_BYTES).to_owned());
+        .map(|a| prefix_within(a, MAX_NAME_BYTES).to_owned());
     let master_port = get("MASTER_PORT")
         .and_then(|p| p.trim().parse::<u16>().ok())
         .filter(|&p| p != 0);
@@ -192,7 +187,7 @@ pub fn parse_environ(bytes: &[u8]) -> Option<RankInfo> {
     };
 
     Some(RankInfo {
-        job: prefix_within(&job, MAX_JOB_BYTES).to_owned(),
+        job: prefix_within(&job, MAX_NAME_BYTES).to_owned(),
         rank,
         local_rank,
         world_size,

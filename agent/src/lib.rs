@@ -20,7 +20,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod clock;
 pub mod config;
 pub mod discovery;
 pub mod hook_endpoint;

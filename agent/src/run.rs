@@ -29,7 +29,6 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
-use crate::clock::now_ms;
 use crate::config::{AgentConfig, SourceSpec};
 use crate::discovery::RankFinder;
 use crate::hook_endpoint::{HookError, HookHub, HookServer, HookSource};
@@ -39,6 +38,7 @@ use crate::source::nvml::NvmlSource;
 use crate::source::sim::{SimSettings, SimSource};
 use crate::source::{GpuSource, NoSource};
 use crate::uplink::{Outgoing, Uplink};
+use gpumon_runtime::clock::wall_ms;
 
 /// Windows queued between the sampler and the uplink task.
 const WINDOW_CHANNEL: usize = 16;
@@ -61,7 +61,7 @@ pub enum AgentError {
 /// A random incarnation id: it only has to differ between agent starts.
 fn new_incarnation() -> u64 {
     let mut h = RandomState::new().build_hasher();
-    h.write_u64(now_ms());
+    h.write_u64(wall_ms());
     h.write_u32(std::process::id());
     h.finish()
 }
@@ -196,7 +196,7 @@ impl Sampler {
         config.validate().map_err(AgentError::Config)?;
         let hooks = Hooks::start(&config).await?;
         let hub = hooks.as_ref().map(|h| h.hub.clone());
-        let (source, attribute) = match make_source(&config, now_ms(), hub.as_ref()) {
+        let (source, attribute) = match make_source(&config, wall_ms(), hub.as_ref()) {
             Ok(made) => made,
             Err(e) => {
                 if let Some(hooks) = hooks {
@@ -264,9 +264,9 @@ impl Sampler {
             tokio::select! {
                 _ = sample_tick.tick() => {
                     if let Some(host) = self.host.as_mut() {
-                        host.sample(now_ms());
+                        host.sample(wall_ms());
                     }
-                    match self.source.sample(now_ms()) {
+                    match self.source.sample(wall_ms()) {
                         Ok(mut samples) => {
                             if let Some(finder) = self.finder.as_mut() {
                                 finder.attribute(&mut samples);

@@ -48,9 +48,9 @@ use gpumon_runtime::secrets::Secret;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use crate::clock::now_ms;
 use crate::hook_endpoint::HookHub;
 use crate::push::{Attempt, Pusher, Route};
+use gpumon_runtime::clock::wall_ms;
 
 /// Time allowed for one push.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -403,7 +403,7 @@ impl Uplink {
             return;
         }
         match &self.hub {
-            Some(hub) => hub.offer_actions(actions, now_ms()),
+            Some(hub) => hub.offer_actions(actions, wall_ms()),
             None => {
                 tracing::debug!(
                     actions = actions.len(),
@@ -449,7 +449,7 @@ impl Uplink {
             Ok(()) => {
                 self.take_out(0, true);
                 self.stats.acked.fetch_add(1, Relaxed);
-                self.stats.last_acked_ms.store(now_ms(), Relaxed);
+                self.stats.last_acked_ms.store(wall_ms(), Relaxed);
             }
             Err(DeliveryError::Refused(why)) => {
                 let seq = self.take_out(0, false).map_or(0, |b| b.batch.seq);

@@ -1,6 +1,6 @@
 //! Fuzz target of the hook endpoint's request parsing: the JSON lines a
-//! training process's hook writes to its agent (`hook/protocol.rs`:
-//! `parse_request`, `parse_registration`, `parse_ack`; `hook/records.rs`:
+//! training process's hook writes to its agent (`hook_endpoint/protocol.rs`:
+//! `parse_request`, `parse_registration`, `parse_ack`; `hook_endpoint/records.rs`:
 //! `check_report`), driven through a real server on loopback TCP, since
 //! the parsers are the connection's private business.
 //!

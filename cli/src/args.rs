@@ -19,7 +19,8 @@ pub use bench::{BenchArgs, BenchCommand, IngestArgs};
     propagate_version = true
 )]
 pub struct Cli {
-    /// TOML configuration file with [agent] and [coordinator] tables.
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(help = "TOML configuration file with [agent] and [coordinator] tables")]
     #[arg(long, global = true, env = "GPUMON_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -123,7 +124,10 @@ pub enum SnapshotsAction {
 /// Where snapshots are read from: a cluster, or a profile's report.
 #[derive(Debug, Args)]
 pub struct SnapshotsFrom {
-    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070]"
+    )]
     #[arg(
         long,
         visible_alias = "coordinators",
@@ -263,7 +267,10 @@ pub struct RunArgs {
 /// `gpumon record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// A coordinator's base URL; any replica will do (each streams what it applies) [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "A coordinator's base URL; any replica will do (each streams what it applies) [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070]"
+    )]
     #[arg(
         long,
         visible_alias = "coordinators",
@@ -307,7 +314,10 @@ pub struct AgentArgs {
         value_name = "URL,..."
     )]
     pub coordinators: Option<Vec<String>>,
-    /// What to sample: nvml, sim[:SCENARIO] (steady, leak, fragmentation, imbalance, straggler, mixed) or none [default: nvml].
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "What to sample: nvml, sim[:SCENARIO] (steady, leak, fragmentation, imbalance, straggler, mixed) or none [default: nvml]"
+    )]
     #[arg(long, env = "GPUMON_SOURCE")]
     pub source: Option<String>,
     /// Serve the in-process Python hooks here: unix:PATH (mode 0600) or a loopback HOST:PORT [default: no hook endpoint].
@@ -585,7 +595,10 @@ pub enum ClusterCommand {
 /// `gpumon status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070]"
+    )]
     #[arg(long, visible_alias = "coordinators", env = "GPUMON_COORDINATOR")]
     pub coordinator: Option<String>,
     /// Print JSON (`{"cluster", "jobs", "analysis", "alerts"}`) instead of a table.
@@ -598,7 +611,10 @@ pub struct StatusArgs {
 /// `gpumon top`.
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070].
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "A coordinator's base URL [default: the first of the config file's [agent] coordinators, else http://127.0.0.1:7070]"
+    )]
     #[arg(long, visible_alias = "coordinators", env = "GPUMON_COORDINATOR")]
     pub coordinator: Option<String>,
     /// Seconds between refreshes.
@@ -742,7 +758,10 @@ pub struct RemoteWriteArgs {
     /// Most samples waiting to be sent; past it the oldest requests are dropped and counted [default: 2000000].
     #[arg(long, env = "GPUMON_REMOTE_WRITE_MAX_QUEUED_SAMPLES")]
     pub remote_write_max_queued_samples: Option<usize>,
-    /// A label added to every series, as NAME=VALUE (e.g. cluster=a); repeat for more; replaces [remote_write] labels.
+    // `help`, not a doc comment: rustdoc would take the brackets for links.
+    #[arg(
+        help = "A label added to every series, as NAME=VALUE (e.g. cluster=a); repeat for more; replaces [remote_write] labels"
+    )]
     #[arg(long, env = "GPUMON_REMOTE_WRITE_LABEL", value_name = "NAME=VALUE")]
     pub remote_write_label: Vec<String>,
 }

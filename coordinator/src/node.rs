@@ -116,6 +116,210 @@ async fn form(raft: &Raft, config: &CoordinatorConfig, advertise: &str) -> Resul
     }
 }
 
+/// Opens the data directory (made if missing), the Raft log in it and the
+/// state machine with its latest snapshot.
+fn open_storage(config: &CoordinatorConfig) -> Result<(LogStore, StateMachine), StartError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let log_store = LogStore::open(&config.data_dir.join(LOG_FILE))?;
+    let state_machine = StateMachine::open(&config.data_dir, config.limits, &config.engine)?;
+    Ok((log_store, state_machine))
+}
+
+/// The API's socket, bound, and how this replica reaches and is reached by
+/// its peers.
+struct Bound {
+    listener: tokio::net::TcpListener,
+    /// The server side of TLS, when the replica serves it.
+    server_tls: Option<Arc<rustls::ServerConfig>>,
+    /// The client side towards peers: scheme, TLS roots and identity.
+    link: PeerLink,
+    local_addr: SocketAddr,
+    /// The address peers are told to reach this replica at.
+    advertise: String,
+}
+
+impl Bound {
+    /// Loads the TLS files and binds `config.listen`.
+    async fn bind(config: &CoordinatorConfig) -> Result<Self, StartError> {
+        let server_tls = config
+            .tls
+            .as_ref()
+            .map(ServerTls::config)
+            .transpose()
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let link = PeerLink::new(config.tls.as_ref(), config.peer_ca_file.as_deref())
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.listen.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+        let advertise = config
+            .advertised()
+            .map(str::to_owned)
+            .unwrap_or_else(|| local_addr.to_string());
+        Ok(Bound {
+            listener,
+            server_tls,
+            link,
+            local_addr,
+            advertise,
+        })
+    }
+}
+
+/// openraft's settings: our timings, no snapshots or elections of its own
+/// (our schedule and pre-vote run them), bounded AppendEntries.
+fn raft_config(config: &CoordinatorConfig) -> Result<openraft::Config, StartError> {
+    openraft::Config {
+        cluster_name: "gpumon".into(),
+        heartbeat_interval: HEARTBEAT_MS,
+        election_timeout_min: ELECTION_TIMEOUT_MS.0,
+        election_timeout_max: ELECTION_TIMEOUT_MS.1,
+        // Snapshots follow our own schedule (raft::snapshot_schedule).
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: 100,
+        // A peer further behind than two snapshot periods gets the snapshot.
+        replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
+        snapshot_max_chunk_size: config.snapshot_chunk_bytes,
+        // An AppendEntries must be answered within a heartbeat period;
+        // an entry may be a batch of pushes (service::batcher), so a
+        // few of them are what one call carries.
+        max_payload_entries: MAX_ENTRIES_PER_APPEND,
+        install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
+        // Elections start after a pre-vote round (raft::election).
+        enable_elect: false,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| StartError::Raft(e.to_string()))
+}
+
+/// The replica's background tasks, and the state they share with the API.
+struct Tasks {
+    snapshots: JoinHandle<()>,
+    expiry: JoinHandle<()>,
+    contact: Contact,
+    backing: Backing,
+    elections: JoinHandle<()>,
+    planner: JoinHandle<()>,
+    notifier: Notifier,
+    remote_write: Option<JoinHandle<()>>,
+    remote_write_stats: RemoteWriteStats,
+}
+
+impl Tasks {
+    /// Starts the snapshot schedule, expiry, elections, the release
+    /// planner, the notifier and (when configured) the remote-write sender;
+    /// each ends when `stopped` turns true.
+    fn spawn(
+        config: &CoordinatorConfig,
+        raft: &Raft,
+        state_machine: &StateMachine,
+        proposer: &Proposer,
+        bound: &Bound,
+        stopped: &watch::Receiver<bool>,
+    ) -> Result<Self, StartError> {
+        let snapshots = snapshot_schedule::spawn(
+            raft.clone(),
+            config.id,
+            config.snapshot_every_entries,
+            stopped.clone(),
+        );
+        let expiry =
+            crate::expiry_task::spawn(proposer.clone(), config.expire_after, stopped.clone());
+        let contact = Contact::default();
+        let backing = Backing::default();
+        let elections = crate::raft::election::spawn(
+            raft.clone(),
+            config.id,
+            contact.clone(),
+            backing.clone(),
+            &bound.link,
+            config.credentials.cluster_secret.clone(),
+            stopped.clone(),
+        );
+        let planner = crate::release_task::spawn(
+            proposer.clone(),
+            state_machine.clone(),
+            config.planner.clone(),
+            stopped.clone(),
+        );
+        let notifier = Notifier::spawn(
+            proposer.clone(),
+            state_machine.clone(),
+            config.notify.clone(),
+            bound.link.url(&bound.advertise),
+            stopped.clone(),
+        );
+        let remote_write_stats = RemoteWriteStats::default();
+        let remote_write = config
+            .remote_write
+            .clone()
+            .map(|rw| {
+                crate::remote_write::spawn(
+                    rw,
+                    proposer.clone(),
+                    state_machine.clone(),
+                    remote_write_stats.clone(),
+                    stopped.clone(),
+                )
+            })
+            .transpose()
+            .map_err(StartError::Config)?;
+        Ok(Tasks {
+            snapshots,
+            expiry,
+            contact,
+            backing,
+            elections,
+            planner,
+            notifier,
+            remote_write,
+            remote_write_stats,
+        })
+    }
+}
+
+/// Serves the API on `listener` (TLS when `tls` is given, within
+/// `config.connections`) until `stopped` turns true.
+fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    config: &CoordinatorConfig,
+    state: AppState,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
+    let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let listener = ApiListener::with_limits(listener, tls, config.connections)
+        .map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?
+        .tap_io(|_| {});
+    Ok(tokio::spawn(async move {
+        // Graceful shutdown waits for open responses, so the long-lived
+        // `/api/v1/stream` responses end on the same signal.
+        let shutdown = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "API server failed");
+        }
+    }))
+}
+
 /// A running coordinator.
 pub struct Coordinator {
     id: u64,
@@ -149,124 +353,40 @@ impl Coordinator {
     /// cluster initializes itself (once: a restart finds its membership in the log).
     pub async fn start(config: CoordinatorConfig) -> Result<Self, StartError> {
         config.validate().map_err(StartError::Config)?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
-            path: config.data_dir.clone(),
-            source,
-        })?;
-        let log_store = LogStore::open(&config.data_dir.join(LOG_FILE))?;
-        let state_machine = StateMachine::open(&config.data_dir, config.limits, &config.engine)?;
+        let (log_store, state_machine) = open_storage(&config)?;
+        let bound = Bound::bind(&config).await?;
 
-        let server_tls = config
-            .tls
-            .as_ref()
-            .map(ServerTls::config)
-            .transpose()
-            .map_err(|e| StartError::Config(e.to_string()))?;
-        let link = PeerLink::new(config.tls.as_ref(), config.peer_ca_file.as_deref())
-            .map_err(|e| StartError::Config(e.to_string()))?;
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: config.listen.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
-            addr: config.listen.clone(),
-            source,
-        })?;
-        let advertise = config
-            .advertised()
-            .map(str::to_owned)
-            .unwrap_or_else(|| local_addr.to_string());
-
-        let raft_config = openraft::Config {
-            cluster_name: "gpumon".into(),
-            heartbeat_interval: HEARTBEAT_MS,
-            election_timeout_min: ELECTION_TIMEOUT_MS.0,
-            election_timeout_max: ELECTION_TIMEOUT_MS.1,
-            // Snapshots follow our own schedule (raft::snapshot_schedule).
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: 100,
-            // A peer further behind than two snapshot periods gets the snapshot.
-            replication_lag_threshold: config.snapshot_every_entries.saturating_mul(2).max(1000),
-            snapshot_max_chunk_size: config.snapshot_chunk_bytes,
-            // An AppendEntries must be answered within a heartbeat period;
-            // an entry may be a batch of pushes (service::batcher), so a
-            // few of them are what one call carries.
-            max_payload_entries: MAX_ENTRIES_PER_APPEND,
-            install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
-            // Elections start after a pre-vote round (raft::election).
-            enable_elect: false,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft_config = raft_config(&config)?;
         let committed = log_store.committed();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            HttpNetwork::new(config.credentials.cluster_secret.clone(), &link),
+            HttpNetwork::new(config.credentials.cluster_secret.clone(), &bound.link),
             log_store,
             state_machine.clone(),
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        form(&raft, &config, &advertise).await?;
+        form(&raft, &config, &bound.advertise).await?;
 
-        let (stop, mut stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
         let proposer = Proposer::new(
             config.id,
             raft.clone(),
             StorageGuard::new(&config.data_dir, config.min_free_bytes),
-            link.clone(),
+            bound.link.clone(),
         );
-        let snapshots = snapshot_schedule::spawn(
-            raft.clone(),
-            config.id,
-            config.snapshot_every_entries,
-            stopped.clone(),
-        );
-        let expiry =
-            crate::expiry_task::spawn(proposer.clone(), config.expire_after, stopped.clone());
-        let contact = Contact::default();
-        let backing = Backing::default();
-        let elections = crate::raft::election::spawn(
-            raft.clone(),
-            config.id,
-            contact.clone(),
-            backing.clone(),
-            &link,
-            config.credentials.cluster_secret.clone(),
-            stopped.clone(),
-        );
-        let planner = crate::release_task::spawn(
-            proposer.clone(),
-            state_machine.clone(),
-            config.planner.clone(),
-            stopped.clone(),
-        );
-        let notifier = Notifier::spawn(
-            proposer.clone(),
-            state_machine.clone(),
-            config.notify.clone(),
-            link.url(&advertise),
-            stopped.clone(),
-        );
-        let remote_write_stats = RemoteWriteStats::default();
-        let remote_write = config
-            .remote_write
-            .clone()
-            .map(|rw| {
-                crate::remote_write::spawn(
-                    rw,
-                    proposer.clone(),
-                    state_machine.clone(),
-                    remote_write_stats.clone(),
-                    stopped.clone(),
-                )
-            })
-            .transpose()
-            .map_err(StartError::Config)?;
+        let Tasks {
+            snapshots,
+            expiry,
+            contact,
+            backing,
+            elections,
+            planner,
+            notifier,
+            remote_write,
+            remote_write_stats,
+        } = Tasks::spawn(&config, &raft, &state_machine, &proposer, &bound, &stopped)?;
         let state = AppState::new(AppParts {
             id: config.id,
             raft: raft.clone(),
@@ -280,37 +400,18 @@ impl Coordinator {
             planner_rules: config.planner.rules(),
             shutdown: stopped.clone(),
             notify_stats: notifier.stats(),
-            link: link.clone(),
+            link: bound.link.clone(),
             contact,
             backing,
             rank_series: config.metrics_rank_series,
             remote_write_stats: remote_write.is_some().then(|| remote_write_stats.clone()),
         });
-        let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
-        let listener = ApiListener::with_limits(listener, server_tls, config.connections)
-            .map_err(|source| StartError::Listen {
-                addr: config.listen.clone(),
-                source,
-            })?
-            .tap_io(|_| {});
-        let server = tokio::spawn(async move {
-            // Graceful shutdown waits for open responses, so the long-lived
-            // `/api/v1/stream` responses end on the same signal.
-            let shutdown = async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            };
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "API server failed");
-            }
-        });
-        tracing::info!(id = config.id, addr = %local_addr, data_dir = %config.data_dir.display(), "coordinator up");
+        let server = serve(bound.listener, bound.server_tls, &config, state, stopped)?;
+        tracing::info!(id = config.id, addr = %bound.local_addr, data_dir = %config.data_dir.display(), "coordinator up");
         Ok(Self {
             id: config.id,
-            local_addr,
-            scheme: link.scheme(),
+            local_addr: bound.local_addr,
+            scheme: bound.link.scheme(),
             raft,
             state_machine,
             stop,

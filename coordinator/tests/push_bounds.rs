@@ -5,8 +5,6 @@
 //! bound, counted under `rejected_pushes.out_of_bounds`, and the real
 //! agents' next pushes still apply with the clock and liveness right.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 mod support;
 use support::{push, start, GIB};
 
@@ -18,17 +16,11 @@ use gpumon_proto::{
     Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2,
     PushOutcome,
 };
+use gpumon_runtime::clock::wall_ms;
 
 /// Up while the newest window ended at most this long before the
 /// cluster's clock (the coordinator's `AGENT_STALE_MS`).
 const AGENT_STALE_MS: u64 = 30_000;
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// One window of GPU-0 on `agent`'s node, ending at `end_ms`.
 fn push_of(agent: &str, incarnation: u64, seq: u64, end_ms: u64) -> PushBatch {

@@ -5,6 +5,7 @@
 //! address names this machine only. All of it touches files, the terminal or
 //! the environment, which the core (`gpumon-core`) must not.
 //!
+//! - [`clock`]: the wall clock in milliseconds, as records and checks carry it;
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`secrets`]: secrets and tokens read from owner-only files;
 //! - [`logging`]: the one tracing set-up every binary uses;
@@ -13,6 +14,7 @@
 //! - [`loopback`]: whether an address names this machine only.
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod config;
 pub mod exposition;
 pub mod logging;

@@ -34,7 +34,7 @@ use super::identity;
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
 use super::records::check_report;
 use super::tcp_owner::{self, PeerSocket};
-use crate::clock::now_ms;
+use gpumon_runtime::clock::wall_ms;
 
 /// Longest time from connecting to a successful `register`.
 pub const REGISTER_WITHIN: Duration = Duration::from_secs(10);
@@ -137,7 +137,7 @@ impl Drop for SessionGuard {
             return;
         };
         let shared = &self.shared;
-        let ended = shared.hub.end_session(s.id, now_ms());
+        let ended = shared.hub.end_session(s.id, wall_ms());
         tracing::debug!(session = s.id, job = %s.job, rank = s.rank, "hook session ended");
         if let (Some(ended), Some(pid)) = (ended, s.verified_pid) {
             let watches = shared.exit_watches.clone();
@@ -292,7 +292,7 @@ impl Connection {
             (Op::Ack, Some(s)) => {
                 let id = s.id;
                 protocol::parse_ack(&body)
-                    .and_then(|ack| self.shared.hub.ack(id, ack, now_ms()))
+                    .and_then(|ack| self.shared.hub.ack(id, ack, wall_ms()))
                     .map(|()| json!({}))
             }
         };
@@ -314,7 +314,7 @@ impl Connection {
             Some(s) => hub.update(s.id, claim).map(|()| s.id)?,
             None => {
                 let verified = peer_pid.is_some_and(|p| p != 0);
-                let id = hub.register(claim, verified, now_ms())?;
+                let id = hub.register(claim, verified, wall_ms())?;
                 self.guard.session = Some(Registered {
                     id,
                     job: job.clone(),
@@ -335,7 +335,7 @@ impl Connection {
         rank: u32,
         records: Option<&Value>,
     ) -> Result<Value, String> {
-        let now = now_ms();
+        let now = wall_ms();
         let report = check_report(records, job, rank, now)?;
         let (accepted, skipped) = (report.records.len(), report.skipped);
         if skipped > 0 && !self.skipped_logged {
@@ -353,7 +353,7 @@ impl Connection {
         self.shared.hub.count_refused();
         let session = self.guard.session.as_ref().map(|s| s.id);
         let peer = &self.peer.label;
-        if self.refused == 1 && self.shared.may_warn(now_ms()) {
+        if self.refused == 1 && self.shared.may_warn(wall_ms()) {
             tracing::warn!(%peer, ?session, op, %reason, "refused a hook request (further refusals on this connection are logged at debug)");
         } else {
             tracing::debug!(%peer, ?session, op, %reason, "refused a hook request");

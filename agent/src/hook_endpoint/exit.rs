@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::hub::{HookHub, SessionInfo};
-use crate::clock::now_ms;
+use gpumon_runtime::clock::wall_ms;
 
 /// Time between two looks at `/proc`.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -49,7 +49,7 @@ pub(crate) fn watch(
     runtime.spawn(async move {
         for _ in 0..CHECKS {
             if gone(&proc_root, pid) {
-                hub.process_exited(&ended, now_ms());
+                hub.process_exited(&ended, wall_ms());
                 break;
             }
             tokio::time::sleep(CHECK_EVERY).await;

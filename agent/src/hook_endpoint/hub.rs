@@ -6,8 +6,8 @@
 //! section is a few map operations, never I/O and never across an `.await`,
 //! so a blocking lock is cheaper than an async one and cannot stall a task
 //! for long. The queues are bounded; past their capacity the oldest entry is
-//! dropped and counted (STYLE.md 8), so a coordinator outage or a chatty
-//! hook costs bounded memory and never blocks a training process.
+//! dropped and counted, so a coordinator outage or a chatty hook costs
+//! bounded memory and never blocks a training process.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};

@@ -1,7 +1,7 @@
 //! The local hook endpoint: where the in-process Python hook of each
 //! training process reports allocator statistics, steps and events, and
-//! picks up actions (DESIGN.md, "Data flow" 3; the wire contract is
-//! `agent/python/PROTOCOL.md`).
+//! picks up actions (`docs/architecture.md`, "Processes"; the wire contract
+//! is `agent/python/PROTOCOL.md`).
 //!
 //! - [`HookAddr`] (`addr`): where to listen, a Unix socket or loopback TCP only;
 //! - [`HookServer`] (`server`): binds, accepts, one task per connection

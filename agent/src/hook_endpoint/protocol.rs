@@ -7,13 +7,13 @@
 //! (a newer hook may send more). Every string that comes back in an answer
 //! is cut short (see [`super::fields::shown`]).
 
+use gpumon_core::limits::MAX_NAME_BYTES;
 use gpumon_proto::ActionOutcome;
 use serde_json::{json, Map, Value};
 
-use super::fields::cut;
-use super::fields::{kind_of, shown};
+use super::fields::{cut, kind_of, shown};
 use super::hub::{AckReport, HookDevice, Registration, MAX_ACK_TEXT_BYTES};
-use crate::discovery::{MAX_JOB_BYTES, MAX_WORLD_SIZE};
+use crate::discovery::MAX_WORLD_SIZE;
 
 /// The hook protocol version this agent speaks.
 pub const HOOK_PROTOCOL_VERSION: u64 = 1;
@@ -21,9 +21,6 @@ pub const HOOK_PROTOCOL_VERSION: u64 = 1;
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// Longest device UUID accepted, bytes.
 const MAX_UUID_BYTES: usize = 128;
-/// Longest device name kept, bytes (the coordinator's limit on names);
-/// longer ones are cut.
-const MAX_DEVICE_NAME_BYTES: usize = gpumon_core::limits::MAX_NAME_BYTES;
 
 /// A request's operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,9 +104,9 @@ pub(crate) fn parse_registration(body: &Map<String, Value>) -> Result<Registrati
     if job.is_empty() {
         return Err("job is empty".into());
     }
-    if job.len() > MAX_JOB_BYTES {
+    if job.len() > MAX_NAME_BYTES {
         return Err(format!(
-            "job is {} bytes; the limit is {MAX_JOB_BYTES}",
+            "job is {} bytes; the limit is {MAX_NAME_BYTES}",
             job.len()
         ));
     }
@@ -175,7 +172,7 @@ fn parse_device(d: &Map<String, Value>) -> Result<HookDevice, String> {
     };
     let name = match d.get("name") {
         None | Some(Value::Null) => "unknown GPU".to_owned(),
-        Some(Value::String(n)) => cut(n.clone(), MAX_DEVICE_NAME_BYTES),
+        Some(Value::String(n)) => cut(n.clone(), MAX_NAME_BYTES),
         Some(other) => return Err(format!("name must be a string, not {}", shown(other))),
     };
     let total_bytes = match d.get("total_bytes") {

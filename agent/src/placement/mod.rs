@@ -91,7 +91,7 @@ fn shares_host_uts(proc_root: &Path, pid: u32) -> bool {
 /// (a process's `/proc/PID/root`), resolving symbolic links as a process
 /// with that root would: an absolute target starts again at `root`, `..`
 /// stops there. `None` when it is missing, not a regular file, longer
-/// than `limit`, or behind more than [`MAX_LINKS`] links.
+/// than `limit`, or behind more than `MAX_LINKS` links.
 pub fn read_in_root(root: &Path, path: &str, limit: usize) -> Option<Vec<u8>> {
     let resolved = resolve_in_root(root, path)?;
     // No following a link swapped in since, no waiting on a FIFO.

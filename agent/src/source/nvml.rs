@@ -5,7 +5,7 @@
 //! so one agent binary runs on GPU nodes and on nodes without a driver; on the
 //! latter [`NvmlSource::new`] returns [`SourceError::NvmlUnavailable`] with a
 //! reason the agent logs once before it falls back to hook data or the
-//! simulator (DESIGN.md, "Data flow" 1).
+//! simulator (`docs/architecture.md`, "The path of one sample" 1).
 //!
 //! Devices are enumerated once, at start. Per sample, only device memory is
 //! mandatory: it is what the OOM forecast runs on, so a device whose memory

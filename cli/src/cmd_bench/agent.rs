@@ -7,7 +7,7 @@
 //! and committed throughput falls below offered, instead of requests piling
 //! up. A failed attempt is retried with the same batch (same seq) on the
 //! next URL after [`RETRY_PAUSE`]. The backlog is a range of period numbers
-//! (windows are generated when pushed, see [`super::window`]); past
+//! (windows are generated when pushed, see [`super::synthetic`]); past
 //! [`MAX_QUEUED_PERIODS`] the oldest periods are dropped and counted.
 //!
 //! The agent starts no attempt after the run's end; the caller cancels an

@@ -29,9 +29,10 @@
 //!   seconds are measured, counting what commits in them; then the agents
 //!   stop and in-flight pushes get at most [`DRAIN`] to finish.
 //!
-//! Files: [`window`] makes what an agent sends, the agent's own push client
-//! ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one agent, [`stats`] counts, [`latency`] is the
-//! histogram and [`report`] prints.
+//! Files: [`synthetic`] makes what an agent sends, the agent's own push
+//! client ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one
+//! agent, [`counters`] counts, [`latency`] is the histogram and [`report`]
+//! prints.
 //!
 //! The coordinator tracks at most `max_agents` agents (2048 by default) and
 //! as many GPUs and ranks as its limits allow: pushes beyond them still
@@ -290,9 +291,7 @@ async fn ingest(config: &IngestConfig, quiet: bool) -> Result<Arc<Stats>, Failur
     let pusher =
         Arc::new(Pusher::new(client, config.urls.clone()).with_token(config.token.clone()));
     let start = Instant::now();
-    let t0_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let t0_ms = gpumon_runtime::clock::wall_ms();
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
     let stats = Arc::new(Stats::new(measure_from, end));

@@ -12,11 +12,12 @@ mod replicas;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpumon_agent::{AgentConfig, SimPlacement, SourceSpec};
+use gpumon_agent::{AgentConfig, AgentError, SimPlacement, SourceSpec};
 use gpumon_core::cluster::ClusterEvent;
 use gpumon_core::units::fmt_bytes;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch, Mutex};
+use tokio::task::JoinHandle;
 
 use crate::args::DemoArgs;
 use crate::{shutdown, usage, Failure};
@@ -31,6 +32,51 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     let source: SourceSpec = format!("sim:{}", args.scenario).parse().map_err(usage)?;
+    check_durations(&args)?;
+    let data_dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
+    let _cleanup = RemoveOnDrop(data_dir.clone());
+    let addrs = replicas::pick_addrs(args.listen.as_deref()).map_err(usage)?;
+    let notify = crate::cmd_coordinator::notify_config(&args.notify, &Default::default());
+    notify.validate().map_err(usage)?;
+    let replicas = Replicas::start(&addrs, &data_dir, &notify)
+        .await
+        .map_err(|e| {
+            Failure::Runtime(anyhow::Error::new(e).context("demo cluster failed to start"))
+        })?;
+    let urls = replicas.urls();
+    print_banner(&args, &urls);
+
+    let (observed, events) = observe(&replicas).expect("every replica runs at start");
+    let replicas = Arc::new(Mutex::new(replicas));
+    let (stop, stopped) = watch::channel(false);
+    let agents = spawn_agents(&urls, source, args.seed, &stopped);
+    let (chaos_lines, mut chaos_rx) = mpsc::unbounded_channel();
+    let chaos = args.chaos.then(|| {
+        tokio::spawn(chaos::run(
+            replicas.clone(),
+            Duration::from_secs_f64(args.chaos_every),
+            chaos_lines,
+            stopped.clone(),
+        ))
+    });
+
+    narrate(&replicas, observed, events, &mut chaos_rx, args.duration).await;
+    println!("stopping");
+    let _ = stop.send(true);
+    if let Some(c) = chaos {
+        let _ = c.await;
+    }
+    for a in agents {
+        let _ = a.await;
+    }
+    let replicas =
+        Arc::try_unwrap(replicas).map_err(|_| anyhow::anyhow!("replicas still shared"))?;
+    replicas.into_inner().shutdown().await;
+    Ok(())
+}
+
+/// `--duration` and `--chaos-every` must be positive numbers of seconds.
+fn check_durations(args: &DemoArgs) -> Result<(), Failure> {
     for (flag, v) in [
         ("--duration", args.duration),
         ("--chaos-every", Some(args.chaos_every)),
@@ -43,17 +89,11 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             }
         }
     }
-    let data_dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
-    let _cleanup = RemoveOnDrop(data_dir.clone());
-    let addrs = replicas::pick_addrs(args.listen.as_deref()).map_err(usage)?;
-    let notify = crate::cmd_coordinator::notify_config(&args.notify, &Default::default());
-    notify.validate().map_err(usage)?;
-    let replicas = Replicas::start(&addrs, &data_dir, &notify)
-        .await
-        .map_err(|e| {
-            Failure::Runtime(anyhow::Error::new(e).context("demo cluster failed to start"))
-        })?;
-    let urls = replicas.urls();
+    Ok(())
+}
+
+/// The banner: where the API is, what is simulated and planted, what to try.
+fn print_banner(args: &DemoArgs, urls: &[String]) {
     let url = urls[0].clone();
     println!(
         "gpumon demo: coordinator API at {url} (replicas {})",
@@ -72,14 +112,20 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             args.chaos_every
         );
     }
+}
 
-    let (mut observed, mut events) = observe(&replicas).expect("every replica runs at start");
-    let replicas = Arc::new(Mutex::new(replicas));
-    let (stop, stopped) = watch::channel(false);
+/// One simulated agent per node, each pushing its share of the demo job's
+/// ranks to every replica, until `stopped` turns true.
+fn spawn_agents(
+    urls: &[String],
+    source: SourceSpec,
+    seed: u64,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<Result<(), AgentError>>> {
     let mut agents = Vec::new();
     for node in 0..NODES {
         let mut config = AgentConfig::new(&format!("node-{node}"));
-        config.coordinators = urls.clone();
+        config.coordinators = urls.to_vec();
         config.source = source;
         config.sample_interval = Duration::from_millis(250);
         config.window = Duration::from_millis(1000);
@@ -89,26 +135,30 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             nodes: NODES,
             node_index: node,
             gpus_per_node: GPUS_PER_NODE,
-            seed: args.seed,
+            seed,
             job: "demo-job".into(),
             hook: true,
         };
         agents.push(tokio::spawn(gpumon_agent::run(config, stopped.clone())));
     }
-    let (chaos_lines, mut chaos_rx) = mpsc::unbounded_channel();
-    let chaos = args.chaos.then(|| {
-        tokio::spawn(chaos::run(
-            replicas.clone(),
-            Duration::from_secs_f64(args.chaos_every),
-            chaos_lines,
-            stopped.clone(),
-        ))
-    });
+    agents
+}
 
+/// Prints, each behind the time since it began, what the observed replica
+/// applies (switching to another when it is stopped), the chaos task's
+/// lines, new alerts and a summary every [`SUMMARY_EVERY`]; until
+/// `duration` seconds have passed or Ctrl-C.
+async fn narrate(
+    replicas: &Mutex<Replicas>,
+    mut observed: u64,
+    mut events: broadcast::Receiver<ClusterEvent>,
+    chaos_rx: &mut mpsc::UnboundedReceiver<String>,
+    duration: Option<f64>,
+) {
     let started = Instant::now();
     let stamp = move || format!("[{:>6.1}s]", started.elapsed().as_secs_f64());
     let until = async {
-        match args.duration {
+        match duration {
             Some(d) => tokio::time::sleep(Duration::from_secs_f64(d)).await,
             None => std::future::pending().await,
         }
@@ -136,13 +186,13 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             },
             Some(line) = chaos_rx.recv() => println!("{} {line}", stamp()),
             _ = summary.tick() => {
-                let url = live_url(&replicas, observed).await;
+                let url = live_url(replicas, observed).await;
                 if let Ok(line) = summarize(&url).await {
                     println!("{} {line}", stamp());
                 }
             }
             _ = alert_poll.tick() => {
-                let url = live_url(&replicas, observed).await;
+                let url = live_url(replicas, observed).await;
                 for line in new_alerts(&url, &mut alerts_seen).await.unwrap_or_default() {
                     println!("{} {line}", stamp());
                 }
@@ -151,18 +201,6 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             _ = &mut ctrl_c => break,
         }
     }
-    println!("stopping");
-    let _ = stop.send(true);
-    if let Some(c) = chaos {
-        let _ = c.await;
-    }
-    for a in agents {
-        let _ = a.await;
-    }
-    let replicas =
-        Arc::try_unwrap(replicas).map_err(|_| anyhow::anyhow!("replicas still shared"))?;
-    replicas.into_inner().shutdown().await;
-    Ok(())
 }
 
 /// What the scenario plants, and on which rank, for the banner.

@@ -26,9 +26,12 @@ mod to_hooks;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use gpumon_agent::hook_endpoint::HookHub;
+use gpumon_agent::uplink::Outgoing;
 use gpumon_agent::{AgentConfig, HookAddr, Sampler, SourceSpec};
 use gpumon_core::engine::{EngineConfig, Severity, Subject};
 use gpumon_runtime::config::FileConfig;
@@ -169,21 +172,7 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         ));
     };
     let engine_config = settings(&args, config_file)?;
-    let json_path = args
-        .json
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("gpumon-profile.json"));
-    let html_path = args
-        .html
-        .clone()
-        .unwrap_or_else(|| json_path.with_extension("html"));
-    let snapshot_dir = match &args.snapshot_dir {
-        Some(d) => d.clone(),
-        None => json_path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_owned),
-    };
+    let outputs = Outputs::of(&args);
     let source: SourceSpec = args
         .source
         .as_deref()
@@ -192,8 +181,94 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
         .map_err(|e| usage(format!("--source: {e}")))?;
     let package = python::materialize()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot write the hook package: {e}")))?;
+    let (run_dir, addr) = hook_socket()?;
+    let node = crate::cmd_agent::hostname();
+    let sampler = Sampler::start(agent_config(&node, source, &addr, &args))
+        .await
+        .map_err(|e| Failure::Runtime(e.into()))?;
+    let hub = sampler.hub();
+    let source_name = sampler.hello().source.clone();
+    let engine = Embedded::new(&engine_config, sampler.hello().clone());
 
-    // The hook endpoint: a socket of this run's own, removed at the end.
+    let mut cmd = command(&args, program, rest, &package, &addr, &outputs.snapshot_dir);
+    let started_t = unix_now();
+    let started = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            return Err(usage(format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let (stop, stopped) = watch::channel(false);
+    let (tx, rx) = mpsc::channel(WINDOW_CHANNEL);
+    let sampler_task = tokio::spawn(sampler.run(tx, stopped));
+    let mut watched = Watched::new(child, rx, engine, hub);
+    let live = !args.quiet && std::io::stderr().is_terminal();
+    let interval = Duration::from_millis(args.interval_ms);
+    let (status, interrupted) = watched.until_exit(live, interval, started).await?;
+    let ended_t = unix_now();
+    if live {
+        status_line::clear();
+    }
+    // The hook sent its last records before its process ended; stop the
+    // sampler, which hands over what it holds, and apply the rest.
+    let _ = stop.send(true);
+    watched.drain().await;
+    let _ = sampler_task.await;
+    let _ = std::fs::remove_dir_all(&run_dir);
+
+    let facts = RunFacts {
+        command: args.command.clone(),
+        started_t,
+        ended_t,
+        exit: exit_info(&watched.engine, &node, status, interrupted),
+        levels: levels(&engine_config),
+        source: source_name,
+    };
+    let report = build::build(&watched.engine, &watched.host.run, facts);
+    write_reports(&report, &outputs)?;
+    passed_on(program, status)
+}
+
+/// Where the run writes: the JSON and HTML reports and the hook's
+/// allocator snapshots.
+struct Outputs {
+    json: PathBuf,
+    html: PathBuf,
+    snapshot_dir: PathBuf,
+}
+
+impl Outputs {
+    /// From the flags: `gpumon-profile.json`, the HTML report beside the
+    /// JSON one, snapshots in the JSON report's folder unless told.
+    fn of(args: &ProfileArgs) -> Self {
+        let json = args
+            .json
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("gpumon-profile.json"));
+        let html = args
+            .html
+            .clone()
+            .unwrap_or_else(|| json.with_extension("html"));
+        let snapshot_dir = match &args.snapshot_dir {
+            Some(d) => d.clone(),
+            None => json
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_owned),
+        };
+        Outputs {
+            json,
+            html,
+            snapshot_dir,
+        }
+    }
+}
+
+/// The hook endpoint: a socket of this run's own, in a private folder
+/// (returned with it) that the caller removes at the end.
+fn hook_socket() -> Result<(PathBuf, HookAddr), Failure> {
     let runtime_dir = local_agent::runtime_dir();
     let run_dir = runtime_dir.join(format!("profile-{}", std::process::id()));
     for dir in [&runtime_dir, &run_dir] {
@@ -203,119 +278,172 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
     let addr: HookAddr = format!("unix:{}", run_dir.join("hook.sock").display())
         .parse()
         .map_err(|e| usage(format!("hook socket under {}: {e}", run_dir.display())))?;
-    let node = crate::cmd_agent::hostname();
-    let mut config = AgentConfig::new(&node);
+    Ok((run_dir, addr))
+}
+
+/// The in-process agent's configuration: it samples `source` and serves the
+/// hook on `addr`, with no `/metrics` and no coordinators.
+fn agent_config(
+    node: &str,
+    source: SourceSpec,
+    addr: &HookAddr,
+    args: &ProfileArgs,
+) -> AgentConfig {
+    let mut config = AgentConfig::new(node);
     config.agent_id = format!("{node}-profile-{}", std::process::id());
     config.source = source;
     config.hook_listen = Some(addr.clone());
     config.metrics_listen = None;
     config.sample_interval = Duration::from_millis(args.interval_ms);
     config.window = Duration::from_millis(args.window_ms.max(args.interval_ms));
-    let sampler = Sampler::start(config)
-        .await
-        .map_err(|e| Failure::Runtime(e.into()))?;
-    let hub = sampler.hub();
-    let source_name = sampler.hello().source.clone();
-    let mut engine = Embedded::new(&engine_config, sampler.hello().clone());
+    config
+}
 
+/// The command to profile, with the hook injected and pointed at `addr`.
+fn command(
+    args: &ProfileArgs,
+    program: &str,
+    rest: &[String],
+    package: &Path,
+    addr: &HookAddr,
+    snapshot_dir: &Path,
+) -> tokio::process::Command {
     let job = args
         .job
         .clone()
         .unwrap_or_else(|| default_job(&args.command));
-    let pythonpath = python::pythonpath(&package, std::env::var_os("PYTHONPATH").as_deref());
+    let pythonpath = python::pythonpath(package, std::env::var_os("PYTHONPATH").as_deref());
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(rest)
         .env("PYTHONPATH", pythonpath)
         .env("GPUMON_AGENT", addr.to_string())
         .env("GPUMON_JOB", &job)
-        .env("GPUMON_SNAPSHOT_DIR", &snapshot_dir);
+        .env("GPUMON_SNAPSHOT_DIR", snapshot_dir);
     if !is_torchrun(&args.command) {
         cmd.env("GPUMON_STANDALONE", "1");
     }
-    let started_t = unix_now();
-    let started = Instant::now();
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&run_dir);
-            return Err(usage(format!("cannot run {program:?}: {e}")));
-        }
-    };
-    let pid = child.id().unwrap_or(0);
+    cmd
+}
 
-    let (stop, stopped) = watch::channel(false);
-    let (tx, mut rx) = mpsc::channel(WINDOW_CHANNEL);
-    let sampler_task = tokio::spawn(sampler.run(tx, stopped));
-    let mut host = HostWatch {
-        sampler: HostSampler::new(pid),
-        run: HostRun {
-            total: 0,
-            used: PeakMean::default(),
-            rss: PeakMean::default(),
-            timeline: Timeline::new(TIMELINE_POINTS),
-            samples: 0,
-        },
-        last: None,
-    };
-    let live = !args.quiet && std::io::stderr().is_terminal();
-    let mut host_tick = tokio::time::interval(Duration::from_millis(args.interval_ms));
-    let mut status_tick = tokio::time::interval(STATUS_EVERY);
-    let mut interrupted = false;
-    let mut deadline: Option<tokio::time::Instant> = None;
-    let mut signals = signals::Signals::new();
-    let mut next_stop: Option<signals::Next> = None;
-    let status: ExitStatus = loop {
-        tokio::select! {
-            Some(out) = rx.recv() => {
-                engine.apply(out);
-                if let Some(hub) = &hub {
-                    to_hooks::relay(hub, &engine);
-                    to_hooks::hand_out_actions(hub, &mut engine);
-                }
-            }
-            _ = host_tick.tick() => host.sample(),
-            _ = status_tick.tick(), if live => {
-                status_line::draw(&status_line::line(&engine, started.elapsed().as_secs_f64(), host.last));
-            }
-            status = child.wait() => break status?,
-            stop = signals.next(), if !interrupted => {
-                interrupted = true;
-                let (now, next, after) = signals::first_step(stop);
-                if let (Some(name), true) = (now, pid > 0) {
-                    crate::cmd_run::signal(pid, name);
-                }
-                next_stop = Some(next);
-                deadline = Some(tokio::time::Instant::now() + after);
-            }
-            _ = sleep_until(deadline), if deadline.is_some() => {
-                let (name, then) = signals::after(next_stop.unwrap_or(signals::Next::Kill));
-                if name == "KILL" {
-                    let _ = child.start_kill();
-                } else if pid > 0 {
-                    crate::cmd_run::signal(pid, name);
-                }
-                next_stop = then.map(|t| t.0);
-                deadline = then.map(|t| tokio::time::Instant::now() + t.1);
-            }
-        }
-    };
-    let ended_t = unix_now();
-    if live {
-        status_line::clear();
-    }
-    // The hook sent its last records before its process ended; stop the
-    // sampler, which hands over what it holds, and apply the rest.
-    let _ = stop.send(true);
-    while let Some(out) = rx.recv().await {
-        engine.apply(out);
-    }
-    let _ = sampler_task.await;
-    let _ = std::fs::remove_dir_all(&run_dir);
+/// The running command and what watches it: the sampler's windows, the
+/// embedded engine, the hook hub and the host's RAM.
+struct Watched {
+    child: tokio::process::Child,
+    pid: u32,
+    windows: mpsc::Receiver<Outgoing>,
+    engine: Embedded,
+    hub: Option<Arc<HookHub>>,
+    host: HostWatch,
+}
 
+impl Watched {
+    fn new(
+        child: tokio::process::Child,
+        windows: mpsc::Receiver<Outgoing>,
+        engine: Embedded,
+        hub: Option<Arc<HookHub>>,
+    ) -> Self {
+        let pid = child.id().unwrap_or(0);
+        let host = HostWatch {
+            sampler: HostSampler::new(pid),
+            run: HostRun {
+                total: 0,
+                used: PeakMean::default(),
+                rss: PeakMean::default(),
+                timeline: Timeline::new(TIMELINE_POINTS),
+                samples: 0,
+            },
+            last: None,
+        };
+        Watched {
+            child,
+            pid,
+            windows,
+            engine,
+            hub,
+            host,
+        }
+    }
+
+    /// Until the command exits: applies each window set to the engine and
+    /// relays its alerts and actions to the hooks, samples the host every
+    /// `interval`, redraws the live line, and passes a Ctrl-C (or SIGTERM)
+    /// on to the command, escalating to SIGKILL if it does not end. Returns
+    /// its exit status and whether it was interrupted.
+    async fn until_exit(
+        &mut self,
+        live: bool,
+        interval: Duration,
+        started: Instant,
+    ) -> Result<(ExitStatus, bool), Failure> {
+        let Watched {
+            child,
+            pid,
+            windows,
+            engine,
+            hub,
+            host,
+        } = self;
+        let pid = *pid;
+        let mut host_tick = tokio::time::interval(interval);
+        let mut status_tick = tokio::time::interval(STATUS_EVERY);
+        let mut interrupted = false;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut signals = signals::Signals::new();
+        let mut next_stop: Option<signals::Next> = None;
+        let status: ExitStatus = loop {
+            tokio::select! {
+                Some(out) = windows.recv() => {
+                    engine.apply(out);
+                    if let Some(hub) = hub.as_deref() {
+                        to_hooks::relay(hub, engine);
+                        to_hooks::hand_out_actions(hub, engine);
+                    }
+                }
+                _ = host_tick.tick() => host.sample(),
+                _ = status_tick.tick(), if live => {
+                    status_line::draw(&status_line::line(engine, started.elapsed().as_secs_f64(), host.last));
+                }
+                status = child.wait() => break status?,
+                stop = signals.next(), if !interrupted => {
+                    interrupted = true;
+                    let (now, next, after) = signals::first_step(stop);
+                    if let (Some(name), true) = (now, pid > 0) {
+                        crate::cmd_run::signal(pid, name);
+                    }
+                    next_stop = Some(next);
+                    deadline = Some(tokio::time::Instant::now() + after);
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    let (name, then) = signals::after(next_stop.unwrap_or(signals::Next::Kill));
+                    if name == "KILL" {
+                        let _ = child.start_kill();
+                    } else if pid > 0 {
+                        crate::cmd_run::signal(pid, name);
+                    }
+                    next_stop = then.map(|t| t.0);
+                    deadline = then.map(|t| tokio::time::Instant::now() + t.1);
+                }
+            }
+        };
+        Ok((status, interrupted))
+    }
+
+    /// Applies the window sets still queued, until the sampler has stopped.
+    async fn drain(&mut self) {
+        while let Some(out) = self.windows.recv().await {
+            self.engine.apply(out);
+        }
+    }
+}
+
+/// How the command ended, for the report: an OOM is one the engine observed,
+/// or a SIGKILL while host RAM was at its critical level.
+fn exit_info(engine: &Embedded, node: &str, status: ExitStatus, interrupted: bool) -> ExitInfo {
     let observed_oom = engine.observed().oom.clone();
     let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-    let host_oom = signal == Some(9) && host_critical(&engine, &node);
-    let exit = ExitInfo {
+    let host_oom = signal == Some(9) && host_critical(engine, node);
+    ExitInfo {
         code: status.code(),
         signal,
         oom: observed_oom.is_some() || host_oom,
@@ -323,34 +451,41 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
             host_oom.then(|| "killed (SIGKILL) while host RAM was at its critical level: likely the kernel's OOM killer".to_owned())
         }),
         interrupted,
-    };
-    let facts = RunFacts {
-        command: args.command.clone(),
-        started_t,
-        ended_t,
-        exit,
-        levels: Levels {
-            gpu_warning_pct: engine_config.memory_levels.warning_pct,
-            gpu_critical_pct: engine_config.memory_levels.critical_pct,
-            host_warning_pct: engine_config.host_memory_levels.warning_pct,
-            host_critical_pct: engine_config.host_memory_levels.critical_pct,
-        },
-        source: source_name,
-    };
-    let report = build::build(&engine, &host.run, facts);
-    let json = serde_json::to_vec_pretty(&report).context("cannot encode the report")?;
-    write_atomic(&json_path, &json).map_err(Failure::Runtime)?;
-    write_atomic(&html_path, html::render(&report).as_bytes()).map_err(Failure::Runtime)?;
+    }
+}
+
+/// The memory levels in force, as the report states them.
+fn levels(engine_config: &EngineConfig) -> Levels {
+    Levels {
+        gpu_warning_pct: engine_config.memory_levels.warning_pct,
+        gpu_critical_pct: engine_config.memory_levels.critical_pct,
+        host_warning_pct: engine_config.host_memory_levels.warning_pct,
+        host_critical_pct: engine_config.host_memory_levels.critical_pct,
+    }
+}
+
+/// Writes the JSON and HTML reports and says where they are.
+fn write_reports(report: &report::ProfileReport, outputs: &Outputs) -> Result<(), Failure> {
+    let json = serde_json::to_vec_pretty(report).context("cannot encode the report")?;
+    write_atomic(&outputs.json, &json).map_err(Failure::Runtime)?;
+    write_atomic(&outputs.html, html::render(report).as_bytes()).map_err(Failure::Runtime)?;
     eprintln!(
         "gpumon: report in {} and {} ({} alerts, {} recommendations)",
-        json_path.display(),
-        html_path.display(),
+        outputs.json.display(),
+        outputs.html.display(),
         report.alerts.len(),
         report.recommendations.len()
     );
+    Ok(())
+}
+
+/// The command's exit status, passed on: success, its exit code, or 128
+/// plus the signal that killed it.
+fn passed_on(program: &str, status: ExitStatus) -> Result<(), Failure> {
     if status.success() {
         return Ok(());
     }
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
     let code = match (status.code(), signal) {
         (Some(c), _) => c.clamp(1, 255) as u8,
         (None, Some(s)) => (128 + s).clamp(1, 255) as u8,

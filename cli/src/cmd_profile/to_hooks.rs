@@ -17,7 +17,7 @@ use super::embedded::Embedded;
 pub fn hand_out_actions(hub: &HookHub, engine: &mut Embedded) {
     let actions = engine.take_actions();
     if !actions.is_empty() {
-        hub.offer_actions(actions, gpumon_agent::clock::now_ms());
+        hub.offer_actions(actions, gpumon_runtime::clock::wall_ms());
     }
 }
 

@@ -36,7 +36,7 @@ use gpumon_runtime::secrets::{AgentToken, Secret};
 use super::log_gate::LogGate;
 use super::{ApiError, AppState};
 use crate::credentials::Credentials;
-use crate::service::wall_ms;
+use gpumon_runtime::clock::wall_ms;
 
 /// Who a route is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,11 +20,12 @@ use axum::Extension;
 use gpumon_proto::api::ApiErrorBody;
 use gpumon_proto::wire::{self, DecodeError};
 use gpumon_proto::{AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReply};
+use gpumon_runtime::clock::wall_ms;
 
 use super::auth::AgentBinding;
 use super::postcard_schema::Postcard;
 use super::{ApiError, AppState};
-use crate::service::{wall_ms, PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
+use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
 #[utoipa::path(

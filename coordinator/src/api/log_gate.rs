@@ -17,9 +17,8 @@ pub struct LogGate {
 
 impl LogGate {
     /// `Some(n)` when a line may be written at `now_ms` (wall clock,
-    /// `crate::service::wall_ms`), `n`
-    /// being how many events went unlogged since the last one; `None` (and
-    /// counted) otherwise.
+    /// [`gpumon_runtime::clock::wall_ms`]), `n` being how many events went unlogged
+    /// since the last one; `None` (and counted) otherwise.
     pub fn pass(&self, now_ms: u64) -> Option<u64> {
         let last = self.last_ms.load(Relaxed);
         let due = last == 0 || now_ms.saturating_sub(last) >= LOG_EVERY_MS;

@@ -1,36 +1,14 @@
 //! The coordinator's HTTP surface. Every route is declared once, in the
-//! route table (`routes`), which [`router`] builds the axum router from;
-//! every JSON body is a type of [`gpumon_proto::api`].
-//!
-//! | route | body | what |
-//! | --- | --- | --- |
-//! | `POST /api/v1/ingest` | postcard `AgentMessage` | agents push; answered with postcard `CoordinatorReply` |
-//! | `GET /api/v1/cluster` | | [`gpumon_proto::api::ClusterView`] |
-//! | `GET /api/v1/nodes` | | [`gpumon_proto::api::NodesView`] |
-//! | `GET /api/v1/jobs` | | [`gpumon_proto::api::JobsView`] |
-//! | `GET /api/v1/jobs/{job}?since=&until=&ranks=top:K&rest=&points=&node=` | | [`gpumon_proto::api::JobWithAnalysis`]: the job's detail plus `analysis`, the engine's forecasts and flags per rank; the parameters cut a big job down (see `job_scale`) |
-//! | `GET /api/v1/jobs/{job}/summary?since=&until=&columns=` | | [`gpumon_proto::api::JobScaleSummary`]: per-node aggregates and the rank x time matrix of used share |
-//! | `GET /api/v1/jobs/{job}/snapshots?a=&b=` | | [`gpumon_proto::api::MemorySnapshotsAnswer`]: named allocator snapshots; with `a` and `b`, their difference per rank |
-//! | `GET /api/v1/alerts?active=&job=&limit=` | | [`gpumon_proto::api::AlertsBody`]: alert episodes, oldest first |
-//! | `GET /api/v1/actions?job=&state=&limit=` | | [`gpumon_proto::api::ActionsBody`]: actions on training processes and how they ended |
-//! | `POST /api/v1/actions` | JSON [`gpumon_proto::api::IssueRequest`] | admin, leader: issue actions by hand; [`gpumon_proto::api::IssueResponse`] |
-//! | `GET /api/v1/config?job=` | | [`gpumon_proto::api::ConfigBody`]: the live settings in effect; see `config` |
-//! | `POST /api/v1/config` | JSON [`gpumon_proto::api::ConfigChange`] | admin, leader: change settings live through the log |
-//! | `GET /api/v1/raft` | | [`gpumon_proto::api::RaftStatus`]: this replica's Raft figures and state digest |
-//! | `POST /api/v1/cluster/members` | JSON [`gpumon_proto::api::AddMember`] | admin: add a replica (learner, then voter) |
-//! | `DELETE /api/v1/cluster/members/{id}` | | admin: remove a replica |
-//! | `GET /api/v1/stream` | | chunked `application/x-ndjson`: a trace v1 record per line (absolute epoch `t`) for every window applied from now on; see `stream` |
-//! | `GET /metrics` | | Prometheus: OpenMetrics text, or the classic text format for `Accept: text/plain`; see `metrics` |
-//! | `GET /api/v1/openapi.json` | | the OpenAPI 3.1 document of these routes, generated from the `gpumon_proto::api` types; see `openapi` |
-//! | `GET /healthz` | | `ok` while the Raft core runs; 503 with the error once it has stopped |
-//! | `GET /readyz` | | `ready`: a leader is known, applying, the data directory takes writes; else 503 with the reasons |
-//! | `GET /`, `GET /assets/{*path}` | | the web dashboard, compiled in; see `dashboard` |
+//! route table [`routes::ROUTES`] (method, path, layers, who may call it and
+//! its handler), which [`router`] builds the axum router from; every JSON
+//! body is a type of [`gpumon_proto::api`], and the OpenAPI document
+//! (`GET /api/v1/openapi.json`, see `openapi`) describes each documented
+//! route's parameters and answers.
 //!
 //! Every read is served from this replica's own state; adding
 //! `?consistency=linearizable` makes it reflect every write committed before
 //! the request (see `consistency`). Membership changes go to the leader: a
 //! follower answers 421 with the leader's URL.
-//! | `POST /raft/{append,vote,snapshot}` | postcard | Raft RPC between replicas |
 
 mod actions;
 mod alerts;

@@ -7,7 +7,8 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use gpumon_core::cluster::{is_valid_name, MAX_NAME_BYTES};
+use gpumon_core::cluster::is_valid_name;
+use gpumon_core::limits::MAX_NAME_BYTES;
 
 use super::ApiError;
 

@@ -1,7 +1,7 @@
 //! The notifier's runtime configuration: receivers (kind and URL), repeat
 //! interval, minimum severity, and the sending tunables, validated at start.
 //! Receiver URLs are `http://` or `https://` (verified against the roots
-//! compiled into [`super::http`]); credentials in them are sent as Basic auth.
+//! compiled into `super::http`); credentials in them are sent as Basic auth.
 
 use std::fmt;
 use std::time::Duration;

@@ -18,8 +18,8 @@
 //!
 //! Files: [`config`] (receivers, validation), `worker` (sending, retries,
 //! recording), `http` (the HTTP/1.1 client, http and https, with its own
-//! rustls), [`payload`] (one file per receiver kind), [`stats`] (counters
-//! for `/metrics`).
+//! rustls), [`payload`] (one file per receiver kind), [`counters`]
+//! (counters for `/metrics`).
 
 pub mod config;
 pub mod counters;
@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use gpumon_core::engine::Severity;
 use gpumon_core::notify::{due, Notice, ReceiverId, ReceiverRule};
+use gpumon_runtime::clock::wall_ms;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -42,7 +43,7 @@ use crate::service::Proposer;
 pub use config::{NotifyConfig, Receiver};
 pub use counters::{NotifyCounts, NotifyStats};
 use payload::Message;
-use worker::{wall_ms, Hold, Holds, Worker};
+use worker::{Hold, Holds, Worker};
 
 /// A running notifier: its tasks and counters.
 #[derive(Debug)]

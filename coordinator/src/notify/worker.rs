@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::notify::{NotifyKey, ReceiverKind};
+use gpumon_runtime::clock::wall_ms;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -34,13 +35,6 @@ pub(super) enum Hold {
 
 /// Keys queued, in flight or resting, shared by the leader loop and workers.
 pub(super) type Holds = Arc<Mutex<HashMap<NotifyKey, Hold>>>;
-
-/// The leader's wall clock, ms since the Unix epoch.
-pub(super) fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Everything a worker needs.
 pub(super) struct Worker {

@@ -45,7 +45,7 @@ const KEY_PURGED: &str = "last_purged";
 /// Memory redb may hold as its page cache and write buffer. Its default,
 /// 1 GiB, filled up under sustained ingest and was a third of a replica's
 /// resident set at 16k GPUs. The log is read near its tail (replication;
-/// entries not yet written come from [`Pending`]) and near its head when
+/// entries not yet written come from `Pending`) and near its head when
 /// purged; the operating system's page cache keeps the file for the rest.
 pub const LOG_CACHE_BYTES: usize = 32 << 20;
 

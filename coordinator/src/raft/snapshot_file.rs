@@ -1,6 +1,6 @@
 //! The snapshot file: versioned, because it outlives binaries.
 //!
-//! A file is a postcard-encoded [`SnapshotFile`]: the variant is the format
+//! A file is a postcard-encoded `SnapshotFile`: the variant is the format
 //! version, `meta` is openraft's snapshot metadata and `data` the postcard
 //! encoding of the applied state as that version laid it out. Postcard
 //! writes fields in declaration order with no names, so a field added,
@@ -206,9 +206,48 @@ pub fn load(
     };
     let file: SnapshotFile =
         postcard::from_bytes(&bytes).map_err(|e| fail(format!("does not decode: {e}")))?;
+    let Decoded {
+        applied,
+        meta,
+        version,
+        current,
+    } = decode(file, path, limits, engine_config).map_err(fail)?;
+    // A file in the current format is served as it is; an older one in the
+    // current format's encoding.
+    let data = match current {
+        Some(data) => data,
+        None => postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?,
+    };
+    Ok(Some(Loaded {
+        applied,
+        meta,
+        data,
+        version,
+    }))
+}
+
+/// A snapshot file decoded, its state in the current format.
+struct Decoded {
+    applied: Applied,
+    meta: Meta,
+    /// The format the file was in.
+    version: u32,
+    /// The file's data when it is in the current format, to serve as it is.
+    current: Option<Vec<u8>>,
+}
+
+/// Decodes a file's state; an older format is upgraded, and what it lacks
+/// starts empty, from `limits` and `engine_config`. The error is the reason
+/// the file cannot be loaded.
+fn decode(
+    file: SnapshotFile,
+    path: &Path,
+    limits: Limits,
+    engine_config: &EngineConfig,
+) -> Result<Decoded, String> {
     let mut applied = Applied::empty(limits, engine_config);
     let decode_err = |version: u32| {
-        move |e: postcard::Error| fail(format!("format {version} data does not decode: {e}"))
+        move |e: postcard::Error| format!("format {version} data does not decode: {e}")
     };
     let (meta, version) = match file {
         SnapshotFile::V1 { meta, data } => {
@@ -239,7 +278,7 @@ pub fn load(
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 4).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 4)?;
             let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 4 has no rank placements (they fill in from the next pushes), no host memory (it fills in likewise) and no memory levels (they come from this replica's [engine.memory_levels] and [engine.host_memory_levels])");
@@ -248,7 +287,7 @@ pub fn load(
             (meta, 4)
         }
         SnapshotFile::V5 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 5).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 5)?;
             let old: AppliedV5 = postcard::from_bytes(&data).map_err(decode_err(5))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 5 lacks the straggler detector's loss floor and shortest episode: they come from this replica's [engine.straggler], as does max_pending_steps");
@@ -257,7 +296,7 @@ pub fn load(
             (meta, 5)
         }
         SnapshotFile::V6 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 6).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 6)?;
             let old: AppliedV6 = postcard::from_bytes(&data).map_err(decode_err(6))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 6 has no peer groups: open steps are scored as one group, and pipeline stages are told apart from the next steps");
@@ -266,7 +305,7 @@ pub fn load(
             (meta, 6)
         }
         SnapshotFile::V7 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 7).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 7)?;
             let old: AppliedV7 = postcard::from_bytes(&data).map_err(decode_err(7))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 7 has no hang detector: stall reports count from the next pushes");
@@ -275,7 +314,7 @@ pub fn load(
             (meta, 7)
         }
         SnapshotFile::V8 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 8).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 8)?;
             let old: AppliedV8 = postcard::from_bytes(&data).map_err(decode_err(8))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 8 has no collective waits: they fill in from the next steps");
@@ -284,7 +323,7 @@ pub fn load(
             (meta, 8)
         }
         SnapshotFile::V9 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 9).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 9)?;
             let old: AppliedV9 = postcard::from_bytes(&data).map_err(decode_err(9))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 9 has no memory outside the allocator: it is measured from the next windows");
@@ -293,7 +332,7 @@ pub fn load(
             (meta, 9)
         }
         SnapshotFile::V10 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 10).map_err(fail)?;
+            check_seal(&meta.snapshot_id, &data, 10)?;
             let old: AppliedV10 = postcard::from_bytes(&data).map_err(decode_err(10))?;
             tracing::info!(path = %path.display(),
                 "snapshot format 10 has no collectives listed one by one: they fill in from the next steps");
@@ -302,23 +341,22 @@ pub fn load(
             (meta, 10)
         }
         SnapshotFile::V11 { meta, data } => {
-            check_sealed(&meta.snapshot_id, &data).map_err(fail)?;
-            applied = decode_applied(&data).map_err(decode_err(11))?;
-            return Ok(Some(Loaded {
+            check_sealed(&meta.snapshot_id, &data)?;
+            let applied = decode_applied(&data).map_err(decode_err(11))?;
+            return Ok(Decoded {
                 applied,
                 meta,
-                data,
                 version: 11,
-            }));
+                current: Some(data),
+            });
         }
     };
-    let data = postcard::to_allocvec(&applied).map_err(|e| fail(e.to_string()))?;
-    Ok(Some(Loaded {
+    Ok(Decoded {
         applied,
         meta,
-        data,
         version,
-    }))
+        current: None,
+    })
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
@@ -427,7 +465,7 @@ pub fn seal_of(applied: &Applied) -> Result<(String, u64), postcard::Error> {
 
 /// Writes the snapshot file of `applied`, whose encoding is `len` bytes
 /// long (from [`seal_of`]), atomically and without holding the encoding in
-/// memory: byte for byte what [`write`] writes for the encoded data.
+/// memory: byte for byte what [`write()`] writes for the encoded data.
 pub fn write_encoding(
     path: &Path,
     meta: &Meta,

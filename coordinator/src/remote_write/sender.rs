@@ -9,9 +9,10 @@
 //! answer (4xx: the receiver will refuse it again) counts its samples as
 //! failed and is not retried. Failures are logged through [`ErrorLog`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpumon_net::ClientTls;
+use gpumon_runtime::clock::wall_ms;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
 };
@@ -192,7 +193,7 @@ impl Sender {
                 self.stats.request(status.as_str());
                 let retry = status.as_u16() == 429 || status.is_server_error();
                 if status.is_success() {
-                    self.stats.sent(samples, now_ms());
+                    self.stats.sent(samples, wall_ms());
                 } else if !retry {
                     self.stats.failed(samples);
                 }
@@ -253,10 +254,4 @@ fn redacted(url: &str) -> String {
     reqwest::Url::parse(url)
         .map(|u| u.origin().ascii_serialization())
         .unwrap_or_else(|_| "(invalid URL)".to_owned())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

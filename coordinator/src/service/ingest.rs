@@ -7,12 +7,11 @@
 //! hooks is best effort, repeated with every reply while the alert is
 //! active, and the agent posts each once per severity.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use gpumon_proto::{
     AgentMessage, AgentMessageV1, AgentMessageV2, CoordinatorReplyV2, NodeAlert, PushBatch,
     PushBatchV2, PushOutcome, MAX_NODE_ALERTS,
 };
+use gpumon_runtime::clock::wall_ms;
 
 use super::push_bounds::{
     check_host, check_placements, check_seq, check_sizes, check_times, PushRefused, Refusal,
@@ -144,12 +143,6 @@ impl Service {
             .admits(&batch.agent_id, &batch.windows)
             .map_err(PushError::Full)
     }
-}
-
-/// The leader's clock, ms since the Unix epoch.
-pub(crate) fn wall_ms() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH);
-    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Why a push was not committed.

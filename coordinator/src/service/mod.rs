@@ -27,7 +27,6 @@ use openraft::BasicNode;
 pub use admission::{Admission, DEFAULT_MAX_PUSHES_IN_FLIGHT, FULL_RETRY_AFTER, RETRY_AFTER};
 pub use agent_ids::AgentIdConflicts;
 pub use error::ServiceError;
-pub(crate) use ingest::wall_ms;
 pub use ingest::PushError;
 pub use proposer::Proposer;
 use proposer::{stepped_down, write_error};

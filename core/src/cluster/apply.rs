@@ -525,7 +525,7 @@ fn point(t_ms: u64, s: gpumon_proto::BytesStat) -> HistoryPoint {
 }
 
 fn truncate(s: &str) -> String {
-    let mut end = s.len().min(super::validate::MAX_NAME_BYTES);
+    let mut end = s.len().min(crate::limits::MAX_NAME_BYTES);
     while !s.is_char_boundary(end) {
         end -= 1;
     }

@@ -63,7 +63,7 @@ pub use placement::{
     check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,
 };
 pub use ring::Ring;
-pub use validate::{is_valid_name, InvalidWindow, MAX_NAME_BYTES};
+pub use validate::{is_valid_name, InvalidWindow};
 
 /// Default windows kept per memory series (at the default 2 s window: 34 min).
 pub const DEFAULT_HISTORY_WINDOWS: usize = 1024;

@@ -3,7 +3,7 @@
 use gpumon_proto::GpuWindow;
 use thiserror::Error;
 
-pub use crate::limits::{MAX_DEVICE_BYTES, MAX_NAME_BYTES, MAX_WORLD_SIZE};
+use crate::limits::{MAX_DEVICE_BYTES, MAX_NAME_BYTES, MAX_WORLD_SIZE};
 
 /// Most processes accepted on one GPU in one window.
 pub const MAX_PROCS_PER_GPU: usize = 256;

@@ -13,7 +13,7 @@ use super::leak::{leak_rate, makes_new_highs, still_rising};
 use super::regime::Placed;
 use super::tracks::{AllocTrack, JobTrack, RankTrack, MAX_RANKS_PER_GPU};
 use super::trend::fit;
-use super::Engine;
+use super::{Engine, EngineConfig, Scratch};
 use crate::advice::LEAK_ADVICE;
 use crate::shared::Shared;
 use crate::units::fmt_bytes;
@@ -334,92 +334,33 @@ impl Engine {
             return;
         };
         let capacity = capacity.unwrap_or(track.reserved_last as f64 * 1.25);
-        let placed_a = track.allocated.push(allocated, capacity, &cfg.regime);
-        let placed_r = track.reserved.push(reserved, capacity, &cfg.regime);
-        if placed_r == Placed::NewRegime {
-            track.gap.clear();
-        }
-        if track.gap.len() == cfg.regime.max_points.max(3) {
-            track.gap.pop_front();
-        }
-        track
-            .gap
-            .push_back((reserved.t, reserved.peak - allocated.peak));
-        let scratch = &mut self.scratch;
-        // Fragmentation reads the reserved trend only when it rises that surely.
-        let reserved_peaks = fit_series_rising(
-            &track.reserved,
-            |p| p.peak,
-            cfg.fragmentation.p_max,
+        let placed = place_alloc_window(track, allocated, reserved, capacity, &cfg);
+        let verdict = judge_alloc_window(
+            track,
+            placed,
+            r.leak.is_on(),
+            capacity,
             &cfg,
-            scratch,
+            &mut self.scratch,
         );
-        // Fragmentation compares the allocated trend with that one; without
-        // it, only a leak reads the allocated trend, and only when it rises.
-        let alloc_peaks = if reserved_peaks.is_some() {
-            fit_series(&track.allocated, |p| p.peak, &cfg, scratch)
-        } else {
-            fit_series_sloping_up(&track.allocated, |p| p.peak, &cfg, scratch)
-        };
-
-        // Fits cost O(n^2): the troughs and the gap are fitted only when the
-        // cheaper evidence already points that way.
-        let leak = match alloc_peaks {
-            Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => fit_series_rising(
-                &track.allocated,
-                |p| p.trough,
-                cfg.leak.p_max,
-                &cfg,
-                scratch,
-            )
-            .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
-            .filter(|&rate| {
-                r.leak.is_on()
-                    || (still_rising(&track.allocated, rate, &cfg, scratch)
-                        && makes_new_highs(&track.peak_history, rate, cfg.leak.min_points))
-            }),
-            _ => None,
-        };
-        let reserved_growing =
-            reserved_peaks.is_some_and(|r| r.p_up <= cfg.fragmentation.p_max && r.slope_low > 0.0);
-        let gap = if reserved_growing {
-            scratch.points.clear();
-            scratch.points.extend(track.gap.iter().copied());
-            fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
-        } else {
-            None
-        };
-        let retries_grew = track
-            .retries_known
-            .then(|| track.retry_history.back() > track.retry_history.front());
-        let view = AllocatorView {
-            gap: gap.as_ref(),
-            retries_grew,
-            reserved: reserved_peaks.as_ref(),
-            allocated: alloc_peaks.as_ref(),
-            retry_streak: track.retry_streak,
-            reserved_bytes: track.reserved_last as f64,
-            allocated_bytes: track.allocated_last as f64,
-            inactive_split_bytes: track.inactive_split as f64,
-        };
-        let fragmenting =
-            placed_r != Placed::Pending && is_fragmenting(&view, capacity, &cfg.fragmentation);
-        let reclaimable = view.reclaimable_bytes();
-        let cached = track.reserved_last.saturating_sub(track.allocated_last);
 
         // Too few windows to judge in the early watch's time: an early
         // warning's leak verdict stands.
         let early = allocated.t - track.first_t <= cfg.early.watch_s;
-        let judged = leak.is_some() || track.allocated.len() >= cfg.leak.min_points || !early;
+        let judged =
+            verdict.leak.is_some() || track.allocated.len() >= cfg.leak.min_points || !early;
         let leak_edge = if judged {
-            r.leak
-                .update(leak.is_some(), cfg.leak.raise_after, cfg.leak.clear_after)
+            r.leak.update(
+                verdict.leak.is_some(),
+                cfg.leak.raise_after,
+                cfg.leak.clear_after,
+            )
         } else {
             Edge::Steady
         };
-        r.leak_rate = leak.or(r.leak_rate.filter(|_| r.leak.is_on()));
+        r.leak_rate = verdict.leak.or(r.leak_rate.filter(|_| r.leak.is_on()));
         let frag_edge = r.fragmentation.update(
-            fragmenting,
+            verdict.fragmenting,
             cfg.fragmentation.raise_after,
             cfg.fragmentation.clear_after,
         );
@@ -440,11 +381,11 @@ impl Engine {
                 let mut a = subject.alert(AlertKind::Fragmentation, t, Severity::Warning);
                 a.node = node;
                 a.gpu = gpu;
-                a.reclaimable_bytes = Some(reclaimable);
+                a.reclaimable_bytes = Some(verdict.reclaimable);
                 a.message = format!(
                     "rank {rank} of {job}: the caching allocator holds {} it does not use ({} reclaimable) and keeps growing or retrying allocations",
-                    fmt_bytes(cached),
-                    fmt_bytes(reclaimable as u64)
+                    fmt_bytes(verdict.cached),
+                    fmt_bytes(verdict.reclaimable as u64)
                 );
                 a.recommendation = Some(
                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or release the cache with torch.cuda.empty_cache() at a step boundary".into(),
@@ -457,7 +398,7 @@ impl Engine {
             Edge::Steady => {
                 self.alerts.update(AlertKind::Fragmentation, &subject, |a| {
                     a.updated_t = t;
-                    a.reclaimable_bytes = Some(reclaimable);
+                    a.reclaimable_bytes = Some(verdict.reclaimable);
                 });
             }
         }
@@ -511,4 +452,115 @@ pub(super) fn rank_in<'a>(
     rank: u32,
 ) -> Option<&'a mut RankTrack> {
     jobs.get_mut(job)?.ranks.get_mut(&rank).map(|r| &mut **r)
+}
+
+/// Places a closed window's allocated and reserved envelope points in their
+/// regime series, and the cache's size (reserved less allocated peak) in its
+/// own, which starts again with a new reserved regime. Returns where the
+/// allocated and the reserved point landed.
+fn place_alloc_window(
+    track: &mut AllocTrack,
+    allocated: super::envelope::EnvelopePoint,
+    reserved: super::envelope::EnvelopePoint,
+    capacity: f64,
+    cfg: &EngineConfig,
+) -> (Placed, Placed) {
+    let placed_a = track.allocated.push(allocated, capacity, &cfg.regime);
+    let placed_r = track.reserved.push(reserved, capacity, &cfg.regime);
+    if placed_r == Placed::NewRegime {
+        track.gap.clear();
+    }
+    if track.gap.len() == cfg.regime.max_points.max(3) {
+        track.gap.pop_front();
+    }
+    track
+        .gap
+        .push_back((reserved.t, reserved.peak - allocated.peak));
+    (placed_a, placed_r)
+}
+
+/// What one closed allocator window says about a rank.
+struct AllocVerdict {
+    /// The leak rate, bytes/s, when the evidence of a leak holds.
+    leak: Option<f64>,
+    /// Whether the allocator fragments: its cache grows or it retries.
+    fragmenting: bool,
+    /// Bytes of the cache that could be given back.
+    reclaimable: f64,
+    /// Bytes reserved and not allocated.
+    cached: u64,
+}
+
+/// Fits the window's series and weighs the leak and fragmentation evidence;
+/// `leak_on` says whether the rank's leak latch is on.
+fn judge_alloc_window(
+    track: &AllocTrack,
+    (placed_a, placed_r): (Placed, Placed),
+    leak_on: bool,
+    capacity: f64,
+    cfg: &EngineConfig,
+    scratch: &mut Scratch,
+) -> AllocVerdict {
+    // Fragmentation reads the reserved trend only when it rises that surely.
+    let reserved_peaks = fit_series_rising(
+        &track.reserved,
+        |p| p.peak,
+        cfg.fragmentation.p_max,
+        cfg,
+        scratch,
+    );
+    // Fragmentation compares the allocated trend with that one; without
+    // it, only a leak reads the allocated trend, and only when it rises.
+    let alloc_peaks = if reserved_peaks.is_some() {
+        fit_series(&track.allocated, |p| p.peak, cfg, scratch)
+    } else {
+        fit_series_sloping_up(&track.allocated, |p| p.peak, cfg, scratch)
+    };
+
+    // Fits cost O(n^2): the troughs and the gap are fitted only when the
+    // cheaper evidence already points that way.
+    let leak = match alloc_peaks {
+        Some(peaks) if placed_a != Placed::Pending && peaks.slope > 0.0 => {
+            fit_series_rising(&track.allocated, |p| p.trough, cfg.leak.p_max, cfg, scratch)
+                .and_then(|troughs| leak_rate(&peaks, &troughs, capacity, &cfg.leak))
+                .filter(|&rate| {
+                    leak_on
+                        || (still_rising(&track.allocated, rate, cfg, scratch)
+                            && makes_new_highs(&track.peak_history, rate, cfg.leak.min_points))
+                })
+        }
+        _ => None,
+    };
+    let reserved_growing =
+        reserved_peaks.is_some_and(|r| r.p_up <= cfg.fragmentation.p_max && r.slope_low > 0.0);
+    let gap = if reserved_growing {
+        scratch.points.clear();
+        scratch.points.extend(track.gap.iter().copied());
+        fit(&scratch.points, cfg.z_interval, &mut scratch.trend)
+    } else {
+        None
+    };
+    let retries_grew = track
+        .retries_known
+        .then(|| track.retry_history.back() > track.retry_history.front());
+    let view = AllocatorView {
+        gap: gap.as_ref(),
+        retries_grew,
+        reserved: reserved_peaks.as_ref(),
+        allocated: alloc_peaks.as_ref(),
+        retry_streak: track.retry_streak,
+        reserved_bytes: track.reserved_last as f64,
+        allocated_bytes: track.allocated_last as f64,
+        inactive_split_bytes: track.inactive_split as f64,
+    };
+    let fragmenting =
+        placed_r != Placed::Pending && is_fragmenting(&view, capacity, &cfg.fragmentation);
+    let reclaimable = view.reclaimable_bytes();
+    let cached = track.reserved_last.saturating_sub(track.allocated_last);
+    AllocVerdict {
+        leak,
+        fragmenting,
+        reclaimable,
+        cached,
+    }
 }

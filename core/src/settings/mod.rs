@@ -7,7 +7,7 @@
 //! result ([`Settings`]): the configuration the replica started with, the
 //! overrides set since, and what they add up to, cluster-wide and per job.
 //! Overrides are kept in the snapshot beside the configuration (see
-//! [`as_toml`]), so a restarted replica keeps them.
+//! `as_toml`), so a restarted replica keeps them.
 //!
 //! Which keys change live, their bounds and where they apply: [`keys`].
 

@@ -6,7 +6,8 @@
 //! allocator keeps freed blocks cached instead of returning them, so reserved
 //! memory is a staircase that covers the high-water mark of allocated memory
 //! and never comes down on its own, while allocated memory saw-tooths beneath
-//! it every step (DESIGN.md, "Envelope"). This module keeps that staircase:
+//! it every step (`docs/detection.md`, "Facts it rests on"). This module
+//! keeps that staircase:
 //!
 //! - a request that no cached block can serve makes a new segment, sized the
 //!   way PyTorch sizes them (`c10/cuda/CUDACachingAllocator.cpp`): 2 MiB for

@@ -1,7 +1,8 @@
 //! Utilization, SM clock and power of one simulated GPU.
 //!
-//! These are what explain a straggler (DESIGN.md, "Straggler": "explain with
-//! NVML"): a healthy H100 under training load runs at its 1980 MHz boost
+//! These are what explain a straggler (`docs/stragglers.md`, "What the
+//! detector compares": a lower SM clock or power draw means throttling): a
+//! healthy H100 under training load runs at its 1980 MHz boost
 //! clock, 85 to 99 % busy, drawing 550 to 700 W; a throttled one (thermal or
 //! power brake) drops to about 1410 MHz and draws less; a GPU whose process
 //! died idles. Noise is a hash of the GPU and the sample time, so the same

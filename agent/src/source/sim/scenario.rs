@@ -1,7 +1,7 @@
 //! Named simulator scenarios and which rank each anomaly lands on.
 //!
 //! A scenario is what `--source sim:SCENARIO` names: a healthy job, or a job
-//! with one of the failures gpumon exists to catch (DESIGN.md, "Detection").
+//! with one of the failures gpumon exists to catch (`docs/detection.md`).
 //! Each anomaly has a fixed global rank, so every node of a simulated job
 //! agrees on who misbehaves without talking to the others, and a demo or an
 //! end-to-end test knows which rank to expect in the alert.

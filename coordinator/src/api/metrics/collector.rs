@@ -169,7 +169,24 @@ fn encode_hosts(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     )
 }
 
+/// Every exported rank's series: its memory, its steps, what the detectors
+/// make of it; then how many live ranks were left out.
 fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
+    encode_rank_memory(s, enc)?;
+    encode_rank_steps(s, enc)?;
+    encode_rank_findings(s, enc)?;
+    gauge(
+        enc,
+        "gpumon_metrics_ranks_omitted",
+        "Live ranks left out of this scrape's per-rank series (--metrics-rank-series, or over the series bound)",
+        None,
+        s.ranks_omitted,
+    )
+}
+
+/// A rank's memory: NVML's figure and its GPU's capacity, the caching
+/// allocator's, and the part outside it.
+fn encode_rank_memory(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     per_rank(
         enc,
         s,
@@ -209,7 +226,11 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
         "Bytes of the process on its GPU outside the caching allocator: NVML's figure less reserved (CUDA context, NCCL buffers, library workspaces; with the hook and NVML)",
         BYTES,
         |r| r.outside_allocator_bytes,
-    )?;
+    )
+}
+
+/// A rank's step times, whole and by named section.
+fn encode_rank_steps(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     per_rank(
         enc,
         s,
@@ -239,6 +260,12 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
             m.encode_family(&labels)?.encode_gauge(secs)?;
         }
     }
+    Ok(())
+}
+
+/// What the detectors make of a rank: its GPU's OOM forecast and risk, its
+/// straggler slowdown, imbalance, leak rate and flags, and whether it is lost.
+fn encode_rank_findings(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
     per_rank(
         enc,
         s,
@@ -299,13 +326,6 @@ fn encode_ranks(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Result {
         "1 while no agent on the rank's node is up (its series keep the last figures reported), else 0",
         None,
         |r| Some(u64::from(r.lost)),
-    )?;
-    gauge(
-        enc,
-        "gpumon_metrics_ranks_omitted",
-        "Live ranks left out of this scrape's per-rank series (--metrics-rank-series, or over the series bound)",
-        None,
-        s.ranks_omitted,
     )
 }
 

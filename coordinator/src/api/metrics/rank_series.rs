@@ -16,7 +16,7 @@ pub const AUTO_ALL_UP_TO: usize = 4_096;
 /// The policy (`--metrics-rank-series`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RankSeries {
-    /// Every rank while the cluster has at most [`AUTO_ALL_UP_TO`] live
+    /// Every rank while the cluster has at most `AUTO_ALL_UP_TO` live
     /// ranks, only alerting ones beyond.
     #[default]
     Auto,

@@ -22,11 +22,13 @@ use gpumon_core::engine::summary::RankSummary;
 use gpumon_core::engine::{AlertKind, OomForecast, Risk, Severity};
 use gpumon_core::hook_records::RankSteps;
 use gpumon_core::settings::{Settings, KEYS};
+use gpumon_core::transition::Replicated;
+use gpumon_proto::api::ClusterView;
 use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 
 use crate::api::raft_status::{lag, peers_matched};
-use crate::api::AppState;
+use crate::api::{AppState, RankSeries};
 use crate::notify::NotifyCounts;
 use crate::raft::copy_times::{CopyFor, CopyStats};
 use crate::remote_write::RemoteWriteCounts;
@@ -356,71 +358,131 @@ impl ClusterRows {
         let applied = state.inner.state_machine.read();
         let now = applied.engine.now();
         let cluster = applied.state.cluster_view();
-
-        let devices: BTreeMap<(String, u32), _> = applied
-            .engine
-            .devices()
-            .into_iter()
-            .map(|d| ((d.node.clone(), d.gpu), d))
-            .collect();
-        let mut gpus = Vec::new();
-        let mut hosts = Vec::new();
-        for node in applied.state.nodes_view().nodes {
-            if let (Some(used_bytes), Some(total_bytes)) =
-                (node.host_used_bytes, node.host_total_bytes)
-            {
-                hosts.push(HostRow {
-                    node: node.node.clone(),
-                    used_bytes,
-                    total_bytes,
-                });
-            }
-            for g in node.gpus {
-                let engine = devices.get(&(node.node.clone(), g.index));
-                gpus.push(GpuRow {
-                    node: node.node.clone(),
-                    gpu: g.index.to_string(),
-                    uuid: g.uuid,
-                    model: g.name,
-                    used_bytes: g.used_bytes,
-                    total_bytes: g.total_bytes,
-                    utilization: g
-                        .util_pct
-                        .map(|p| f64::from(p) / 100.0)
-                        .filter(|u| u.is_finite()),
-                    risk: engine.map_or(0, |d| risk_level(d.risk)),
-                    oom_in_s: engine
-                        .and_then(|d| d.forecast.as_ref())
-                        .and_then(|f| oom_in(f, now)),
-                });
-            }
-        }
-
-        let agents: Vec<AgentRow> = cluster
-            .agents
-            .iter()
-            .map(|a| AgentRow {
-                agent: a.agent_id.clone(),
-                node: a.node.clone(),
-                last_seen_s: a.last_seen_ms as f64 / 1000.0,
-                up: cluster.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS,
-            })
-            .collect();
+        let (gpus, hosts) = gpu_and_host_rows(&applied, now);
+        let agents = agent_rows(&cluster);
         // A rank is lost while no agent on its node is up.
         let nodes_up: BTreeSet<String> = agents
             .iter()
             .filter(|a| a.up)
             .map(|a| a.node.clone())
             .collect();
+        let live = LiveJobRows::take(
+            &applied,
+            state.inner.rank_series,
+            cluster.live_ranks,
+            &nodes_up,
+            now,
+        );
+        let (alerts_firing, alerts) = alert_rows(&applied);
 
-        let policy = state.inner.rank_series;
+        let engine_counters = applied.engine.counters();
+        let hook = applied.hook.counters();
+        ClusterRows {
+            gpus,
+            hosts,
+            ranks: live.ranks,
+            ranks_omitted: live.ranks_omitted,
+            jobs: live.jobs,
+            alerts_firing,
+            alerts,
+            actions: applied.actions.count_by_state(),
+            agents,
+            batches_applied: cluster.ingest.batches_applied,
+            batches_duplicate: cluster.ingest.batches_duplicate,
+            windows_applied: cluster.ingest.windows_applied,
+            windows_skipped: cluster.ingest.windows_skipped,
+            hook_records_applied: hook.records_applied,
+            hook_records_skipped: hook.records_skipped,
+            observations_late: engine_counters.late,
+            observations_ignored: [
+                ("over_limit", engine_counters.over_limit),
+                ("invalid", engine_counters.invalid),
+            ],
+            data_time_s: cluster.now_ms as f64 / 1000.0,
+            settings: setting_rows(applied.engine.settings()),
+        }
+    }
+}
+
+/// Every GPU of every node, with the engine's risk and forecast, and every
+/// node's host RAM where its agent reports it.
+fn gpu_and_host_rows(applied: &Replicated, now: f64) -> (Vec<GpuRow>, Vec<HostRow>) {
+    let devices: BTreeMap<(String, u32), _> = applied
+        .engine
+        .devices()
+        .into_iter()
+        .map(|d| ((d.node.clone(), d.gpu), d))
+        .collect();
+    let mut gpus = Vec::new();
+    let mut hosts = Vec::new();
+    for node in applied.state.nodes_view().nodes {
+        if let (Some(used_bytes), Some(total_bytes)) = (node.host_used_bytes, node.host_total_bytes)
+        {
+            hosts.push(HostRow {
+                node: node.node.clone(),
+                used_bytes,
+                total_bytes,
+            });
+        }
+        for g in node.gpus {
+            let engine = devices.get(&(node.node.clone(), g.index));
+            gpus.push(GpuRow {
+                node: node.node.clone(),
+                gpu: g.index.to_string(),
+                uuid: g.uuid,
+                model: g.name,
+                used_bytes: g.used_bytes,
+                total_bytes: g.total_bytes,
+                utilization: g
+                    .util_pct
+                    .map(|p| f64::from(p) / 100.0)
+                    .filter(|u| u.is_finite()),
+                risk: engine.map_or(0, |d| risk_level(d.risk)),
+                oom_in_s: engine
+                    .and_then(|d| d.forecast.as_ref())
+                    .and_then(|f| oom_in(f, now)),
+            });
+        }
+    }
+    (gpus, hosts)
+}
+
+/// Every agent, up while its newest window is recent in data time.
+fn agent_rows(cluster: &ClusterView) -> Vec<AgentRow> {
+    cluster
+        .agents
+        .iter()
+        .map(|a| AgentRow {
+            agent: a.agent_id.clone(),
+            node: a.node.clone(),
+            last_seen_s: a.last_seen_ms as f64 / 1000.0,
+            up: cluster.now_ms.saturating_sub(a.last_seen_ms) <= AGENT_STALE_MS,
+        })
+        .collect()
+}
+
+/// The live jobs' rows and their live ranks' rows, as many of the ranks as
+/// the rank-series policy and [`MAX_RANK_SERIES`] let through.
+struct LiveJobRows {
+    jobs: Vec<JobRow>,
+    ranks: Vec<RankRow>,
+    ranks_omitted: u64,
+}
+
+impl LiveJobRows {
+    fn take(
+        applied: &Replicated,
+        policy: RankSeries,
+        live_ranks: usize,
+        nodes_up: &BTreeSet<String>,
+        now: f64,
+    ) -> Self {
         let alerting: BTreeSet<(&str, u32)> = applied
             .engine
             .alert_book()
             .active()
             .filter_map(|a| Some((a.job.as_deref()?, a.rank?)))
             .collect();
-        let live_ranks = cluster.live_ranks;
         let mut ranks = Vec::new();
         let mut ranks_omitted = 0u64;
         let mut jobs = Vec::new();
@@ -460,52 +522,35 @@ impl ClusterRows {
                 ranks.push(row);
             }
         }
-
-        let mut alerts_firing: BTreeMap<(AlertKind, Severity), u64> = AlertKind::ALL
-            .iter()
-            .flat_map(|k| SEVERITIES.iter().map(move |s| ((*k, *s), 0)))
-            .collect();
-        let mut alerts = Vec::new();
-        for a in applied.engine.alert_book().active() {
-            *alerts_firing.entry((a.kind, a.severity)).or_default() += 1;
-            alerts.push(AlertRow {
-                kind: a.kind,
-                severity: a.severity,
-                job: a.job.clone(),
-                rank: a.rank.map(|r| r.to_string()),
-                node: a.node.clone(),
-                gpu: a.gpu.map(|g| g.to_string()),
-                started_s: a.t,
-            });
-        }
-
-        let engine_counters = applied.engine.counters();
-        let hook = applied.hook.counters();
-        ClusterRows {
-            gpus,
-            hosts,
+        LiveJobRows {
+            jobs,
             ranks,
             ranks_omitted,
-            jobs,
-            alerts_firing,
-            alerts,
-            actions: applied.actions.count_by_state(),
-            agents,
-            batches_applied: cluster.ingest.batches_applied,
-            batches_duplicate: cluster.ingest.batches_duplicate,
-            windows_applied: cluster.ingest.windows_applied,
-            windows_skipped: cluster.ingest.windows_skipped,
-            hook_records_applied: hook.records_applied,
-            hook_records_skipped: hook.records_skipped,
-            observations_late: engine_counters.late,
-            observations_ignored: [
-                ("over_limit", engine_counters.over_limit),
-                ("invalid", engine_counters.invalid),
-            ],
-            data_time_s: cluster.now_ms as f64 / 1000.0,
-            settings: setting_rows(applied.engine.settings()),
         }
     }
+}
+
+/// The active alerts, one row each, and how many fire of every kind and
+/// severity (zeros included).
+fn alert_rows(applied: &Replicated) -> (BTreeMap<(AlertKind, Severity), u64>, Vec<AlertRow>) {
+    let mut alerts_firing: BTreeMap<(AlertKind, Severity), u64> = AlertKind::ALL
+        .iter()
+        .flat_map(|k| SEVERITIES.iter().map(move |s| ((*k, *s), 0)))
+        .collect();
+    let mut alerts = Vec::new();
+    for a in applied.engine.alert_book().active() {
+        *alerts_firing.entry((a.kind, a.severity)).or_default() += 1;
+        alerts.push(AlertRow {
+            kind: a.kind,
+            severity: a.severity,
+            job: a.job.clone(),
+            rank: a.rank.map(|r| r.to_string()),
+            node: a.node.clone(),
+            gpu: a.gpu.map(|g| g.to_string()),
+            started_s: a.t,
+        });
+    }
+    (alerts_firing, alerts)
 }
 
 fn rank_row(

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
 use crate::shared::Shared;
-use arrivals::{ArrivalBook, ArrivalScore, GroupArrivals};
+use arrivals::{ArrivalBook, ArrivalScore, GroupArrivals, StepArrivals};
 use classes::peer_groups;
 use gpumon_proto::{CollectiveArrival, GroupWait, P2P_WAITS};
 use links::{LinkEvent, LinkStep, LinkTracker};
@@ -493,30 +493,61 @@ impl StragglerTracker {
         if step_ms <= 0.0 {
             return;
         }
-        let split: Vec<(f64, f64)> = rows.iter().map(|r| busy_and_wait(r, wait_in)).collect();
         let groups = peer_groups(&rows);
-        if groups.len() > 1 {
-            self.observe_stages(&rows, &split, &groups, step_ms, p);
+        let scored = self.observe_step(&rows, taken, &groups, wait_in, step_ms, p);
+        if self.noise.len() < MIN_NOISE_SAMPLES {
+            return;
         }
-        let deficits = waits::deficits(&rows, self.wait_groups.len(), &mut self.scratch.0);
+        let cusum = self.cusum(p);
+        for &i in &scored {
+            self.advance_rank(&rows[i], cusum, step_ms, p, wait_in, events);
+        }
+        if groups.len() > 1 {
+            for e in &mut events[first_event..] {
+                e.peers = group_peers(&rows, &groups, e.rank);
+            }
+        }
+    }
+
+    /// Splits each row's step into its own work and its wait, feeds the
+    /// stage tracker (several peer groups) and the link tracker (named
+    /// groups), and scores every peer group of two or more ranks against
+    /// its members' median; returns the indices of the rows scored.
+    fn observe_step(
+        &mut self,
+        rows: &[Row],
+        taken: StepArrivals,
+        groups: &[Vec<usize>],
+        wait_in: WaitIn,
+        step_ms: f64,
+        p: &StragglerParams,
+    ) -> Vec<usize> {
+        let split: Vec<(f64, f64)> = rows.iter().map(|r| busy_and_wait(r, wait_in)).collect();
+        if groups.len() > 1 {
+            self.observe_stages(rows, &split, groups, step_ms, p);
+        }
+        let deficits = waits::deficits(rows, self.wait_groups.len(), &mut self.scratch.0);
         let arrived = if taken.is_empty() {
             Vec::new()
         } else {
-            self.arrivals.score(&rows, taken, &mut self.scratch.0)
+            self.arrivals.score(rows, taken, &mut self.scratch.0)
         };
         if !self.wait_groups.is_empty() {
-            self.observe_links(&rows, &split, step_ms, p);
+            self.observe_links(rows, &split, step_ms, p);
         }
         // The rows scored in this step: those of groups of two or more.
         let mut scored = Vec::with_capacity(rows.len());
         for group in groups.iter().filter(|g| g.len() >= 2) {
             let at = (step_ms, p.window_steps);
             let per_row = (&deficits[..], &arrived[..]);
-            self.score_group(&rows, &split, per_row, group, at, &mut scored);
+            self.score_group(rows, &split, per_row, group, at, &mut scored);
         }
-        if self.noise.len() < MIN_NOISE_SAMPLES {
-            return;
-        }
+        scored
+    }
+
+    /// The CUSUM's constants for this step from the noise of the scores
+    /// (its robust sigma, estimated again every 16 scored steps).
+    fn cusum(&mut self, p: &StragglerParams) -> Cusum {
         if self.sigma.is_none() || self.scored_steps % 16 == 0 {
             let center = median_of(self.noise.iter().copied(), &mut self.scratch.0).unwrap_or(0.0);
             let mad = scaled_mad(self.noise.iter().copied(), center, &mut self.scratch.0);
@@ -526,94 +557,103 @@ impl StragglerTracker {
         let k = (p.min_slowdown / 2.0).max(p.k_sigma * sigma);
         let clip = (p.clip_sigma * sigma).max(2.0 * k);
         let h = (p.h_sigma * sigma).max(4.0 * k);
-        for &i in &scored {
-            let row = &rows[i];
-            let Some(entry) = self.ranks.get_mut(&row.rank) else {
-                continue;
-            };
-            let Some(d) = entry.scores.back().map(|s| s.excess) else {
-                continue;
-            };
-            let d = d.clamp(-clip, clip);
-            // Capped at the threshold: the case must keep being made, so a
-            // burst that has passed stops counting at once instead of
-            // holding the sum up while it drains.
-            entry.up = (entry.up + d - k).clamp(0.0, h);
-            // The episode's steps: since the sum rose past half the
-            // threshold, which noise alone seldom reaches and a passed
-            // burst leaves within a few steps.
-            entry.run = if entry.up >= h / 2.0 {
-                entry.run + 1
-            } else {
-                0
-            };
-            let was_on = entry.latch.is_on();
-            entry.down = if was_on {
-                (entry.down + k - d).max(0.0)
-            } else {
-                0.0
-            };
-            let lasted_s = entry.run as f64 * step_ms / 1000.0;
-            let mut raise = !was_on
-                && entry.up >= h
-                && entry.scores.len() >= p.min_steps
-                && lasted_s >= p.min_duration_s;
-            if raise {
-                let evidence = entry
-                    .scores
-                    .iter()
-                    .skip(entry.scores.len() - evidence_len(entry, p));
-                let loss =
-                    median_of(evidence.map(|s| s.excess), &mut self.scratch.0).unwrap_or(0.0);
-                raise = loss >= p.min_loss_frac && loss * step_ms >= p.min_loss_ms;
-            }
-            let clear = was_on && entry.down >= h;
-            let edge = entry
-                .latch
-                .update(if was_on { !clear } else { raise }, 1, 1);
-            if edge == Edge::Steady {
-                // While it fires, the explanation follows the rank: a rank
-                // first slow in one section and then in another is named
-                // by the one that costs most now, not the one it began with.
-                if entry.latch.is_on() && self.scored_steps % REEXPLAIN_EVERY == 0 {
-                    let recent = entry.scores.len().min(p.min_steps.max(1));
-                    let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
-                    let e = explain(
-                        row.rank,
-                        row.t,
-                        Edge::Steady,
-                        evidence,
-                        [&self.sections, &self.wait_groups],
-                        wait_in,
-                        &mut self.scratch.0,
-                    );
-                    events.push(self.with_arrivals(e, recent));
-                }
-                continue;
-            }
-            if edge == Edge::Cleared {
-                entry.up = 0.0;
-            }
-            entry.down = 0.0;
-            let steps = evidence_len(entry, p);
-            let evidence = entry.scores.iter().skip(entry.scores.len() - steps);
-            let e = explain(
-                row.rank,
-                row.t,
-                edge,
-                evidence,
-                [&self.sections, &self.wait_groups],
-                wait_in,
-                &mut self.scratch.0,
-            );
-            events.push(self.with_arrivals(e, steps));
-        }
-        if groups.len() > 1 {
-            for e in &mut events[first_event..] {
-                e.peers = group_peers(&rows, &groups, e.rank);
-            }
-        }
+        Cusum { k, clip, h }
     }
+
+    /// Adds a scored row's newest excess to its rank's CUSUM and moves the
+    /// rank's latch: an episode raises once the sum reaches the threshold
+    /// for long enough and costs enough, and clears once the opposite sum
+    /// does. An edge, or every [`REEXPLAIN_EVERY`] scored steps while it
+    /// fires, pushes an event that explains the rank.
+    fn advance_rank(
+        &mut self,
+        row: &Row,
+        Cusum { k, clip, h }: Cusum,
+        step_ms: f64,
+        p: &StragglerParams,
+        wait_in: WaitIn,
+        events: &mut Vec<StragglerEvent>,
+    ) {
+        let Some(entry) = self.ranks.get_mut(&row.rank) else {
+            return;
+        };
+        let Some(d) = entry.scores.back().map(|s| s.excess) else {
+            return;
+        };
+        let d = d.clamp(-clip, clip);
+        // Capped at the threshold: the case must keep being made, so a
+        // burst that has passed stops counting at once instead of
+        // holding the sum up while it drains.
+        entry.up = (entry.up + d - k).clamp(0.0, h);
+        // The episode's steps: since the sum rose past half the
+        // threshold, which noise alone seldom reaches and a passed
+        // burst leaves within a few steps.
+        entry.run = if entry.up >= h / 2.0 {
+            entry.run + 1
+        } else {
+            0
+        };
+        let was_on = entry.latch.is_on();
+        entry.down = if was_on {
+            (entry.down + k - d).max(0.0)
+        } else {
+            0.0
+        };
+        let lasted_s = entry.run as f64 * step_ms / 1000.0;
+        let mut raise = !was_on
+            && entry.up >= h
+            && entry.scores.len() >= p.min_steps
+            && lasted_s >= p.min_duration_s;
+        if raise {
+            let evidence = entry
+                .scores
+                .iter()
+                .skip(entry.scores.len() - evidence_len(entry, p));
+            let loss = median_of(evidence.map(|s| s.excess), &mut self.scratch.0).unwrap_or(0.0);
+            raise = loss >= p.min_loss_frac && loss * step_ms >= p.min_loss_ms;
+        }
+        let clear = was_on && entry.down >= h;
+        let edge = entry
+            .latch
+            .update(if was_on { !clear } else { raise }, 1, 1);
+        if edge == Edge::Steady {
+            // While it fires, the explanation follows the rank: a rank
+            // first slow in one section and then in another is named
+            // by the one that costs most now, not the one it began with.
+            if entry.latch.is_on() && self.scored_steps % REEXPLAIN_EVERY == 0 {
+                let recent = entry.scores.len().min(p.min_steps.max(1));
+                let evidence = entry.scores.iter().skip(entry.scores.len() - recent);
+                let e = explain(
+                    row.rank,
+                    row.t,
+                    Edge::Steady,
+                    evidence,
+                    [&self.sections, &self.wait_groups],
+                    wait_in,
+                    &mut self.scratch.0,
+                );
+                events.push(self.with_arrivals(e, recent));
+            }
+            return;
+        }
+        if edge == Edge::Cleared {
+            entry.up = 0.0;
+        }
+        entry.down = 0.0;
+        let steps = evidence_len(entry, p);
+        let evidence = entry.scores.iter().skip(entry.scores.len() - steps);
+        let e = explain(
+            row.rank,
+            row.t,
+            edge,
+            evidence,
+            [&self.sections, &self.wait_groups],
+            wait_in,
+            &mut self.scratch.0,
+        );
+        events.push(self.with_arrivals(e, steps));
+    }
+
     /// `e` with how its rank arrived at the collectives of the groups it
     /// names, over its latest `steps` scored steps.
     fn with_arrivals(&mut self, mut e: StragglerEvent, steps: usize) -> StragglerEvent {
@@ -768,6 +808,15 @@ impl StragglerTracker {
             self.stage_events.push(e);
         }
     }
+}
+
+/// A step's CUSUM constants: the allowance `k` a rank's excess must beat
+/// each step, the `clip` on one step's excess, the threshold `h`.
+#[derive(Debug, Clone, Copy)]
+struct Cusum {
+    k: f64,
+    clip: f64,
+    h: f64,
 }
 
 /// The ranks of `rank`'s group in this step other than itself, sorted, at

@@ -2,7 +2,7 @@
 //! others, and every other stage waits for it.
 //!
 //! In a pipeline-parallel job the ranks fall into peer groups (the
-//! data-parallel replicas of one stage; see [`super::classes`]), and the
+//! data-parallel replicas of one stage; see `classes`), and the
 //! stages run in lockstep through their point-to-point sends: a stage with
 //! more layers, the loss, or a larger embedding makes every other stage
 //! idle in its receives. That is not a straggler (no rank is slower than
