@@ -9,7 +9,8 @@ use gpumon_runtime::config::FileConfig;
 use gpumon_runtime::secrets::read_secret;
 
 use crate::args::AgentArgs;
-use crate::{shutdown, usage, Failure};
+use crate::failure::{usage, Failure};
+use crate::shutdown;
 
 /// This machine's host name, or `localhost` where it cannot be read.
 pub fn hostname() -> String {

@@ -12,7 +12,8 @@ use gpumon_runtime::secrets::{read_agent_tokens, read_secret, Secret};
 use gpumon_net::ServerTls;
 
 use crate::args::{identity, CoordinatorArgs, NotifyArgs};
-use crate::{shutdown, usage, Failure};
+use crate::failure::{usage, Failure};
+use crate::shutdown;
 
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "gpumon-data";

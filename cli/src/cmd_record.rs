@@ -31,7 +31,8 @@ use tokio::time::Instant;
 
 use crate::args::RecordArgs;
 use crate::client_settings;
-use crate::{shutdown, usage, Failure};
+use crate::failure::{usage, Failure};
+use crate::shutdown;
 
 /// Seconds a record may be older than the first and still be kept (the
 /// trace reader accepts `t` down to -60).

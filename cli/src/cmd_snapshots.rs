@@ -17,7 +17,7 @@ use crate::api_client::{encode_segment, ApiClient};
 use crate::args::{SnapshotsAction, SnapshotsArgs, SnapshotsFrom};
 use crate::client_settings;
 use crate::cmd_profile::report::ProfileReport;
-use crate::{usage, Failure};
+use crate::failure::{usage, Failure};
 
 /// Snapshots by job, from wherever they were asked for.
 async fn load(

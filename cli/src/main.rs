@@ -22,6 +22,7 @@ mod cmd_snapshots;
 mod cmd_status;
 mod cmd_sweep;
 mod cmd_top;
+mod failure;
 mod remote_write_config;
 mod shutdown;
 mod text;
@@ -31,6 +32,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::{Cli, Command};
+use failure::Failure;
 
 /// mimalloc instead of the system's allocator: a replica allocates and frees
 /// a few small strings and vectors per window it decodes and applies, and
@@ -38,28 +40,6 @@ use args::{Cli, Command};
 /// above all) took about a third of the leader's CPU (BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// An error with the exit code it maps to.
-#[derive(Debug)]
-pub enum Failure {
-    /// Bad usage or configuration: exit 2.
-    Usage(anyhow::Error),
-    /// Runtime failure: exit 1.
-    Runtime(anyhow::Error),
-    /// A command `gpumon run` ran failed: exit with its code, say why.
-    Exit(u8, String),
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Failure {
-    fn from(e: E) -> Self {
-        Failure::Runtime(e.into())
-    }
-}
-
-/// Shorthand for a usage error.
-pub fn usage(msg: impl std::fmt::Display) -> Failure {
-    Failure::Usage(anyhow::anyhow!("{msg}"))
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

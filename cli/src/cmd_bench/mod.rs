@@ -53,7 +53,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::args::{BenchArgs, BenchCommand, IngestArgs};
-use crate::{usage, Failure};
+use crate::failure::{usage, Failure};
 use agent::AgentRun;
 use counters::Stats;
 use gpumon_agent::push::Pusher;

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::args::CompareArgs;
 use crate::cmd_sweep::measures::{read_json, report_from};
 use crate::cmd_sweep::report::{SweepReport, SWEEP_VERSION};
-use crate::{usage, Failure};
+use crate::failure::{usage, Failure};
 use verdict::{Limits, Row, Unit, Verdict, COMPARE_VERSION};
 
 /// One rank of a profile comparison.

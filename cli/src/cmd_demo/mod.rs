@@ -20,7 +20,8 @@ use tokio::sync::{broadcast, mpsc, watch, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::args::DemoArgs;
-use crate::{shutdown, usage, Failure};
+use crate::failure::{usage, Failure};
+use crate::shutdown;
 use replicas::Replicas;
 
 const NODES: u32 = 2;

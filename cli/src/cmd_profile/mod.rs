@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::args::ProfileArgs;
 use crate::cmd_run::{local_agent, python};
-use crate::{usage, Failure};
+use crate::failure::{usage, Failure};
 use build::{HostRun, RunFacts};
 use embedded::Embedded;
 use host::HostSampler;

@@ -20,7 +20,8 @@ use std::process::Stdio;
 use gpumon_agent::HookAddr;
 
 use crate::args::RunArgs;
-use crate::{shutdown, usage, Failure};
+use crate::failure::{usage, Failure};
+use crate::shutdown;
 
 /// Sends a signal by name to a process, through `kill(1)` (no unsafe code here).
 pub(crate) fn signal(pid: u32, name: &str) {

@@ -31,7 +31,7 @@ use anyhow::Context;
 
 use crate::args::SweepArgs;
 use crate::cmd_profile::signals::Signals;
-use crate::{usage, Failure};
+use crate::failure::{usage, Failure};
 use grid::Point;
 use measures::{Ended, Stopped};
 use outputs::Paths;
