@@ -31,7 +31,7 @@ fn remote_write_bench(c: &mut Criterion) {
     group.sample_size(10);
     let labels = BTreeMap::from([("cluster".to_owned(), "a".to_owned())]);
     for gpus in [1_024, 16_384] {
-        let view = fleet::filled(gpus, WINDOWS).state;
+        let view = fleet::filled(gpus, WINDOWS).cluster;
         let taken = Cursors::default().take(&view, &labels, usize::MAX);
         let encoded = bodies(taken.series, DEFAULT_MAX_SAMPLES_PER_REQUEST).unwrap();
         let bytes: usize = encoded.iter().map(|b| b.bytes.len()).sum();

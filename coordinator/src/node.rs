@@ -13,7 +13,7 @@ use thiserror::Error;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::{self, AppParts, AppState};
+use crate::api::{self, ApiContext, ApiParts};
 use crate::config::{CoordinatorConfig, Formation};
 use crate::notify::{Notifier, NotifyStats};
 use crate::peer_link::PeerLink;
@@ -295,7 +295,7 @@ fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     config: &CoordinatorConfig,
-    state: AppState,
+    state: ApiContext,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, StartError> {
     let router = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
@@ -387,7 +387,7 @@ impl Coordinator {
             remote_write,
             remote_write_stats,
         } = Tasks::spawn(&config, &raft, &state_machine, &proposer, &bound, &stopped)?;
-        let state = AppState::new(AppParts {
+        let state = ApiContext::new(ApiParts {
             id: config.id,
             raft: raft.clone(),
             state_machine: state_machine.clone(),

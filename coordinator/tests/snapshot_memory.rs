@@ -122,5 +122,5 @@ async fn building_a_snapshot_keeps_memory_within_half_again_its_steady_size() {
     let reopened = StateMachine::open(dir.path(), Limits::default(), &EngineConfig::default())
         .expect("the data dir reopens from the snapshot");
     assert_eq!(reopened.applied_index(), Some(snapshot_index));
-    assert_eq!(reopened.read().state.cluster_view().gpus, GPUS as usize);
+    assert_eq!(reopened.read().cluster.cluster_view().gpus, GPUS as usize);
 }

@@ -23,7 +23,7 @@ fn clone_bench(c: &mut Criterion) {
     group.sample_size(10);
     for gpus in [1_024, 16_384] {
         let state = fleet::filled(gpus, WINDOWS);
-        assert_eq!(state.state.cluster_view().gpus, gpus as usize);
+        assert_eq!(state.cluster.cluster_view().gpus, gpus as usize);
         group.bench_function(format!("clone/{gpus}_gpus"), |b| {
             b.iter(|| black_box(state.clone()))
         });

@@ -59,7 +59,7 @@ fn main() {
     let filled_s = start.elapsed().as_secs_f64();
     let after = status_kib("VmRSS:");
     let peak = status_kib("VmHWM:");
-    let view = state.state.cluster_view();
+    let view = state.cluster.cluster_view();
     assert_eq!(view.gpus, gpus as usize, "every GPU is tracked");
     let per_gpu = (after - before) as f64 / f64::from(gpus);
     println!(

@@ -33,8 +33,8 @@
 //! `gpumon-runtime`'s.
 //!
 //! ```
-//! use gpumon_core::cluster::{ClusterState, Limits};
-//! let state = ClusterState::new(Limits::default());
+//! use gpumon_core::cluster::{Cluster, Limits};
+//! let state = Cluster::new(Limits::default());
 //! assert_eq!(state.cluster_view().gpus, 0);
 //! ```
 #![deny(missing_docs)]

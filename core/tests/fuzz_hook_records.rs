@@ -1,5 +1,5 @@
 //! Fuzz target of the coordinator's own check of hook records,
-//! `gpumon_core::hook_records::check_record`, and of `HookState::apply`, which
+//! `gpumon_core::hook_records::check_record`, and of `HookData::apply`, which
 //! feeds the records that pass to the detection engine. A coordinator
 //! trusts no agent, so any `HookRecord` postcard can decode may arrive.
 //!
@@ -10,7 +10,7 @@
 //!
 //! Property: `check_record` never panics and refuses what cannot be true
 //! (a non-finite or negative duration, allocated over reserved, an empty
-//! job); `HookState::apply` never panics, applies exactly the records
+//! job); `HookData::apply` never panics, applies exactly the records
 //! `check_record` passes and counts the rest as skipped.
 //!
 //! Cases: `GPUMON_FUZZ_CASES` or `GPUMON_FUZZ_SCALE` (default below);
@@ -23,7 +23,7 @@ mod kit;
 use std::cell::RefCell;
 
 use gpumon_core::engine::{Engine, EngineConfig};
-use gpumon_core::hook_records::{check_record, HookState};
+use gpumon_core::hook_records::{check_record, HookData};
 use gpumon_proto::{
     AllocRecord, AllocStats, CollectiveArrival, EventRecord, GroupWait, HookRecord, StepRecord,
 };
@@ -232,7 +232,7 @@ fn check_record_refuses_the_impossible_and_never_panics() {
 fn apply_feeds_exactly_the_records_that_pass() {
     let batches = prop::collection::vec(record(), 0..12);
     // One engine and hook state through all the batches, as on a replica.
-    let state = RefCell::new((Engine::new(EngineConfig::default()), HookState::default()));
+    let state = RefCell::new((Engine::new(EngineConfig::default()), HookData::default()));
     let applied = std::cell::Cell::new(0u64);
     runner()
         .run(&batches, |records| {

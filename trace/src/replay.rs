@@ -310,7 +310,7 @@ fn report(state: &Replicated, stats: &ReadStats, source: &str) -> Report {
             skipped_examples: stats.examples.clone(),
             alerts_by_kind: by_kind,
             alerts_forgotten: engine.alert_book().forgotten(),
-            windows_skipped: state.state.counters().windows_skipped,
+            windows_skipped: state.cluster.counters().windows_skipped,
             hook_records_skipped: state.hook.counters().records_skipped,
         },
     }

@@ -267,7 +267,7 @@ fn gauge(mean: f32, width: f32, cap: f32) -> GaugeStat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpumon_core::cluster::{ClusterState, Limits};
+    use gpumon_core::cluster::{Cluster, Limits};
 
     fn shape(agents: usize, gpus: u32, samples: u32) -> Shape {
         Shape {
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn the_coordinators_view_applies_every_window() {
         let s = shape(20, 8, 5);
-        let mut state = ClusterState::new(Limits::default());
+        let mut state = Cluster::new(Limits::default());
         for i in 0..20 {
             let a = SimAgent::new(s, i);
             state.apply_hello(&a.hello(9));

@@ -79,7 +79,7 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
         summary: Summary {
             windows: observed.windows,
             hook_records: observed.hook_records,
-            windows_skipped: state.state.counters().windows_skipped,
+            windows_skipped: state.cluster.counters().windows_skipped,
             hook_records_skipped: state.hook.counters().records_skipped,
             host_samples: host.samples,
             marks_dropped: observed.marks_dropped,

@@ -22,7 +22,7 @@ use gpumon_proto::api::{
 
 use super::error_answers::{AdminErrors, ReadErrors};
 use super::params::check_job_name;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Most actions one response carries.
 const MAX_LIMIT: usize = 4096;
@@ -35,7 +35,7 @@ const MAX_LIMIT: usize = 4096;
     responses((status = 200, description = "OK", body = ActionsBody), ReadErrors),
 )]
 pub async fn list(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ActionsBody>, ApiError> {
     let q: ActionsQuery = match query.as_deref() {
@@ -83,7 +83,7 @@ pub async fn list(
     ),
 )]
 pub async fn issue(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
 ) -> Result<Json<IssueResponse>, ApiError> {

@@ -8,7 +8,7 @@ use gpumon_proto::api::{Alert, AlertsBody, AlertsQuery};
 
 use super::error_answers::ReadErrors;
 use super::params::check_job_name;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Most episodes one response carries.
 pub const MAX_ALERTS_PER_RESPONSE: usize = 10_000;
@@ -23,7 +23,7 @@ const DEFAULT_LIMIT: usize = 1_000;
     responses((status = 200, description = "OK", body = AlertsBody), ReadErrors),
 )]
 pub async fn alerts(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<AlertsBody>, ApiError> {
     let q: AlertsQuery = match query.as_deref() {

@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use gpumon_runtime::secrets::{AgentToken, Secret};
 
 use super::log_gate::LogGate;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::credentials::Credentials;
 use gpumon_runtime::clock::wall_ms;
 
@@ -118,7 +118,7 @@ impl AgentBinding {
 
 /// The layer: lets the request through when the caller may have `access`.
 pub async fn require(
-    State((state, access)): State<(AppState, Access)>,
+    State((state, access)): State<(ApiContext, Access)>,
     mut request: Request,
     next: Next,
 ) -> Response {

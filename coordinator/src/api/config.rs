@@ -20,7 +20,7 @@ use gpumon_proto::api::{ApiErrorBody, ConfigBody, ConfigChange, ConfigQuery, Set
 
 use super::error_answers::{AdminErrors, ReadErrors};
 use super::params::check_job_name;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// The live settings in effect.
 #[utoipa::path(
@@ -30,7 +30,7 @@ use super::{ApiError, AppState};
     responses((status = 200, description = "OK", body = ConfigBody), ReadErrors),
 )]
 pub async fn show(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ConfigBody>, ApiError> {
     let q: ConfigQuery = match query.as_deref() {
@@ -65,7 +65,7 @@ pub async fn show(
     ),
 )]
 pub async fn change(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
 ) -> Result<Json<ConfigBody>, ApiError> {

@@ -19,7 +19,7 @@ use gpumon_proto::api::Consistency;
 use openraft::error::{CheckIsLeaderError, RaftError};
 
 use super::forward::{self, FORWARDED_HEADER};
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Time allowed to confirm leadership and catch the state machine up.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ fn parse(query: Option<&str>) -> Result<Consistency, ApiError> {
     }
 }
 
-pub async fn consistency(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn consistency(State(state): State<ApiContext>, req: Request, next: Next) -> Response {
     match parse(req.uri().query()) {
         Ok(Consistency::Local) => return next.run(req).await,
         Ok(Consistency::Linearizable) => {}

@@ -8,7 +8,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::peer_link::PeerLink;
 
 /// Header set on a forwarded request (to the replica id that forwarded it),
@@ -34,7 +34,7 @@ pub fn client(link: &PeerLink) -> reqwest::Client {
 /// Sends `GET uri` to the replica at `addr`, with the caller's
 /// `Authorization` header when it sent one, and relays its answer.
 pub async fn get(
-    state: &AppState,
+    state: &ApiContext,
     addr: &str,
     uri: &Uri,
     credentials: Option<&HeaderValue>,

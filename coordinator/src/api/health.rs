@@ -22,7 +22,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::ApiContext;
 use crate::raft::standing::{millis, Standing, STEP_DOWN_AFTER};
 
 /// Committed entries a ready replica may still have to apply.
@@ -74,7 +74,7 @@ impl DirProbe {
         (status = 503, description = "The Raft core has stopped; the body says why. Restart the replica.", body = String, content_type = "text/plain"),
     ),
 )]
-pub async fn healthz(State(state): State<AppState>) -> Response {
+pub async fn healthz(State(state): State<ApiContext>) -> Response {
     match &state.inner.raft.metrics().borrow().running_state {
         Ok(()) => (StatusCode::OK, "ok").into_response(),
         Err(fatal) => (
@@ -94,7 +94,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         (status = 503, description = "Not ready; one reason a line.", body = String, content_type = "text/plain"),
     ),
 )]
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub async fn readyz(State(state): State<ApiContext>) -> Response {
     let inner = &state.inner;
     let mut reasons = Vec::new();
     {

@@ -24,7 +24,7 @@ use gpumon_runtime::clock::wall_ms;
 
 use super::auth::AgentBinding;
 use super::postcard_schema::Postcard;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
 
 /// Agents push windows and hook records (postcard `AgentMessage`).
@@ -43,7 +43,7 @@ use crate::service::{PushError, Refusal, FULL_RETRY_AFTER, RETRY_AFTER};
     ),
 )]
 pub async fn ingest(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     binding: Option<Extension<AgentBinding>>,
     body: Body,
 ) -> Result<Response, ApiError> {

@@ -20,7 +20,7 @@ use gpumon_proto::api::{
 use super::error_answers::ReadErrors;
 use super::job_params::{summary_params, JobParams};
 use super::params::check_job_name;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::raft::state_machine::Applied;
 
 fn no_job(job: &str) -> ApiError {
@@ -32,7 +32,7 @@ fn no_job(job: &str) -> ApiError {
 /// Every rank of the job as a line, with [`RankFlag::Alert`] on those an
 /// active alert is about.
 fn lines_with_alerts(applied: &Applied, job: &str) -> Option<Vec<RankLine>> {
-    let mut lines = applied.state.job_lines(job)?;
+    let mut lines = applied.cluster.job_lines(job)?;
     let alerting: BTreeSet<u32> = applied
         .engine
         .alerts()
@@ -48,7 +48,7 @@ fn lines_with_alerts(applied: &Applied, job: &str) -> Option<Vec<RankLine>> {
 }
 
 /// `GET /api/v1/jobs/{job}` with parameters.
-pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnalysis, ApiError> {
+pub fn job_part(state: &ApiContext, job: &str, p: JobParams) -> Result<JobWithAnalysis, ApiError> {
     let (mut lines, chosen, everything, mut answer) = {
         let applied = state.inner.state_machine.read();
         let mut lines = lines_with_alerts(&applied, job).ok_or_else(|| no_job(job))?;
@@ -63,7 +63,7 @@ pub fn job_part(state: &AppState, job: &str, p: JobParams) -> Result<JobWithAnal
         // (they may know ranks the view does not).
         let everything = p.node.is_none() && chosen.len() == lines.len();
         let detail = applied
-            .state
+            .cluster
             .job_detail_of(job, &chosen, p.range)
             .ok_or_else(|| no_job(job))?;
         let steps: BTreeMap<u32, gpumon_proto::api::RankSteps> = applied
@@ -141,7 +141,7 @@ fn add_engine_flags(lines: &mut [RankLine], analysis: &JobSummary) {
     ),
 )]
 pub async fn summary(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     Path(job): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<JobScaleSummary>, ApiError> {
@@ -151,10 +151,10 @@ pub async fn summary(
         let applied = state.inner.state_machine.read();
         let lines = lines_with_alerts(&applied, &job).ok_or_else(|| no_job(&job))?;
         let world_size = applied
-            .state
+            .cluster
             .job_detail_of(&job, &BTreeSet::new(), p.range)
             .map_or(0, |d| d.world_size);
-        let span = applied.state.job_time_span(&job, p.range);
+        let span = applied.cluster.job_time_span(&job, p.range);
         let (first, last, most) = span.unwrap_or((0, 0, usize::MAX));
         let start = p.range.since_ms.unwrap_or(first);
         let end = p.range.until_ms.unwrap_or(last).max(start);
@@ -165,7 +165,7 @@ pub async fn summary(
             .max(1);
         let edges_ms = matrix_edges(start, end, columns);
         let rows = applied
-            .state
+            .cluster
             .job_matrix_rows(&job, &edges_ms, MAX_MATRIX_ROWS);
         (lines, world_size, edges_ms, rows)
     };

@@ -11,7 +11,7 @@ use gpumon_proto::api::{AddMember, ApiErrorBody, RaftStatus};
 
 use super::error_answers::AdminErrors;
 use super::raft_status::status;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Add a replica: learner, then voter unless `learner` is true (admin).
 #[utoipa::path(
@@ -26,7 +26,7 @@ use super::{ApiError, AppState};
     ),
 )]
 pub async fn add(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     body: axum::body::Bytes,
 ) -> Result<Json<RaftStatus>, ApiError> {
     let req: AddMember = serde_json::from_slice(&body).map_err(|e| {
@@ -52,7 +52,7 @@ pub async fn add(
     ),
 )]
 pub async fn remove(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     Path(id): Path<u64>,
 ) -> Result<Json<RaftStatus>, ApiError> {
     state.inner.service.remove_member(id).await?;

@@ -14,7 +14,7 @@ use gpumon_proto::api::{
 
 use super::error_answers::ReadErrors;
 use super::params::check_job_name;
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Named allocator snapshots (`gpumon.snapshot`); with `a` and `b`, their
 /// difference per rank.
@@ -29,7 +29,7 @@ use super::{ApiError, AppState};
     ),
 )]
 pub async fn snapshots(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     Path(job): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<MemorySnapshotsAnswer>, ApiError> {
@@ -44,7 +44,7 @@ pub async fn snapshots(
     check_job_name(&job)?;
     let applied = state.inner.state_machine.read();
     let sets = applied.hook.snapshots().job(&job);
-    if sets.is_none() && !applied.state.has_job(&job) {
+    if sets.is_none() && !applied.cluster.has_job(&job) {
         return Err(ApiError::NotFound(format!("no job {job:?}")));
     }
     let empty = BTreeMap::new();

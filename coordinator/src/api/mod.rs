@@ -65,13 +65,13 @@ pub use metrics::rank_series::RankSeries;
 
 /// What every handler can reach.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct ApiContext {
     inner: Arc<Inner>,
 }
 
 /// What a node hands the API when it starts.
 #[allow(missing_debug_implementations)]
-pub struct AppParts {
+pub struct ApiParts {
     /// This replica's Raft id.
     pub id: u64,
     /// The Raft handle.
@@ -141,7 +141,7 @@ struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
+        f.debug_struct("ApiContext")
             .field("id", &self.id)
             .finish_non_exhaustive()
     }
@@ -161,9 +161,9 @@ struct Rejected {
     log: log_gate::LogGate,
 }
 
-impl AppState {
+impl ApiContext {
     /// State for a node.
-    pub fn new(parts: AppParts) -> Self {
+    pub fn new(parts: ApiParts) -> Self {
         let service = Service::new(
             parts.proposer,
             parts.state_machine.clone(),
@@ -200,7 +200,7 @@ impl AppState {
 /// All routes, from the route table ([`routes::ROUTES`]). Authentication
 /// is every route's outermost layer: a request that fails it costs no
 /// quorum round, no forwarding and no work of the layers inside.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: ApiContext) -> Router {
     let (mut reads, mut rpc, mut rest) = (Router::new(), Router::new(), Router::new());
     for r in routes::ROUTES {
         let (group, layered) = match r.group {

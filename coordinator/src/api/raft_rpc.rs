@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::AppState;
+use super::ApiContext;
 use crate::raft::election::{decide, PreVoteRequest, Voter};
 use crate::raft::network::{RAFT_VERSION, RAFT_VERSION_HEADER};
 use crate::raft::standing::Standing;
@@ -51,7 +51,7 @@ fn encode<T: Serialize>(value: &T) -> Response {
     }
 }
 
-pub async fn append(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn append(State(state): State<ApiContext>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
         Ok(req) => {
             let resp = state.inner.raft.append_entries(req).await;
@@ -65,7 +65,7 @@ pub async fn append(State(state): State<AppState>, headers: HeaderMap, body: Byt
     }
 }
 
-pub async fn vote(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn vote(State(state): State<ApiContext>, headers: HeaderMap, body: Bytes) -> Response {
     match decode(&headers, &body) {
         Ok(req) => {
             let resp = state.inner.raft.vote(req).await;
@@ -81,7 +81,7 @@ pub async fn vote(State(state): State<AppState>, headers: HeaderMap, body: Bytes
 
 /// `POST /raft/prevote`: whether this replica would vote for the asker
 /// (see `raft::election`); changes nothing.
-pub async fn prevote(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn prevote(State(state): State<ApiContext>, headers: HeaderMap, body: Bytes) -> Response {
     let req: PreVoteRequest = match decode(&headers, &body) {
         Ok(req) => req,
         Err(refusal) => return refusal.into_response(),
@@ -101,7 +101,11 @@ pub async fn prevote(State(state): State<AppState>, headers: HeaderMap, body: By
     encode(&answer)
 }
 
-pub async fn snapshot(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn snapshot(
+    State(state): State<ApiContext>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     match decode(&headers, &body) {
         Ok(req) => encode(&state.inner.raft.install_snapshot(req).await),
         Err(refusal) => refusal.into_response(),

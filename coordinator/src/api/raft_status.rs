@@ -7,7 +7,7 @@ use openraft::{BasicNode, RaftMetrics, ServerState};
 
 use super::error_answers::ReadErrors;
 use super::params::OnlyConsistency;
-use super::AppState;
+use super::ApiContext;
 use crate::raft::standing::{millis, Standing};
 
 /// This replica's Raft figures and state digest.
@@ -17,12 +17,12 @@ use crate::raft::standing::{millis, Standing};
     params(ReadQuery),
     responses((status = 200, description = "OK", body = RaftStatus), ReadErrors),
 )]
-pub async fn raft_status(_: OnlyConsistency, State(state): State<AppState>) -> Json<RaftStatus> {
+pub async fn raft_status(_: OnlyConsistency, State(state): State<ApiContext>) -> Json<RaftStatus> {
     Json(status(&state))
 }
 
 /// The figures, read from openraft's metrics, the log store and the state machine.
-pub fn status(state: &AppState) -> RaftStatus {
+pub fn status(state: &ApiContext) -> RaftStatus {
     let inner = &state.inner;
     let m = inner.raft.metrics().borrow().clone();
     let (state_digest_index, state_digest) = inner.state_machine.digest();

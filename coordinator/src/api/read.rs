@@ -12,7 +12,7 @@ use super::error_answers::ReadErrors;
 use super::job_params::job_params;
 use super::job_scale::job_part;
 use super::params::{check_job_name, OnlyConsistency};
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::raft::standing::{millis, Standing};
 
 /// Agents, counts, ingest counters and this replica's Raft view.
@@ -22,9 +22,9 @@ use crate::raft::standing::{millis, Standing};
     params(ReadQuery),
     responses((status = 200, description = "OK", body = ClusterView), ReadErrors),
 )]
-pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<ClusterView> {
+pub async fn cluster(_: OnlyConsistency, State(state): State<ApiContext>) -> Json<ClusterView> {
     let inner = &state.inner;
-    let mut view = inner.state_machine.read().state.cluster_view();
+    let mut view = inner.state_machine.read().cluster.cluster_view();
     let metrics = inner.raft.metrics().borrow().clone();
     view.coordinator = Some(ReplicaStatus {
         id: inner.id,
@@ -52,8 +52,8 @@ pub async fn cluster(_: OnlyConsistency, State(state): State<AppState>) -> Json<
     params(ReadQuery),
     responses((status = 200, description = "OK", body = NodesView), ReadErrors),
 )]
-pub async fn nodes(_: OnlyConsistency, State(state): State<AppState>) -> Json<NodesView> {
-    Json(state.inner.state_machine.read().state.nodes_view())
+pub async fn nodes(_: OnlyConsistency, State(state): State<ApiContext>) -> Json<NodesView> {
+    Json(state.inner.state_machine.read().cluster.nodes_view())
 }
 
 /// Jobs and their ranks' placement and memory.
@@ -63,8 +63,8 @@ pub async fn nodes(_: OnlyConsistency, State(state): State<AppState>) -> Json<No
     params(ReadQuery),
     responses((status = 200, description = "OK", body = JobsView), ReadErrors),
 )]
-pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<JobsView> {
-    Json(state.inner.state_machine.read().state.jobs_view())
+pub async fn jobs(_: OnlyConsistency, State(state): State<ApiContext>) -> Json<JobsView> {
+    Json(state.inner.state_machine.read().cluster.jobs_view())
 }
 
 /// One job: ranks with memory history, the engine's analysis, step times.
@@ -81,7 +81,7 @@ pub async fn jobs(_: OnlyConsistency, State(state): State<AppState>) -> Json<Job
     ),
 )]
 pub async fn job(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     Path(job): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<JobWithAnalysis>, ApiError> {
@@ -91,7 +91,7 @@ pub async fn job(
         return job_part(&state, &job, p).map(Json);
     }
     let applied = state.inner.state_machine.read();
-    let detail = applied.state.job_detail(&job).ok_or_else(|| {
+    let detail = applied.cluster.job_detail(&job).ok_or_else(|| {
         ApiError::NotFound(format!(
             "no job {job:?}; GET /api/v1/jobs lists the known jobs"
         ))

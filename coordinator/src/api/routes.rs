@@ -10,7 +10,7 @@ use axum::routing::{on, MethodFilter, MethodRouter};
 use super::auth::Access;
 use super::{
     actions, alerts, config, dashboard, health, ingest, job_scale, members, memory_snapshots,
-    metrics, openapi, raft_rpc, raft_status, read, stream, AppState,
+    metrics, openapi, raft_rpc, raft_status, read, stream, ApiContext,
 };
 
 /// Which layers a route sits behind, and whether the API document shows it.
@@ -77,12 +77,12 @@ pub struct Route {
     /// Who may call it (see `auth`).
     pub access: Access,
     /// The handler for `verb`, with the route's own layers.
-    handler: fn(MethodFilter) -> MethodRouter<AppState>,
+    handler: fn(MethodFilter) -> MethodRouter<ApiContext>,
 }
 
 impl Route {
     /// The handler, answering the route's method only.
-    pub fn method_router(&self) -> MethodRouter<AppState> {
+    pub fn method_router(&self) -> MethodRouter<ApiContext> {
         (self.handler)(self.verb.filter())
     }
 }
@@ -91,7 +91,7 @@ const fn route(
     verb: Verb,
     path: &'static str,
     (group, access): (Group, Access),
-    handler: fn(MethodFilter) -> MethodRouter<AppState>,
+    handler: fn(MethodFilter) -> MethodRouter<ApiContext>,
 ) -> Route {
     Route {
         verb,

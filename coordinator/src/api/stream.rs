@@ -59,7 +59,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::stream_slots::{NoSlot, StreamSlot};
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 use crate::raft::state_machine::AppliedBatch;
 
 use super::stream_slots::{MAX_STREAMS_PER_CLIENT, MAX_STREAM_CLIENTS};
@@ -95,7 +95,7 @@ const NDJSON: &str = "application/x-ndjson";
     ),
 )]
 pub async fn stream(
-    State(state): State<AppState>,
+    State(state): State<ApiContext>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {

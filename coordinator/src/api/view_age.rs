@@ -8,14 +8,14 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::AppState;
+use super::ApiContext;
 use crate::raft::standing::{millis, Standing};
 
 /// The header's name.
 pub const VIEW_AGE_HEADER: &str = "x-gpumon-view-age-ms";
 
 /// Adds the header to the answer.
-pub async fn stamp(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn stamp(State(state): State<ApiContext>, request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let inner = &state.inner;
     let standing = Standing::of(&inner.raft.metrics().borrow(), inner.id);

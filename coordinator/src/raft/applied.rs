@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// The applied state: openraft's last applied log id and membership, and
 /// the data the commands built. Reads go through to the data
-/// (`applied.engine`, `applied.state`, ...).
+/// (`applied.engine`, `applied.cluster`, ...).
 ///
 /// Its postcard encoding is the data of snapshot format 5 (see
 /// [`super::snapshot_file`]): the fields in this order, flattened.

@@ -30,10 +30,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gpumon_core::actions::ActionBook;
-use gpumon_core::cluster::{ClusterStateV4, Limits};
+use gpumon_core::cluster::{ClusterV4, Limits};
 use gpumon_core::engine::legacy::EngineV4;
 use gpumon_core::engine::EngineConfig;
-use gpumon_core::hook_records::HookState;
+use gpumon_core::hook_records::HookData;
 use gpumon_core::transition::{
     ReplicatedV10, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
     ReplicatedV9,
@@ -143,10 +143,10 @@ struct AppliedV4 {
 struct AppliedV3 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterStateV4,
+    state: ClusterV4,
     engine: EngineV4,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
 }
 
 /// [`Applied`] as format 2 laid it out, before actions and hook data.
@@ -154,7 +154,7 @@ struct AppliedV3 {
 struct AppliedV2 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterStateV4,
+    state: ClusterV4,
     engine: EngineV4,
 }
 
@@ -163,7 +163,7 @@ struct AppliedV2 {
 struct AppliedV1 {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    state: ClusterStateV4,
+    state: ClusterV4,
 }
 
 /// A snapshot read from disk, upgraded to the current format.
@@ -255,7 +255,7 @@ fn decode(
             tracing::warn!(path = %path.display(),
                 "snapshot format 1 has no detector state; detectors start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            applied.data.state = old.state.into();
+            applied.data.cluster = old.state.into();
             (meta, 1)
         }
         SnapshotFile::V2 { meta, data } => {
@@ -263,7 +263,7 @@ fn decode(
             tracing::warn!(path = %path.display(),
                 "snapshot format 2 has no action book; actions start afresh");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
-            applied.data.state = old.state.into();
+            applied.data.cluster = old.state.into();
             applied.data.engine = old.engine.upgrade(engine_config);
             (meta, 2)
         }
@@ -273,7 +273,7 @@ fn decode(
                 "snapshot format 3 has no step times; they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
             let data = &mut applied.data;
-            (data.state, data.engine) = (old.state.into(), old.engine.upgrade(engine_config));
+            (data.cluster, data.engine) = (old.state.into(), old.engine.upgrade(engine_config));
             (data.actions, data.hook) = (old.actions, old.hook);
             (meta, 3)
         }

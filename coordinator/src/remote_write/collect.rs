@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpumon_core::cluster::{ClusterState, GpuSeries};
+use gpumon_core::cluster::{Cluster, GpuSeries};
 
 use super::encode::NAME_LABEL;
 use super::proto::{Label, Sample, TimeSeries};
@@ -49,7 +49,7 @@ pub struct Cursors {
 impl Cursors {
     /// Counts every window `state` holds as taken: a new leader starts from
     /// its view as it is (see the module docs of `remote_write`).
-    pub fn at(state: &ClusterState) -> Self {
+    pub fn at(state: &Cluster) -> Self {
         Self {
             taken: state
                 .gpu_series()
@@ -81,7 +81,7 @@ impl Cursors {
     /// A whole take from `state` at once (see [`Take`]).
     pub fn take(
         &mut self,
-        state: &ClusterState,
+        state: &Cluster,
         extra: &BTreeMap<String, String>,
         budget: usize,
     ) -> Taken {
@@ -110,7 +110,7 @@ pub struct Take<'c> {
 impl Take<'_> {
     /// Reads up to `gpus` more GPUs of `state`; false once every GPU has
     /// been read.
-    pub fn step(&mut self, state: &ClusterState, gpus: usize) -> bool {
+    pub fn step(&mut self, state: &Cluster, gpus: usize) -> bool {
         let mut gpus_left = state.gpu_series_after(self.resume.as_deref());
         for g in gpus_left.by_ref().take(gpus) {
             self.resume = Some(g.uuid.to_owned());

@@ -121,7 +121,7 @@ impl Sender {
         let leads = self.proposer.leads();
         match (leads, self.cursors.is_some()) {
             (true, false) => {
-                let cursors = Cursors::at(&self.state_machine.read().state);
+                let cursors = Cursors::at(&self.state_machine.read().cluster);
                 self.cursors = Some(cursors);
                 tracing::info!(url = %redacted(&self.config.url), "remote-write: leading, sending windows from now on");
             }
@@ -151,7 +151,7 @@ impl Sender {
             let mut take = cursors.begin(&labels, budget);
             // The read lock is let go between parts, so pushes wait for one
             // part at most, not for the whole fleet.
-            while take.step(&state_machine.read().state, GPUS_PER_STEP) {}
+            while take.step(&state_machine.read().cluster, GPUS_PER_STEP) {}
             let taken = take.finish();
             let samples = taken.samples;
             let bodies = encode::bodies(taken.series, per_request);

@@ -35,7 +35,7 @@ impl Service {
         if ranks.len() != req.ranks.len() {
             return Err(ServiceError::Invalid("ranks must not repeat".into()));
         }
-        if !self.state_machine.read().state.has_job(&req.job) {
+        if !self.state_machine.read().cluster.has_job(&req.job) {
             return Err(ServiceError::NotFound(format!("no job {:?}", req.job)));
         }
         self.ensure_leader()?;

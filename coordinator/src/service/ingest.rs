@@ -45,7 +45,7 @@ impl Service {
             | AgentMessage::V6(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
-                    .state
+                    .cluster
                     .admits_hello(&hello)
                     .map_err(PushError::Full)?;
                 (0, None, CommandV1::Hello(hello))
@@ -126,10 +126,10 @@ impl Service {
     fn check_push(&self, batch: &PushBatch) -> Result<(), PushError> {
         check_sizes(batch).map_err(PushError::Refused)?;
         let applied = self.state_machine.read();
-        let last = applied.state.last_seq(&batch.agent_id, batch.incarnation);
+        let last = applied.cluster.last_seq(&batch.agent_id, batch.incarnation);
         self.agent_ids.check(
             &batch.agent_id,
-            applied.state.current_incarnation(&batch.agent_id),
+            applied.cluster.current_incarnation(&batch.agent_id),
             batch.incarnation,
             last.is_some(),
         );
@@ -139,7 +139,7 @@ impl Service {
         check_seq(batch, last).map_err(PushError::Refused)?;
         check_times(batch, wall_ms()).map_err(PushError::Refused)?;
         applied
-            .state
+            .cluster
             .admits(&batch.agent_id, &batch.windows)
             .map_err(PushError::Full)
     }

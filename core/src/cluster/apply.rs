@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::check_placement;
 use super::validate::{check_name, check_window};
-use super::{
-    AgentEntry, ClusterState, GpuEntry, History, RankEntry, RankKey, INCARNATIONS_REMEMBERED,
-};
+use super::{AgentEntry, Cluster, GpuEntry, History, RankEntry, RankKey, INCARNATIONS_REMEMBERED};
 use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
 use crate::shared::Shared;
 
@@ -84,7 +82,7 @@ pub struct PushApplied {
     pub events: Vec<ClusterEvent>,
 }
 
-impl ClusterState {
+impl Cluster {
     /// Registers an agent and its GPUs. Idempotent.
     pub fn apply_hello(&mut self, hello: &Hello) -> Vec<ClusterEvent> {
         let mut events = Vec::new();

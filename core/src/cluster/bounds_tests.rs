@@ -7,8 +7,8 @@ use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
 
 const T0: u64 = 1_700_000_000_000;
 
-fn started() -> ClusterState {
-    let mut s = ClusterState::new(Limits::default());
+fn started() -> Cluster {
+    let mut s = Cluster::new(Limits::default());
     assert_eq!(s.apply_push(&two_ranks(1, T0, 1 << 30)).windows_applied, 2);
     s
 }
@@ -117,7 +117,7 @@ fn after_a_long_silence_the_clock_catches_up() {
 /// not one per node it named (they waited for the next expiry before).
 #[test]
 fn an_agent_that_changes_its_node_leaves_one_host_reading() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let host = gpumon_proto::HostMemory {
         t_ms: T0,
         used_max_bytes: 1 << 30,

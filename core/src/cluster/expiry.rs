@@ -1,14 +1,14 @@
 //! Bounded state that stays useful: what has gone quiet expires, and what
 //! would not fit is refused before it is proposed.
 //!
-//! - [`ClusterState::expire`] (the transition's `Expire` command, which
+//! - [`Cluster::expire`] (the transition's `Expire` command, which
 //!   the leader proposes on a timer): an agent not heard from for
 //!   `stale_after_ms` of data time is forgotten, with its GPUs; a GPU with
 //!   no window for that long is forgotten and its live ranks end; a job
 //!   whose ranks all ended that long ago is forgotten; a node's host memory
 //!   is forgotten with its last agent. Time is the state's
 //!   own clock, so every replica expires the same entries.
-//! - [`ClusterState::admits`] (the leader, before proposing): a push or
+//! - [`Cluster::admits`] (the leader, before proposing): a push or
 //!   hello that would add agents, GPUs or live ranks past the limits is
 //!   refused with the limit it would break, rather than committed and then
 //!   skipped.
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 
 use gpumon_proto::GpuWindow;
 
-use super::{ClusterEvent, ClusterState, RankKey};
+use super::{Cluster, ClusterEvent, RankKey};
 
 /// What one expiry forgot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Expired {
     pub ranks: usize,
 }
 
-impl ClusterState {
+impl Cluster {
     /// Forgets what has been quiet for `stale_after_ms` of data time.
     pub fn expire(&mut self, stale_after_ms: u64, events: &mut Vec<ClusterEvent>) -> Expired {
         let mut out = Expired::default();

@@ -10,7 +10,7 @@ const FIVE_MIN: u64 = 300_000;
 
 /// agent-1 heard from every five minutes from `from` to `to` (data time
 /// moves in steps the state takes; see `limits::MAX_CLOCK_LEAP_MS`).
-fn keep_talking(s: &mut ClusterState, seq: &mut u64, from: u64, to: u64) {
+fn keep_talking(s: &mut Cluster, seq: &mut u64, from: u64, to: u64) {
     let mut t = from;
     while t <= to {
         *seq += 1;
@@ -30,7 +30,7 @@ fn other_agent(seq: u64, end_ms: u64) -> gpumon_proto::PushBatch {
 
 #[test]
 fn a_quiet_agent_and_its_gpus_expire_and_its_ranks_end() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push(&two_ranks(1, T0, 1 << 30));
     // agent-0 goes quiet; agent-1 talks on for an hour and a half.
     let mut seq = 0;
@@ -62,7 +62,7 @@ fn a_quiet_agent_and_its_gpus_expire_and_its_ranks_end() {
 
 #[test]
 fn nothing_expires_while_it_is_heard_from_or_with_expiry_off() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let mut t = T0;
     for seq in 1..=13 {
         s.apply_push(&two_ranks(seq, t, 1 << 30));
@@ -81,7 +81,7 @@ fn what_would_pass_a_limit_is_refused_naming_it() {
         max_ranks: 2,
         ..Limits::default()
     };
-    let mut s = ClusterState::new(limits);
+    let mut s = Cluster::new(limits);
     let first = two_ranks(1, T0, 1 << 30);
     assert_eq!(s.admits(&first.agent_id, &first.windows), Ok(()));
     s.apply_push(&first);

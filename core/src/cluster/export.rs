@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use gpumon_proto::api::HistoryPoint;
 
-use super::{ClusterState, GpuEntry, History};
+use super::{Cluster, GpuEntry, History};
 
 /// One GPU as the view holds it now.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ impl<'a> GpuSeries<'a> {
     }
 }
 
-impl ClusterState {
+impl Cluster {
     /// Every GPU tracked, by uuid.
     pub fn gpu_series(&self) -> impl Iterator<Item = GpuSeries<'_>> {
         self.gpu_series_after(None)
@@ -86,11 +86,11 @@ impl ClusterState {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{batch, rank, window};
-    use super::super::{ClusterState, Limits};
+    use super::super::{Cluster, Limits};
 
     #[test]
     fn windows_after_a_time_are_the_newer_ones_oldest_first() {
-        let mut state = ClusterState::new(Limits::default());
+        let mut state = Cluster::new(Limits::default());
         let ends = [10_000, 11_000, 12_000, 13_000];
         for (seq, end) in (1..).zip(ends) {
             state.apply_push(&batch(seq, 1, vec![window(0, end, Vec::new())]));
@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn gpus_can_be_read_a_part_at_a_time() {
-        let mut state = ClusterState::new(Limits::default());
+        let mut state = Cluster::new(Limits::default());
         let windows = (0..4).map(|i| window(i, 5_000, Vec::new())).collect();
         state.apply_push(&batch(1, 1, windows));
         let uuids = |after| {
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn job_and_rank_are_named_only_when_unambiguous() {
-        let mut state = ClusterState::new(Limits::default());
+        let mut state = Cluster::new(Limits::default());
         let on = |job: &str, r: u32| (100 + r, 1 << 20, Some(rank(job, r)));
         state.apply_push(&batch(
             1,

@@ -6,7 +6,7 @@
 use gpumon_proto::{HostMemory, PushBatch};
 use thiserror::Error;
 
-use super::ClusterState;
+use super::Cluster;
 use crate::limits::MAX_DEVICE_BYTES;
 
 /// Why a host memory reading was skipped.
@@ -40,7 +40,7 @@ pub fn check_host(h: &HostMemory) -> Result<(), InvalidHost> {
     Ok(())
 }
 
-impl ClusterState {
+impl Cluster {
     /// Keeps `host` as the newest host memory of the batch's node, for a
     /// batch just applied (not a duplicate). Skipped and counted with the
     /// skipped windows: an invalid reading, one from a time past the
@@ -121,8 +121,8 @@ mod tests {
         }
     }
 
-    fn state() -> ClusterState {
-        let mut s = ClusterState::new(Limits::default());
+    fn state() -> Cluster {
+        let mut s = Cluster::new(Limits::default());
         s.apply_hello(&Hello {
             agent_id: "a".into(),
             incarnation: 1,

@@ -1,7 +1,7 @@
 //! The cluster view as snapshot formats 1 to 4 laid it out: ranks without
 //! their placement, nodes without their host memory. Postcard writes fields in order without names, so an
 //! older snapshot is read into these types and upgraded
-//! ([`ClusterState::from`]); the placement of each rank starts unknown and
+//! ([`Cluster::from`]); the placement of each rank starts unknown and
 //! fills in from the next push that carries it.
 
 use std::collections::BTreeMap;
@@ -10,12 +10,12 @@ use gpumon_proto::api::IngestCounters;
 use gpumon_proto::RankInfo;
 use serde::{Deserialize, Serialize};
 
-use super::{AgentEntry, ClusterState, GpuEntry, History, Limits, RankEntry, RankKey};
+use super::{AgentEntry, Cluster, GpuEntry, History, Limits, RankEntry, RankKey};
 use crate::shared::Shared;
 
-/// [`ClusterState`] as snapshot formats 1 to 4 hold it.
+/// [`Cluster`] as snapshot formats 1 to 4 hold it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterStateV4 {
+pub struct ClusterV4 {
     limits: Limits,
     now_ms: u64,
     agents: BTreeMap<String, Shared<AgentEntry>>,
@@ -72,8 +72,8 @@ rank_fields!(
     history,
 );
 
-impl From<ClusterStateV4> for ClusterState {
-    fn from(old: ClusterStateV4) -> Self {
+impl From<ClusterV4> for Cluster {
+    fn from(old: ClusterV4) -> Self {
         let ranks = old
             .ranks
             .into_iter()
@@ -91,10 +91,10 @@ impl From<ClusterStateV4> for ClusterState {
     }
 }
 
-impl From<&ClusterState> for ClusterStateV4 {
+impl From<&Cluster> for ClusterV4 {
     /// What a build before placements would have held: every placement
     /// and host memory is left out. For writing older snapshot formats in tests.
-    fn from(state: &ClusterState) -> Self {
+    fn from(state: &Cluster) -> Self {
         let ranks = state
             .ranks
             .iter()

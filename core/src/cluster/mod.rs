@@ -1,11 +1,11 @@
 //! The cluster view: agents, nodes, GPUs, jobs and ranks with bounded history.
 //!
-//! [`ClusterState`] is what the coordinator's Raft state machine holds and what
+//! [`Cluster`] is what the coordinator's Raft state machine holds and what
 //! its snapshots serialize. Applying the same messages in the same order gives
 //! the same state on every replica: nothing here reads a clock, a random
 //! source or the environment, and every map is ordered.
 //!
-//! Delivery from agents is at-least-once; [`ClusterState::apply_push`] drops a
+//! Delivery from agents is at-least-once; [`Cluster::apply_push`] drops a
 //! batch whose `seq` was already applied for its `(agent_id, incarnation)`,
 //! which makes the effect exactly-once.
 //!
@@ -21,12 +21,12 @@
 //! an older leader let into the log.
 //!
 //! A rank keeps the Kubernetes placement of its process (pod, namespace,
-//! container) when the agent sent one ([`ClusterState::apply_push_placed`]);
+//! container) when the agent sent one ([`Cluster::apply_push_placed`]);
 //! a placement without the shapes Kubernetes gives its names is skipped and
 //! counted with the skipped windows and fields.
 //!
 //! A node keeps the newest host RAM reading its agent pushed
-//! ([`ClusterState::apply_host`]); the reading is forgotten with the
+//! ([`Cluster::apply_host`]); the reading is forgotten with the
 //! node's agents.
 //!
 //! Everything is bounded by [`Limits`]: history per series, ended jobs kept
@@ -58,7 +58,7 @@ pub use expiry::Expired;
 pub use export::GpuSeries;
 pub use history::History;
 pub use host::{check_host, InvalidHost};
-pub use legacy::ClusterStateV4;
+pub use legacy::ClusterV4;
 pub use placement::{
     check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,
 };
@@ -110,7 +110,7 @@ impl Default for Limits {
 
 /// The replicated cluster view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClusterState {
+pub struct Cluster {
     limits: Limits,
     now_ms: u64,
     agents: BTreeMap<String, Shared<AgentEntry>>,
@@ -172,7 +172,7 @@ struct RankEntry {
     placement: Option<PodPlacement>,
 }
 
-impl ClusterState {
+impl Cluster {
     /// An empty cluster with these bounds.
     pub fn new(limits: Limits) -> Self {
         Self {
@@ -202,7 +202,7 @@ impl ClusterState {
     }
 }
 
-impl ClusterState {
+impl Cluster {
     /// GPU uuids whose entry `self` and `other` still share (not copied
     /// apart since one was cloned from the other).
     #[cfg(test)]

@@ -48,14 +48,14 @@ fn push(seq: u64, pid0: u32) -> PushBatch {
     )
 }
 
-fn placements(s: &ClusterState) -> Vec<Option<PodPlacement>> {
+fn placements(s: &Cluster) -> Vec<Option<PodPlacement>> {
     let job = s.job_detail("job-k").expect("job seen");
     job.ranks.into_iter().map(|r| r.view.placement).collect()
 }
 
 #[test]
 fn a_rank_keeps_the_placement_of_its_process_until_the_process_changes() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let out = s.apply_push_placed(&push(1, 100), &[placed(100, pod("trainer-0"))]);
     assert_eq!((out.windows_applied, out.windows_skipped), (2, 0));
     assert_eq!(placements(&s), [Some(pod("trainer-0")), None]);
@@ -79,7 +79,7 @@ fn a_rank_keeps_the_placement_of_its_process_until_the_process_changes() {
 
 #[test]
 fn a_malformed_placement_is_skipped_and_counted_and_the_windows_still_apply() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let bad = PodPlacement {
         namespace: Some("Not A Label".into()),
         ..pod("trainer-0")
@@ -105,7 +105,7 @@ fn a_malformed_placement_is_skipped_and_counted_and_the_windows_still_apply() {
 
 #[test]
 fn where_a_pid_repeats_the_first_placement_wins() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push_placed(
         &push(1, 100),
         &[placed(100, pod("first")), placed(100, pod("second"))],
@@ -115,18 +115,18 @@ fn where_a_pid_repeats_the_first_placement_wins() {
 
 #[test]
 fn the_older_snapshot_layout_reads_back_without_placements() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push_placed(&push(1, 100), &[placed(100, pod("trainer-0"))]);
-    let old = postcard::to_allocvec(&ClusterStateV4::from(&s)).unwrap();
-    let back: ClusterState = postcard::from_bytes::<ClusterStateV4>(&old).unwrap().into();
+    let old = postcard::to_allocvec(&ClusterV4::from(&s)).unwrap();
+    let back: Cluster = postcard::from_bytes::<ClusterV4>(&old).unwrap().into();
     assert_eq!(placements(&back), [None, None]);
     assert_eq!(back.cluster_view(), s.cluster_view());
 
     // Without placements nothing is lost on the way.
-    let mut plain = ClusterState::new(Limits::default());
+    let mut plain = Cluster::new(Limits::default());
     plain.apply_push(&push(1, 100));
-    let old = postcard::to_allocvec(&ClusterStateV4::from(&plain)).unwrap();
-    let back: ClusterState = postcard::from_bytes::<ClusterStateV4>(&old).unwrap().into();
+    let old = postcard::to_allocvec(&ClusterV4::from(&plain)).unwrap();
+    let back: Cluster = postcard::from_bytes::<ClusterV4>(&old).unwrap().into();
     assert_eq!(back, plain);
     // And the current layout is not the older one.
     let current = postcard::to_allocvec(&plain).unwrap();

@@ -7,10 +7,10 @@ use gpumon_proto::api::{
     RankView,
 };
 
-use super::{ClusterState, RankEntry, AGENT_STALE_MS};
+use super::{Cluster, RankEntry, AGENT_STALE_MS};
 use crate::actions::RankPlace;
 
-impl ClusterState {
+impl Cluster {
     /// Where a rank runs, for actions: its node while live.
     pub fn rank_place(&self, job: &str, rank: u32) -> RankPlace<'_> {
         match self.ranks.get(&(job.to_owned(), rank)) {
@@ -157,7 +157,7 @@ impl ClusterState {
     }
 }
 
-impl ClusterState {
+impl Cluster {
     /// Nodes with an agent heard from within [`AGENT_STALE_MS`] of the
     /// view's clock.
     pub(super) fn nodes_up(&self) -> BTreeSet<&str> {

@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use gpumon_proto::api::{JobDetail, RankDetail, RankFlag, RankLine};
 
-use super::ClusterState;
+use super::Cluster;
 use crate::job_scale::{bucket_row, TimeRange};
 
-impl ClusterState {
+impl Cluster {
     /// One compact line per rank of the job, in rank order (flags: ended,
     /// lost); `None` for a job never seen.
     pub fn job_lines(&self, job: &str) -> Option<Vec<RankLine>> {

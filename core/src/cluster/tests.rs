@@ -82,7 +82,7 @@ pub(super) fn two_ranks(seq: u64, end_ms: u64, used: u64) -> PushBatch {
 
 #[test]
 fn shows_every_rank_with_its_gpu_and_memory() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let applied = s.apply_push(&two_ranks(1, 10_000, 20 * GIB));
     assert_eq!((applied.windows_applied, applied.windows_skipped), (2, 0));
     let jobs = s.jobs_view();
@@ -113,7 +113,7 @@ fn shows_every_rank_with_its_gpu_and_memory() {
 
 #[test]
 fn applies_a_batch_once_per_agent_incarnation_and_seq() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     assert!(!s.apply_push(&two_ranks(1, 10_000, GIB)).duplicate);
     let again = s.apply_push(&two_ranks(1, 10_000, 9 * GIB));
     assert!(again.duplicate);
@@ -147,7 +147,7 @@ fn applies_a_batch_once_per_agent_incarnation_and_seq() {
 
 #[test]
 fn ends_a_rank_whose_process_left_its_gpu_and_keeps_its_history() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push(&two_ranks(1, 10_000, GIB));
     let gone = batch(
         2,
@@ -185,7 +185,7 @@ fn ends_a_rank_whose_process_left_its_gpu_and_keeps_its_history() {
 
 #[test]
 fn an_older_window_updates_peaks_but_not_the_present() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push(&two_ranks(1, 10_000, GIB));
     s.apply_push(&two_ranks(2, 8_000, 30 * GIB));
     let r = &s.jobs_view().jobs[0].ranks[0];
@@ -196,7 +196,7 @@ fn an_older_window_updates_peaks_but_not_the_present() {
 
 #[test]
 fn skips_and_counts_absurd_windows() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let mut over = window(0, 10_000, vec![]);
     over.used_bytes.max = 81 * GIB;
     let mut zero = window(1, 10_000, vec![]);
@@ -222,7 +222,7 @@ fn history_and_ended_jobs_stay_bounded() {
         max_ended_jobs: 2,
         ..Limits::default()
     };
-    let mut s = ClusterState::new(limits);
+    let mut s = Cluster::new(limits);
     let mut seq = 0;
     for j in 0..5u64 {
         let job = format!("job-{j}");
@@ -253,7 +253,7 @@ fn history_and_ended_jobs_stay_bounded() {
 
 #[test]
 fn hello_registers_gpus_and_is_idempotent() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     let hello = Hello {
         agent_id: "agent-0".into(),
         incarnation: 5,
@@ -284,8 +284,8 @@ fn same_messages_give_the_same_state() {
     let msgs: Vec<PushBatch> = (1..50)
         .map(|i| two_ranks(i, 2000 * i, i * GIB / 10))
         .collect();
-    let mut a = ClusterState::new(Limits::default());
-    let mut b = ClusterState::new(Limits::default());
+    let mut a = Cluster::new(Limits::default());
+    let mut b = Cluster::new(Limits::default());
     for m in &msgs {
         a.apply_push(m);
         b.apply_push(m);
@@ -297,9 +297,9 @@ fn same_messages_give_the_same_state() {
 
 #[test]
 fn the_ranks_of_a_node_whose_agent_went_quiet_are_lost_not_live() {
-    let mut s = ClusterState::new(Limits::default());
+    let mut s = Cluster::new(Limits::default());
     s.apply_push(&two_ranks(1, 10_000, GIB));
-    let lost = |s: &ClusterState| -> Vec<bool> {
+    let lost = |s: &Cluster| -> Vec<bool> {
         s.job_detail("job-a")
             .unwrap()
             .ranks

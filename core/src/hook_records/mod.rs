@@ -1,6 +1,6 @@
 //! What the coordinator keeps of the in-process hooks' reports, beside the
 //! engine: named allocator snapshots per job, and counts of what was applied
-//! or skipped. [`HookState::apply`] feeds each valid record to the engine
+//! or skipped. [`HookData::apply`] feeds each valid record to the engine
 //! (allocator statistics, steps, markers) and keeps snapshots; like the rest
 //! of the state machine it is deterministic and bounded.
 
@@ -35,12 +35,12 @@ pub struct HookCounters {
 
 /// The hook data kept by the state machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HookState {
+pub struct HookData {
     snapshots: MemorySnapshotBook,
     counters: HookCounters,
 }
 
-impl HookState {
+impl HookData {
     /// Named snapshots by job.
     pub fn snapshots(&self) -> &MemorySnapshotBook {
         &self.snapshots
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn feeds_the_engine_keeps_snapshots_and_skips_bad_records() {
         let mut engine = Engine::new(EngineConfig::default());
-        let mut hook = HookState::default();
+        let mut hook = HookData::default();
         let records = vec![
             alloc(1_000, 10, 20),
             alloc(2_000, 30, 20),

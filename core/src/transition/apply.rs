@@ -4,7 +4,7 @@ use gpumon_proto::{GpuWindow, HookRecord, HostMemory, ProcPlacement, PushBatch, 
 
 use super::{Command, CommandResult, CommandV1, Replicated};
 use crate::actions::RankPlace;
-use crate::cluster::{ClusterEvent, ClusterState};
+use crate::cluster::{Cluster, ClusterEvent};
 use crate::engine::hang::HangWatch;
 use crate::hook_records::check_record;
 use crate::records::{SettingValue, SettingsRecord};
@@ -65,7 +65,7 @@ impl Replicated {
         match command {
             CommandV1::Batch(pushes) => self.apply_batch(pushes, keep_applied),
             CommandV1::Hello(hello) => Effects {
-                events: self.state.apply_hello(&hello),
+                events: self.cluster.apply_hello(&hello),
                 ..Effects::default()
             },
             CommandV1::Push(batch) => self.apply_push(batch, &[], None, keep_applied),
@@ -79,7 +79,7 @@ impl Replicated {
                 let issued = requests
                     .iter()
                     .map(|req| {
-                        let place = place_of(&self.state, &self.hangs, &req.job, req.rank);
+                        let place = place_of(&self.cluster, &self.hangs, &req.job, req.rank);
                         self.actions.issue(t, req, &rules, place)
                     })
                     .collect();
@@ -103,8 +103,8 @@ impl Replicated {
             CommandV1::Settings(change) => self.apply_settings(change, keep_applied),
             CommandV1::Expire { stale_after_ms } => {
                 let mut events = Vec::new();
-                self.state.expire(stale_after_ms, &mut events);
-                let (t, state) = (self.now_t(), &self.state);
+                self.cluster.expire(stale_after_ms, &mut events);
+                let (t, state) = (self.now_t(), &self.cluster);
                 self.engine
                     .forget_hosts(t, |node| state.host(node).is_some());
                 Effects {
@@ -164,7 +164,7 @@ impl Replicated {
         host: Option<&HostMemory>,
         keep_applied: bool,
     ) -> Effects {
-        let out = self.state.apply_push_placed(&batch, placements);
+        let out = self.cluster.apply_push_placed(&batch, placements);
         for &i in &out.applied_indexes {
             if let Some(w) = batch.windows.get(i as usize) {
                 self.engine.observe_window(&batch.node, w);
@@ -172,7 +172,7 @@ impl Replicated {
         }
         let fresh = !out.duplicate && !out.refused;
         if fresh {
-            if let Some(h) = host.filter(|h| self.state.apply_host(&batch, h)) {
+            if let Some(h) = host.filter(|h| self.cluster.apply_host(&batch, h)) {
                 let t = h.t_ms as f64 / 1000.0;
                 self.engine
                     .observe_host(t, &batch.node, h.used_max_bytes, h.total_bytes);
@@ -186,7 +186,7 @@ impl Replicated {
                 self.actions.ack(&batch.node, ack, t);
             }
             if !self.actions.nothing_outstanding() {
-                let (state, hangs) = (&self.state, &self.hangs);
+                let (state, hangs) = (&self.cluster, &self.hangs);
                 self.actions
                     .expire(t, |job, rank| place_of(state, hangs, job, rank));
             }
@@ -214,12 +214,7 @@ impl Replicated {
 /// Where a rank is, for actions: the cluster view's placement, else the
 /// node whose agent forwarded its stall reports (a rank no NVML window
 /// lists, as on CPUs, can still be asked for hang evidence).
-fn place_of<'a>(
-    state: &'a ClusterState,
-    hangs: &'a HangWatch,
-    job: &str,
-    rank: u32,
-) -> RankPlace<'a> {
+fn place_of<'a>(state: &'a Cluster, hangs: &'a HangWatch, job: &str, rank: u32) -> RankPlace<'a> {
     match state.rank_place(job, rank) {
         RankPlace::Unknown => hangs
             .node_of(job, rank)

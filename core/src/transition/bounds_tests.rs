@@ -51,7 +51,7 @@ fn extreme_values_neither_overflow_nor_panic() {
                     response: None,
                 });
                 apply_twice(&mut r, batch);
-                assert!(r.state.now_ms() <= T0.max(t));
+                assert!(r.cluster.now_ms() <= T0.max(t));
             }
         }
     }
@@ -61,7 +61,7 @@ fn apply_twice(r: &mut Replicated, batch: PushBatch) {
     let command = Command::V1(CommandV1::Push(batch));
     r.apply(command.clone(), true);
     r.apply(command, true);
-    let _ = (r.state.cluster_view(), r.state.jobs_view(), r.now_t());
+    let _ = (r.cluster.cluster_view(), r.cluster.jobs_view(), r.now_t());
 }
 
 /// The worst hook records one push can carry, for `jobs` jobs of `ranks`

@@ -19,7 +19,7 @@ impl Replicated {
     pub fn node_alerts(&self, node: &str, max: usize) -> Vec<NodeAlert> {
         let about_node = |subject: &Subject| match subject {
             Subject::Rank(job, rank) => {
-                matches!(self.state.rank_place(job, *rank), RankPlace::Live { node: n } if n == node)
+                matches!(self.cluster.rank_place(job, *rank), RankPlace::Live { node: n } if n == node)
             }
             Subject::Gpu(n, _) | Subject::Host(n) => n == node,
         };

@@ -4,10 +4,10 @@ use gpumon_proto::HookRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::ActionBook;
-use crate::cluster::{ClusterState, Limits};
+use crate::cluster::{Cluster, Limits};
 use crate::engine::hang::HangWatch;
 use crate::engine::{Engine, EngineConfig};
-use crate::hook_records::{check_record, HookState, StepBounds, StepTimes};
+use crate::hook_records::{check_record, HookData, StepBounds, StepTimes};
 use crate::notify::NotifyBook;
 
 /// The replicated data: the same on every replica that applied the same
@@ -16,13 +16,13 @@ use crate::notify::NotifyBook;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Replicated {
     /// The cluster view: agents, GPUs, jobs, ranks and their histories.
-    pub state: ClusterState,
+    pub cluster: Cluster,
     /// The detection engine: forecasts, alerts, detector state.
     pub engine: Engine,
     /// Actions on training processes and how they ended.
     pub actions: ActionBook,
     /// Hook data beside the engine: named allocator snapshots, counters.
-    pub hook: HookState,
+    pub hook: HookData,
     /// Step and section times per rank, from the hooks.
     pub steps: StepTimes,
     /// Notifications the leaders sent, per receiver and alert key.
@@ -35,10 +35,10 @@ impl Replicated {
     /// Nothing applied yet.
     pub fn new(limits: Limits, engine_config: &EngineConfig) -> Self {
         Self {
-            state: ClusterState::new(limits),
+            cluster: Cluster::new(limits),
             engine: Engine::new(engine_config.clone()),
             actions: ActionBook::default(),
-            hook: HookState::default(),
+            hook: HookData::default(),
             steps: StepTimes::default(),
             notify: NotifyBook::default(),
             hangs: HangWatch::default(),
@@ -81,10 +81,10 @@ impl Replicated {
 /// ([`crate::engine::legacy::EngineV10`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV10 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV10,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
     hangs: HangWatch,
@@ -95,7 +95,7 @@ impl ReplicatedV10 {
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
@@ -110,10 +110,10 @@ impl ReplicatedV10 {
 /// memory outside the allocator ([`crate::engine::legacy::EngineV9`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV9 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV9,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
     hangs: HangWatch,
@@ -124,7 +124,7 @@ impl ReplicatedV9 {
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
@@ -139,10 +139,10 @@ impl ReplicatedV9 {
 /// before collective waits ([`crate::engine::legacy::EngineV8`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV8 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV8,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
     hangs: HangWatch,
@@ -153,7 +153,7 @@ impl ReplicatedV8 {
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
@@ -168,10 +168,10 @@ impl ReplicatedV8 {
 /// collective waits).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV7 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV8,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
 }
@@ -181,7 +181,7 @@ impl ReplicatedV7 {
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
@@ -196,10 +196,10 @@ impl ReplicatedV7 {
 /// before peer groups ([`crate::engine::legacy::EngineV6`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV6 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV6,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
 }
@@ -209,7 +209,7 @@ impl ReplicatedV6 {
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(),
             actions: old.actions,
             hook: old.hook,
@@ -224,10 +224,10 @@ impl ReplicatedV6 {
 /// configuration field by field ([`crate::engine::legacy::EngineV5`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV5 {
-    state: ClusterState,
+    state: Cluster,
     engine: crate::engine::legacy::EngineV5,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
 }
@@ -238,7 +238,7 @@ impl ReplicatedV5 {
     pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
         let old = self;
         Replicated {
-            state: old.state,
+            cluster: old.state,
             engine: old.engine.upgrade(engine_config),
             actions: old.actions,
             hook: old.hook,
@@ -254,10 +254,10 @@ impl ReplicatedV5 {
 /// ([`crate::engine::legacy`]).
 #[derive(Debug, Deserialize)]
 pub struct ReplicatedV4 {
-    state: crate::cluster::ClusterStateV4,
+    state: crate::cluster::ClusterV4,
     engine: crate::engine::legacy::EngineV4,
     actions: ActionBook,
-    hook: HookState,
+    hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
 }
@@ -266,7 +266,7 @@ impl ReplicatedV4 {
     /// The current layout, with the replica's configured memory levels.
     pub fn upgrade(self, engine_config: &EngineConfig) -> Replicated {
         Replicated {
-            state: self.state.into(),
+            cluster: self.state.into(),
             engine: self.engine.upgrade(engine_config),
             actions: self.actions,
             hook: self.hook,

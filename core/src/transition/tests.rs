@@ -92,7 +92,7 @@ fn a_push_applies_once_and_its_resend_changes_nothing() {
     assert!(again.result.duplicate);
     assert_eq!(again.result.windows_applied, 0);
     assert_eq!(r.hook.counters().records_applied, 1, "records apply once");
-    assert_eq!(r.state.counters().batches_duplicate, 1);
+    assert_eq!(r.cluster.counters().batches_duplicate, 1);
 }
 
 #[test]
@@ -121,7 +121,7 @@ fn a_push_with_placements_applies_like_a_push_and_places_its_ranks() {
         panic!("one applied batch: {:?}", effects.applied)
     };
     assert_eq!(applied.windows, batch.windows);
-    let job = placed.state.job_detail("job-1").unwrap();
+    let job = placed.cluster.job_detail("job-1").unwrap();
     assert_eq!(job.ranks[0].view.placement, Some(placement));
     assert!(placed.apply(command, false).result.duplicate);
 
@@ -195,7 +195,7 @@ fn host_memory_is_kept_raises_the_host_level_once_and_resolves_when_the_node_exp
     };
     r.apply(host_push(1, 1_000_000, 50), false);
     assert_eq!(
-        r.state.host("node-a").map(|h| h.used_max_bytes),
+        r.cluster.host("node-a").map(|h| h.used_max_bytes),
         Some(50 * GIB)
     );
     assert!(host_alerts(&r).is_empty());
@@ -204,11 +204,11 @@ fn host_memory_is_kept_raises_the_host_level_once_and_resolves_when_the_node_exp
     assert_eq!(host_alerts(&r), vec![(Severity::Critical, None)]);
     // A re-send changes nothing, however its reading reads.
     assert!(r.apply(command, false).result.duplicate);
-    assert_eq!(r.state.host("node-a").map(|h| h.t_ms), Some(1_002_000));
+    assert_eq!(r.cluster.host("node-a").map(|h| h.t_ms), Some(1_002_000));
     // An invalid reading is skipped and counted; the host keeps its level.
-    let skipped = r.state.counters().windows_skipped;
+    let skipped = r.cluster.counters().windows_skipped;
     r.apply(host_push(3, 1_004_000, 101), false);
-    assert_eq!(r.state.counters().windows_skipped, skipped + 1);
+    assert_eq!(r.cluster.counters().windows_skipped, skipped + 1);
     assert_eq!(host_alerts(&r), vec![(Severity::Critical, None)]);
     // The agent goes quiet past the expiry: its host and its alert go.
     r.apply(push(4, vec![], vec![]), false);
@@ -227,7 +227,7 @@ fn host_memory_is_kept_raises_the_host_level_once_and_resolves_when_the_node_exp
         }),
         false,
     );
-    assert_eq!(r.state.host("node-a"), None);
+    assert_eq!(r.cluster.host("node-a"), None);
     assert_eq!(host_alerts(&r), vec![(Severity::Critical, Some(r.now_t()))]);
 }
 
@@ -358,8 +358,8 @@ fn a_trace_builds_the_state_its_live_pushes_build() {
     replayed.apply(commands.finish().expect("the last push"), false);
     assert_eq!(replayed.engine.jobs(), live.engine.jobs());
     assert_eq!(replayed.engine.devices(), live.engine.devices());
-    assert_eq!(replayed.state.jobs_view(), live.state.jobs_view());
-    assert_eq!(replayed.state.counters(), live.state.counters());
+    assert_eq!(replayed.cluster.jobs_view(), live.cluster.jobs_view());
+    assert_eq!(replayed.cluster.counters(), live.cluster.counters());
 }
 
 #[test]
@@ -478,14 +478,14 @@ fn a_clone_for_a_snapshot_shares_every_entry_and_a_push_copies_only_its_own() {
         live.apply(push_of("node-b", seq, 2, t0 + seq * 2000), false);
     }
     let held = live.clone();
-    assert_eq!(live.state.gpus_shared_with(&held.state).len(), 4);
+    assert_eq!(live.cluster.gpus_shared_with(&held.cluster).len(), 4);
     assert_eq!(live.engine.gpu_tracks_shared_with(&held.engine).len(), 4);
 
     live.apply(push_of("node-a", 4, 0, t0 + 8000), false);
     // node-a's two GPUs were copied on write; node-b's are still shared,
     // and the held copy kept what it had.
     assert_eq!(
-        live.state.gpus_shared_with(&held.state),
+        live.cluster.gpus_shared_with(&held.cluster),
         vec!["GPU-2", "GPU-3"]
     );
     let tracks = live.engine.gpu_tracks_shared_with(&held.engine);
@@ -493,8 +493,8 @@ fn a_clone_for_a_snapshot_shares_every_entry_and_a_push_copies_only_its_own() {
         tracks,
         vec![("node-b".to_owned(), 2), ("node-b".to_owned(), 3)]
     );
-    assert_eq!(held.state.cluster_view().now_ms, t0 + 6000);
-    assert_eq!(live.state.cluster_view().now_ms, t0 + 8000);
+    assert_eq!(held.cluster.cluster_view().now_ms, t0 + 6000);
+    assert_eq!(live.cluster.cluster_view().now_ms, t0 + 8000);
 }
 
 #[test]
@@ -537,7 +537,7 @@ fn a_batch_applies_exactly_as_its_pushes_one_entry_each_and_answers_each() {
         postcard::to_allocvec(&one_by_one).unwrap(),
         "the same state, byte for byte"
     );
-    assert_eq!(batched.state.counters().batches_duplicate, 1);
+    assert_eq!(batched.cluster.counters().batches_duplicate, 1);
 }
 
 #[test]
@@ -549,7 +549,7 @@ fn a_batch_applies_only_pushes() {
     assert_eq!(got.result.each.len(), 2);
     assert_eq!(got.result.each[0], CommandResult::default(), "not applied");
     assert_eq!(got.result.each[1].windows_applied, 2);
-    assert_eq!(r.state.cluster_view().gpus, 2);
+    assert_eq!(r.cluster.cluster_view().gpus, 2);
 }
 
 /// A push from `agent` at `t_ms`: one window of its GPU 0 (a process of job

@@ -445,7 +445,7 @@ fn host_alerts_of(r: &Replicated, node: &str) -> Vec<Alert> {
 
 /// Every job the reference knows.
 fn jobs(r: &Replicated) -> Vec<String> {
-    r.state
+    r.cluster
         .jobs_view()
         .jobs
         .into_iter()
@@ -488,12 +488,12 @@ fn each_job_reads_the_same_in_its_group_as_in_one_group() {
         let group = run.map.group_of_job(job);
         let reference = &run.reference;
         let holder = &run.groups[group.0 as usize];
-        let detail = reference.state.job_detail(job);
+        let detail = reference.cluster.job_detail(job);
         assert!(detail.is_some(), "{job}");
-        assert_eq!(holder.state.job_detail(job), detail, "{job} in {group}");
+        assert_eq!(holder.cluster.job_detail(job), detail, "{job} in {group}");
         assert_eq!(
-            holder.state.job_lines(job),
-            reference.state.job_lines(job),
+            holder.cluster.job_lines(job),
+            reference.cluster.job_lines(job),
             "{job} in {group}"
         );
         let summary = reference.engine.job(job);
@@ -508,7 +508,7 @@ fn each_job_reads_the_same_in_its_group_as_in_one_group() {
         assert_eq!(alerts_of(holder, job), alerts_of(reference, job), "{job}");
         for other in run.map.group_ids().filter(|g| *g != group) {
             let r = &run.groups[other.0 as usize];
-            assert!(!r.state.has_job(job), "{job} in {other} too");
+            assert!(!r.cluster.has_job(job), "{job} in {other} too");
             assert!(!r.engine.tracks_job(job), "{job} in {other}'s engine");
             assert!(r.steps.job(job).is_none(), "{job} in {other}'s steps");
             assert!(alerts_of(r, job).is_empty(), "{job}'s alerts in {other}");
@@ -525,19 +525,19 @@ fn a_rank_leaving_a_gpu_ends_in_its_group_and_the_pinned_job_lives_in_its_pin() 
     assert_ne!(pinned, run.map.hashed_group(HANDOVER_JOB));
     assert_ne!(pinned, run.map.group_of_job(&oom_job));
     let holder = &run.groups[pinned.0 as usize];
-    let job = holder.state.job_detail(HANDOVER_JOB).expect("in its pin");
+    let job = holder.cluster.job_detail(HANDOVER_JOB).expect("in its pin");
     assert_eq!(job.ranks.len(), 1);
     let rank = &job.ranks[0].view;
     assert_eq!(rank.pid, HANDOVER_PID);
     // It ended when its process left the GPU, as one group saw it.
     let ended = rank.ended_ms.expect("ended");
     assert!(ended >= (HANDOVER_END_T * 1000.0) as u64, "{ended}");
-    let reference = run.reference.state.job_detail(HANDOVER_JOB);
+    let reference = run.reference.cluster.job_detail(HANDOVER_JOB);
     assert_eq!(Some(&job), reference.as_ref());
     // The OOM'd rank on that GPU ended with the GPU's first empty window,
     // which went to the OOM job's group though the GPU is idle.
     let group = run.map.group_of_job(&oom_job);
-    let detail = run.groups[group.0 as usize].state.job_detail(&oom_job);
+    let detail = run.groups[group.0 as usize].cluster.job_detail(&oom_job);
     let detail = detail.expect("oom job in its group");
     let rank0 = detail
         .ranks
@@ -545,7 +545,7 @@ fn a_rank_leaving_a_gpu_ends_in_its_group_and_the_pinned_job_lives_in_its_pin() 
         .find(|r| r.view.rank == 0)
         .expect("rank 0");
     assert_eq!(rank0.view.ended_ms, Some(97_000));
-    assert_eq!(Some(detail), run.reference.state.job_detail(&oom_job));
+    assert_eq!(Some(detail), run.reference.cluster.job_detail(&oom_job));
 }
 
 #[test]
@@ -561,17 +561,17 @@ fn node_data_lives_in_the_home_group() {
         let want = host_alerts_of(&run.reference, &node);
         for group in run.map.group_ids() {
             let r = &run.groups[group.0 as usize];
-            let host = r.state.host(&node);
+            let host = r.cluster.host(&node);
             if group == home {
                 assert_eq!(host_alerts_of(r, &node), want, "{node} in {group}");
-                assert_eq!(host, run.reference.state.host(&node), "{node}");
+                assert_eq!(host, run.reference.cluster.host(&node), "{node}");
             } else {
                 assert!(host_alerts_of(r, &node).is_empty(), "{node} in {group}");
                 assert_eq!(host, None, "{node}'s host RAM in {group}");
             }
         }
         // The hello (agent version, GPU inventory) went home.
-        let agents = run.groups[home.0 as usize].state.cluster_view().agents;
+        let agents = run.groups[home.0 as usize].cluster.cluster_view().agents;
         let agent = agents.iter().find(|a| a.agent_id == node).expect("agent");
         assert_eq!(agent.agent_version, "sim");
     }
@@ -591,15 +591,15 @@ fn parts_sent_again_are_duplicates_everywhere() {
     // Nothing changed but the count of duplicates.
     for (i, (again, once)) in groups.iter().zip(&run.groups).enumerate() {
         let resent = run.resend.iter().filter(|(g, _)| g.0 as usize == i).count();
-        let mut counters = once.state.counters();
+        let mut counters = once.cluster.counters();
         counters.batches_duplicate += resent as u64;
-        assert_eq!(again.state.counters(), counters, "group {i}");
+        assert_eq!(again.cluster.counters(), counters, "group {i}");
         assert!(
-            again.state.jobs_view() == once.state.jobs_view(),
+            again.cluster.jobs_view() == once.cluster.jobs_view(),
             "group {i}"
         );
         assert!(
-            again.state.nodes_view() == once.state.nodes_view(),
+            again.cluster.nodes_view() == once.cluster.nodes_view(),
             "group {i}"
         );
         assert!(again.engine == once.engine, "group {i}");
@@ -609,17 +609,17 @@ fn parts_sent_again_are_duplicates_everywhere() {
 #[test]
 fn every_window_and_alert_of_one_group_is_in_one_of_the_groups() {
     let run = run();
-    let reference = run.reference.state.counters();
+    let reference = run.reference.cluster.counters();
     let applied: u64 = run
         .groups
         .iter()
-        .map(|g| g.state.counters().windows_applied)
+        .map(|g| g.cluster.counters().windows_applied)
         .sum();
     // No window is lost; in this stream none goes to two groups either
     // (no GPU holds two groups' jobs at once, and a rank's last window
     // goes to its group only when the GPU is left idle).
     assert_eq!(applied, reference.windows_applied);
-    let batches = |g: &Replicated| g.state.counters().batches_applied;
+    let batches = |g: &Replicated| g.cluster.counters().batches_applied;
     for g in &run.groups {
         assert!(batches(g) <= batches(&run.reference));
     }

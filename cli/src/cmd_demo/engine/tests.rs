@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use gpumon_agent::source::sim::{Scenario, SimSettings, SimSource};
 use gpumon_agent::source::GpuSource;
 use gpumon_core::engine::{AlertKind, Engine, EngineConfig};
-use gpumon_core::hook_records::HookState;
+use gpumon_core::hook_records::HookData;
 use gpumon_core::window::WindowFolder;
 
 use super::{demo_config, PROMISED_ALERT_S};
@@ -43,7 +43,7 @@ fn play(scenario: Scenario, seed: u64, seconds: u64) -> Vec<Fired> {
         })
         .collect();
     let mut engine = Engine::new(demo_config());
-    let mut hook = HookState::default();
+    let mut hook = HookData::default();
     let mut t = T0;
     while t <= T0 + seconds * 1_000 {
         for (_, src, folder) in &mut nodes {

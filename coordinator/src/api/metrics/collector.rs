@@ -24,18 +24,18 @@ use prometheus_client::registry::Unit;
 
 use super::families::{counter, counters, gauges, BYTES, SECONDS};
 use super::scrape::{severity_name, ClusterRows, LocalRows, RankRow, Scrape, FLAGS};
-use crate::api::AppState;
+use crate::api::ApiContext;
 use crate::notify::NotifyCounts;
 
 /// Reads the replicated state on each scrape.
 #[derive(Debug)]
 pub struct StateCollector {
-    state: AppState,
+    state: ApiContext,
 }
 
 impl StateCollector {
     /// A collector over this replica's state.
-    pub fn new(state: AppState) -> Self {
+    pub fn new(state: ApiContext) -> Self {
         Self { state }
     }
 }

@@ -30,7 +30,7 @@ use gpumon_runtime::exposition::Format;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
-use super::{ApiError, AppState};
+use super::{ApiContext, ApiError};
 
 /// Prometheus metrics from this replica's state.
 ///
@@ -44,7 +44,7 @@ use super::{ApiError, AppState};
         (String = "text/plain"),
     ))),
 )]
-pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn metrics(State(state): State<ApiContext>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(ACCEPT).and_then(|v| v.to_str().ok()));
     // Encoding a large cluster takes a while: off the async workers.
     let text = tokio::task::spawn_blocking(move || render(state)).await;
@@ -65,7 +65,7 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
 }
 
 /// The OpenMetrics text of this replica's state now.
-fn render(state: AppState) -> Result<String, std::fmt::Error> {
+fn render(state: ApiContext) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(collector::StateCollector::new(state)));
     let mut out = String::new();

@@ -28,7 +28,7 @@ use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 
 use crate::api::raft_status::{lag, peers_matched};
-use crate::api::{AppState, RankSeries};
+use crate::api::{ApiContext, RankSeries};
 use crate::notify::NotifyCounts;
 use crate::raft::copy_times::{CopyFor, CopyStats};
 use crate::remote_write::RemoteWriteCounts;
@@ -312,7 +312,7 @@ fn oom_in(f: &OomForecast, now: f64) -> Option<f64> {
 impl Scrape {
     /// Copies what a scrape reports out of `state`: the cluster series only
     /// while this replica leads.
-    pub fn take(state: &AppState) -> Scrape {
+    pub fn take(state: &ApiContext) -> Scrape {
         let local = LocalRows::take(state);
         let cluster = local.raft.is_leader.then(|| ClusterRows::take(state));
         Scrape { local, cluster }
@@ -321,7 +321,7 @@ impl Scrape {
 
 impl LocalRows {
     /// This replica's own figures; never takes the state lock.
-    pub fn take(state: &AppState) -> LocalRows {
+    pub fn take(state: &ApiContext) -> LocalRows {
         let inner = &state.inner;
         let pushes_rejected = [
             ("too_large", inner.rejected.too_large.load(Relaxed)),
@@ -354,10 +354,10 @@ impl LocalRows {
 
 impl ClusterRows {
     /// Copies the cluster series out of the replicated state.
-    pub fn take(state: &AppState) -> ClusterRows {
+    pub fn take(state: &ApiContext) -> ClusterRows {
         let applied = state.inner.state_machine.read();
         let now = applied.engine.now();
-        let cluster = applied.state.cluster_view();
+        let cluster = applied.cluster.cluster_view();
         let (gpus, hosts) = gpu_and_host_rows(&applied, now);
         let agents = agent_rows(&cluster);
         // A rank is lost while no agent on its node is up.
@@ -415,7 +415,7 @@ fn gpu_and_host_rows(applied: &Replicated, now: f64) -> (Vec<GpuRow>, Vec<HostRo
         .collect();
     let mut gpus = Vec::new();
     let mut hosts = Vec::new();
-    for node in applied.state.nodes_view().nodes {
+    for node in applied.cluster.nodes_view().nodes {
         if let (Some(used_bytes), Some(total_bytes)) = (node.host_used_bytes, node.host_total_bytes)
         {
             hosts.push(HostRow {
@@ -487,7 +487,7 @@ impl LiveJobRows {
         let mut ranks_omitted = 0u64;
         let mut jobs = Vec::new();
         for job in applied
-            .state
+            .cluster
             .jobs_view()
             .jobs
             .into_iter()
@@ -604,7 +604,7 @@ fn rank_row(
 }
 
 /// The Raft figures, from openraft's metrics and the log store.
-fn raft_row(state: &AppState) -> RaftRow {
+fn raft_row(state: &ApiContext) -> RaftRow {
     let inner = &state.inner;
     let m = inner.raft.metrics().borrow().clone();
     let last_log_index = m.last_log_index.unwrap_or(0);

@@ -287,7 +287,7 @@ fn every_supported_format_loads_with_what_it_holds() {
         assert_eq!(a.last_applied.map(|l| l.index), Some(42), "v{version}");
         assert_eq!(loaded.meta.snapshot_id, "fixture");
         assert_eq!(a.membership.voter_ids().count(), 3, "v{version}");
-        let view = a.state.cluster_view();
+        let view = a.cluster.cluster_view();
         assert_eq!((view.agents.len(), view.gpus), (1, 2), "v{version}");
         assert_eq!((view.live_jobs, view.live_ranks), (1, 2), "v{version}");
         assert_eq!(view.ingest.windows_applied, 6, "v{version}");
@@ -325,14 +325,14 @@ fn every_supported_format_loads_with_what_it_holds() {
         assert_eq!(a.notify.len(), usize::from(steps_kept), "v{version}");
 
         let placement_kept = version >= 5;
-        let job = a.state.job_detail("job-1").expect("job-1");
+        let job = a.cluster.job_detail("job-1").expect("job-1");
         let placements: Vec<_> = job.ranks.iter().map(|r| r.view.placement.clone()).collect();
         let rank_1 = placement_kept.then(placement);
         assert_eq!(placements, [None, rank_1], "v{version}");
 
         let host_kept = version >= 5;
         assert_eq!(
-            a.state.host("node-a").copied(),
+            a.cluster.host("node-a").copied(),
             host_kept.then(|| host(1_003_000)),
             "v{version}"
         );
@@ -369,8 +369,8 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
         let served = decode_applied(&loaded.data).expect("current format");
         assert_eq!(served.last_applied, loaded.applied.last_applied);
         assert_eq!(
-            served.state.cluster_view().gpus,
-            loaded.applied.state.cluster_view().gpus
+            served.cluster.cluster_view().gpus,
+            loaded.applied.cluster.cluster_view().gpus
         );
     }
 }
@@ -489,7 +489,7 @@ fn a_format_4_file_sealed_by_its_build_loads_and_a_damaged_one_does_not() {
         .unwrap()
         .unwrap();
     assert_eq!(loaded.version, 4);
-    assert_eq!(loaded.applied.state.cluster_view().live_ranks, 2);
+    assert_eq!(loaded.applied.cluster.cluster_view().live_ranks, 2);
 
     let mut damaged = data;
     let last = damaged.len() - 1;

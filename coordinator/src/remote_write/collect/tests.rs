@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use gpumon_core::cluster::{ClusterState, Limits};
+use gpumon_core::cluster::{Cluster, Limits};
 use gpumon_proto::{BytesStat, GaugeStat, GpuInfo, GpuWindow, ProcWindow, PushBatch, RankInfo};
 
 use super::*;
@@ -62,7 +62,7 @@ fn window(uuid: &str, end_ms: u64) -> GpuWindow {
     }
 }
 
-fn push(state: &mut ClusterState, seq: u64, ends: &[u64]) {
+fn push(state: &mut Cluster, seq: u64, ends: &[u64]) {
     let windows = ends
         .iter()
         .flat_map(|&t| [window("g0", t), window("g1", t)])
@@ -120,7 +120,7 @@ fn samples_of(f: &Found, metric: &str, uuid: &str) -> Vec<(i64, f64)> {
 
 #[test]
 fn every_window_once_with_its_own_time_and_the_gpus_labels() {
-    let mut state = ClusterState::new(Limits::default());
+    let mut state = Cluster::new(Limits::default());
     let mut cursors = Cursors::at(&state);
     push(&mut state, 1, &[101_000, 102_000]);
     let taken = cursors.take(&state, &extra(), usize::MAX);
@@ -175,7 +175,7 @@ fn every_window_once_with_its_own_time_and_the_gpus_labels() {
 
 #[test]
 fn a_new_leader_starts_from_its_view_as_it_is() {
-    let mut state = ClusterState::new(Limits::default());
+    let mut state = Cluster::new(Limits::default());
     push(&mut state, 1, &[101_000, 102_000]);
     let mut cursors = Cursors::at(&state);
     assert!(cursors.take(&state, &extra(), usize::MAX).series.is_empty());
@@ -186,7 +186,7 @@ fn a_new_leader_starts_from_its_view_as_it_is() {
 
 #[test]
 fn past_the_budget_whole_gpus_are_skipped_counted_and_not_taken_again() {
-    let mut state = ClusterState::new(Limits::default());
+    let mut state = Cluster::new(Limits::default());
     let mut cursors = Cursors::default();
     push(&mut state, 1, &[101_000, 102_000]);
     // g0 has 6 samples (2 used, 2 peak, total, utilization), g1 5.
@@ -198,7 +198,7 @@ fn past_the_budget_whole_gpus_are_skipped_counted_and_not_taken_again() {
 
 #[test]
 fn a_take_in_parts_reads_each_gpu_once_and_a_gpu_it_passed_comes_next_time() {
-    let mut state = ClusterState::new(Limits::default());
+    let mut state = Cluster::new(Limits::default());
     let mut cursors = Cursors::default();
     push(&mut state, 1, &[101_000]);
     let mut take = cursors.begin(&extra(), usize::MAX);
