@@ -11,7 +11,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::args::AdminArgs;
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
 
 /// Leader hints followed before giving up.
 const MAX_HOPS: usize = 3;

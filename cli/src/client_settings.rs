@@ -10,7 +10,7 @@ use gpumon_net::ClientTls;
 use gpumon_runtime::config::FileConfig;
 
 use crate::args::ClientTlsArgs;
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
 
 /// The coordinator asked when nothing names one.
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7070";

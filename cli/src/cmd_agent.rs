@@ -9,25 +9,18 @@ use gpumon_runtime::config::FileConfig;
 use gpumon_runtime::secrets::read_secret;
 
 use crate::args::AgentArgs;
-use crate::failure::{usage, Failure};
-use crate::shutdown;
-
-/// This machine's host name, or `localhost` where it cannot be read.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::shutdown;
 
 fn resolve(args: AgentArgs, config_file: Option<&Path>) -> Result<AgentConfig, Failure> {
     let file = match config_file {
         Some(path) => FileConfig::load(path).map_err(usage)?.agent,
         None => Default::default(),
     };
-    let node = args.node_name.or(file.node_name).unwrap_or_else(hostname);
+    let node = args
+        .node_name
+        .or(file.node_name)
+        .unwrap_or_else(gpumon_runtime::host::hostname);
     let mut config = AgentConfig::new(&node);
     if let Some(id) = args.agent_id.or(file.agent_id) {
         config.agent_id = id;

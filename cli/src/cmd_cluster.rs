@@ -15,7 +15,7 @@ use reqwest::Method;
 
 use crate::admin_client::Admin;
 use crate::args::{ClusterArgs, ClusterCommand};
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
 /// Time allowed for one membership change (a new replica must catch up first).
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(150);
 

@@ -17,7 +17,7 @@ use reqwest::Method;
 use crate::admin_client::Admin;
 use crate::api_client::encode_segment;
 use crate::args::{ConfigArgs, ConfigCommand};
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
 
 /// Time allowed for one request (a change waits for its commit).
 const TIMEOUT: Duration = Duration::from_secs(10);

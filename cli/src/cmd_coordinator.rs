@@ -12,8 +12,8 @@ use gpumon_runtime::secrets::{read_agent_tokens, read_secret, Secret};
 use gpumon_net::ServerTls;
 
 use crate::args::{identity, CoordinatorArgs, NotifyArgs};
-use crate::failure::{usage, Failure};
-use crate::shutdown;
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::shutdown;
 
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "gpumon-data";

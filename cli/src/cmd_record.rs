@@ -31,8 +31,8 @@ use tokio::time::Instant;
 
 use crate::args::RecordArgs;
 use crate::client_settings;
-use crate::failure::{usage, Failure};
-use crate::shutdown;
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::shutdown;
 
 /// Seconds a record may be older than the first and still be kept (the
 /// trace reader accepts `t` down to -60).

@@ -15,7 +15,7 @@ use gpumon_runtime::config::{resolve_limits, FileConfig, LimitsFile};
 use gpumon_trace::replay;
 
 use crate::args::ReplayArgs;
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
 
 /// Records between checks of whether a progress line is due.
 const PROGRESS_CHECK_RECORDS: u64 = 65_536;

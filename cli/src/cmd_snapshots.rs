@@ -16,8 +16,8 @@ use gpumon_proto::api::{
 use crate::api_client::{encode_segment, ApiClient};
 use crate::args::{SnapshotsAction, SnapshotsArgs, SnapshotsFrom};
 use crate::client_settings;
-use crate::cmd_profile::report::ProfileReport;
-use crate::failure::{usage, Failure};
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::profile::report::ProfileReport;
 
 /// Snapshots by job, from wherever they were asked for.
 async fn load(

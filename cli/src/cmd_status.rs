@@ -12,8 +12,8 @@ use std::path::Path;
 use crate::api_client::ApiClient;
 use crate::args::StatusArgs;
 use crate::client_settings;
-use crate::failure::{usage, Failure};
-use crate::text::truncate;
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::text::truncate;
 
 pub async fn run(args: StatusArgs, config_file: Option<&Path>) -> Result<(), Failure> {
     let settings = client_settings::resolve(args.coordinator.clone(), &args.tls, config_file)?;

@@ -20,8 +20,8 @@ use gpumon_proto::api::{Alert, JobSummary, RankSummary, Risk, Severity};
 use crate::api_client::{ApiClient, ClusterSnapshot};
 use crate::args::TopArgs;
 use crate::client_settings;
-use crate::failure::{usage, Failure};
-use crate::text::truncate;
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::text::truncate;
 
 /// Cells of a memory bar.
 const BAR_CELLS: usize = 20;

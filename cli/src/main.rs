@@ -8,31 +8,24 @@ mod api_client;
 mod args;
 mod client_settings;
 mod cmd_agent;
-mod cmd_bench;
 mod cmd_cluster;
-mod cmd_compare;
 mod cmd_config;
 mod cmd_coordinator;
 mod cmd_demo;
-mod cmd_profile;
 mod cmd_record;
 mod cmd_replay;
-mod cmd_run;
 mod cmd_snapshots;
 mod cmd_status;
-mod cmd_sweep;
 mod cmd_top;
-mod failure;
 mod remote_write_config;
-mod shutdown;
-mod text;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use args::{Cli, Command};
-use failure::Failure;
+use gpumon_tools::failure::Failure;
+use gpumon_tools::{bench, compare, profile, run, sweep};
 
 /// mimalloc instead of the system's allocator: a replica allocates and frees
 /// a few small strings and vectors per window it decodes and applies, and
@@ -83,14 +76,14 @@ fn main() -> ExitCode {
             Command::Demo(d) => cmd_demo::run(d).await,
             Command::Replay(r) => cmd_replay::run(r, cli.config.as_deref()),
             Command::Record(r) => cmd_record::run(r, cli.config.as_deref()).await,
-            Command::Bench(b) => cmd_bench::run(b).await,
+            Command::Bench(b) => bench::run(b).await,
             Command::Cluster(c) => cmd_cluster::run(c).await,
             Command::Config(c) => cmd_config::run(c).await,
-            Command::Run(r) => cmd_run::run(r).await,
-            Command::Profile(p) => cmd_profile::run(p, cli.config.as_deref()).await,
+            Command::Run(r) => run::run(r).await,
+            Command::Profile(p) => profile::run(p, cli.config.as_deref()).await,
             Command::Snapshots(s) => cmd_snapshots::run(s, cli.config.as_deref()).await,
-            Command::Sweep(s) => cmd_sweep::run(s, cli.config.as_deref()).await,
-            Command::Compare(c) => cmd_compare::run(c),
+            Command::Sweep(s) => sweep::run(s, cli.config.as_deref()).await,
+            Command::Compare(c) => compare::run(c),
         }
     });
     match result {

@@ -9,6 +9,7 @@
 //! - [`config`]: the TOML file layer of agent and coordinator configuration;
 //! - [`secrets`]: secrets and tokens read from owner-only files;
 //! - [`logging`]: the one tracing set-up every binary uses;
+//! - [`host`]: this machine's host name, a node's default name;
 //! - [`exposition`]: `/metrics` content negotiation and the classic text format;
 //! - [`metric_family`]: label-less families both `/metrics` collectors write;
 //! - [`loopback`]: whether an address names this machine only.
@@ -17,6 +18,7 @@
 pub mod clock;
 pub mod config;
 pub mod exposition;
+pub mod host;
 pub mod logging;
 pub mod loopback;
 pub mod metric_family;

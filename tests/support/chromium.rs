@@ -2,7 +2,7 @@
 //! a build machine, and reading the DOM it serializes (`--dump-dom`): start
 //! tags with their attributes, and the text a reader sees. Shared by the
 //! dashboard test and the HTML report's browser tests
-//! (`cli/src/cmd_profile/html/browser.rs`, which includes this file by
+//! (`tools/src/profile/html/browser.rs`, which includes this file by
 //! path), so it needs nothing but std.
 
 use std::collections::BTreeMap;

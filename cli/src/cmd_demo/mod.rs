@@ -20,8 +20,8 @@ use tokio::sync::{broadcast, mpsc, watch, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::args::DemoArgs;
-use crate::failure::{usage, Failure};
-use crate::shutdown;
+use gpumon_tools::failure::{usage, Failure};
+use gpumon_tools::shutdown;
 use replicas::Replicas;
 
 const NODES: u32 = 2;

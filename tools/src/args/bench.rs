@@ -1,5 +1,5 @@
 //! `gpumon bench`'s arguments: what to load and how hard. The load
-//! generators themselves are `crate::cmd_bench`.
+//! generators themselves are `crate::bench`.
 
 use clap::{Args, Subcommand};
 

@@ -3,7 +3,7 @@
 
 use super::fixtures;
 use super::render;
-use crate::cmd_profile::report::ProfileReport;
+use crate::profile::report::ProfileReport;
 
 const DATA_OPEN: &str = "<script type=\"application/json\" id=\"report-data\">";
 

@@ -200,7 +200,7 @@ async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd_bench::synthetic::Shape;
+    use crate::bench::synthetic::Shape;
 
     #[test]
     fn queued_periods_go_out_in_one_push_with_the_next_seq() {

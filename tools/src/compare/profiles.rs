@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cmd_profile::report::{ProfileReport, RankReport};
-use crate::cmd_sweep::measures::{measures, median};
+use crate::profile::report::{ProfileReport, RankReport};
+use crate::sweep::measures::{measures, median};
 
 use super::verdict::{judge, Limits, Row, Unit, Verdict};
 use super::{AlertCount, Outcome, RankRow};

@@ -29,9 +29,9 @@
 //!   seconds are measured, counting what commits in them; then the agents
 //!   stop and in-flight pushes get at most [`DRAIN`] to finish.
 //!
-//! Files: [`synthetic`] makes what an agent sends, the agent's own push
-//! client ([`gpumon_agent::push`]) delivers one message, [`agent`] runs one
-//! agent, [`counters`] counts, [`latency`] is the histogram and [`report`]
+//! Files: `synthetic` makes what an agent sends, the agent's own push
+//! client ([`gpumon_agent::push`]) delivers one message, `agent` runs one
+//! agent, `counters` counts, `latency` is the histogram and `report`
 //! prints.
 //!
 //! The coordinator tracks at most `max_agents` agents (2048 by default) and

@@ -14,7 +14,7 @@ use chromium::{parse_tags, visible_text, Tag, HEADLESS};
 
 use super::fixtures::{self, HOSTILE, LENGTH, START};
 use super::render;
-use crate::cmd_profile::report::ProfileReport;
+use crate::profile::report::ProfileReport;
 
 /// The end-to-end tests' Chromium flags and DOM reader.
 #[path = "../../../../tests/support/chromium.rs"]

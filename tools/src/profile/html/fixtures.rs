@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use gpumon_core::engine::{Alert, AlertKind, OomForecast, Risk, Severity, Subject};
 
-use crate::cmd_profile::report::{
+use crate::profile::report::{
     ExitInfo, GpuReport, HostReport, JobReport, Levels, Mark, ProfileReport, Quantiles, RankReport,
     Recommendation, Summary, PROFILE_VERSION,
 };

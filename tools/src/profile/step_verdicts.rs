@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gpumon_core::step_verdict::judge;
 
-use crate::cmd_sweep::measures::median;
+use crate::sweep::measures::median;
 
 use super::report::{JobReport, RankReport};
 

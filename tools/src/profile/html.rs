@@ -2,7 +2,7 @@
 //! any browser with nothing beside it and no network.
 //!
 //! The page is the report's JSON in a `<script type="application/json">`
-//! element plus the stylesheet and script of `cli/assets/profile/`, which
+//! element plus the stylesheet and script of `tools/assets/profile/`, which
 //! draw the charts on `<canvas>` and build every table in the browser. The
 //! report's strings are the user's (command line, mark names, messages), so
 //! the JSON is escaped to hold no `<`, `>` or `&` (nothing in it can end the

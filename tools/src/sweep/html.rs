@@ -7,7 +7,7 @@
 //! element.
 
 use super::report::SweepReport;
-use crate::cmd_profile::html::escape_json_for_html;
+use crate::profile::html::escape_json_for_html;
 
 const PAGE: &str = include_str!("assets/page.html");
 const CSS: &str = include_str!("assets/page.css");
@@ -27,8 +27,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::cmd_sweep::grid::Param;
-    use crate::cmd_sweep::report::{Measures, PointResult, Status, SWEEP_VERSION};
+    use crate::sweep::grid::Param;
+    use crate::sweep::report::{Measures, PointResult, Status, SWEEP_VERSION};
 
     #[test]
     fn values_cannot_end_the_script_and_read_back_unchanged() {

@@ -5,7 +5,7 @@
 //! its `sitecustomize` on PYTHONPATH and sets `GPUMON_AGENT`, so every
 //! Python process torchrun starts calls `gpumon.init()` when torchrun's
 //! variables are present. Without `--agent` it uses the node's agent when
-//! one answers at [`local_agent::NODE_AGENT_SOCKET`] (an agent running as
+//! one answers at `local_agent::NODE_AGENT_SOCKET` (an agent running as
 //! root serves every user), else the user's own address. When no agent
 //! answers there it starts one (`gpumon agent --hook-listen ADDR`) for the
 //! command's lifetime, under an agent id of its own so it never merges

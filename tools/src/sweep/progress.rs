@@ -59,7 +59,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::cmd_sweep::report::Measures;
+    use crate::sweep::report::Measures;
 
     fn point(status: Status, exit_code: Option<i32>, measures: Measures) -> PointResult {
         PointResult {

@@ -2,9 +2,9 @@
 //! no cluster. Runs a training command (a plain `python train.py` or a
 //! `torchrun` line) with the hook injected, samples its GPUs (NVML, or the
 //! hook's memory source where there is none), host RAM and the command's
-//! process tree, runs the cluster's engine in-process ([`embedded`]: GPU
+//! process tree, runs the cluster's engine in-process (`embedded`: GPU
 //! and host RAM levels included), passes its alerts to the command's hooks
-//! as an agent does in a cluster ([`to_hooks`]), shows
+//! as an agent does in a cluster (`to_hooks`), shows
 //! a live line on a terminal, and when the command ends (also on Ctrl-C, or
 //! when it dies of an OOM) writes a JSON report ([`report`]) and the same
 //! report as one self-contained HTML page ([`html`]), and passes the
@@ -38,8 +38,8 @@ use gpumon_runtime::config::FileConfig;
 use tokio::sync::{mpsc, watch};
 
 use crate::args::ProfileArgs;
-use crate::cmd_run::{local_agent, python};
 use crate::failure::{usage, Failure};
+use crate::run::{local_agent, python};
 use build::{HostRun, RunFacts};
 use embedded::Embedded;
 use host::HostSampler;
@@ -182,7 +182,7 @@ pub async fn run(args: ProfileArgs, config_file: Option<&Path>) -> Result<(), Fa
     let package = python::materialize()
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("cannot write the hook package: {e}")))?;
     let (run_dir, addr) = hook_socket()?;
-    let node = crate::cmd_agent::hostname();
+    let node = gpumon_runtime::host::hostname();
     let sampler = Sampler::start(agent_config(&node, source, &addr, &args))
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
@@ -409,7 +409,7 @@ impl Watched {
                     interrupted = true;
                     let (now, next, after) = signals::first_step(stop);
                     if let (Some(name), true) = (now, pid > 0) {
-                        crate::cmd_run::signal(pid, name);
+                        crate::run::signal(pid, name);
                     }
                     next_stop = Some(next);
                     deadline = Some(tokio::time::Instant::now() + after);
@@ -419,7 +419,7 @@ impl Watched {
                     if name == "KILL" {
                         let _ = child.start_kill();
                     } else if pid > 0 {
-                        crate::cmd_run::signal(pid, name);
+                        crate::run::signal(pid, name);
                     }
                     next_stop = then.map(|t| t.0);
                     deadline = then.map(|t| tokio::time::Instant::now() + t.1);

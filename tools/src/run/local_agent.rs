@@ -42,7 +42,7 @@ pub async fn default_addr() -> String {
 /// merge with it) and stays the same across runs of one user.
 pub fn run_agent_id() -> String {
     let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
-    format!("{}-run-{uid}", crate::cmd_agent::hostname())
+    format!("{}-run-{uid}", gpumon_runtime::host::hostname())
 }
 
 /// True when something accepts connections at `addr`.
@@ -152,11 +152,11 @@ mod tests {
         let id = run_agent_id();
         assert_ne!(
             id,
-            crate::cmd_agent::hostname(),
+            gpumon_runtime::host::hostname(),
             "the node agent's default id"
         );
         assert!(
-            id.starts_with(&crate::cmd_agent::hostname()) && id.contains("-run-"),
+            id.starts_with(&gpumon_runtime::host::hostname()) && id.contains("-run-"),
             "{id}"
         );
     }

@@ -4,7 +4,7 @@
 //! gate on: 0 within the limits, 1 past them, 2 not comparable. The limits
 //! are on the step time and the peak memory, percent of A
 //! (`--max-step-time-regression-pct`, `--max-peak-memory-regression-pct`,
-//! 5 % each by default). [`profiles`] and [`sweeps`] compare; this module
+//! 5 % each by default). `profiles` and `sweeps` compare; this module
 //! reads, prints and writes the JSON.
 
 mod profiles;
@@ -18,9 +18,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::args::CompareArgs;
-use crate::cmd_sweep::measures::{read_json, report_from};
-use crate::cmd_sweep::report::{SweepReport, SWEEP_VERSION};
 use crate::failure::{usage, Failure};
+use crate::sweep::measures::{read_json, report_from};
+use crate::sweep::report::{SweepReport, SWEEP_VERSION};
 use verdict::{Limits, Row, Unit, Verdict, COMPARE_VERSION};
 
 /// One rank of a profile comparison.
@@ -108,7 +108,7 @@ struct CompareJson<'a> {
 
 /// A report as read: a profile, or a sweep.
 enum Report {
-    Profile(Box<crate::cmd_profile::report::ProfileReport>),
+    Profile(Box<crate::profile::report::ProfileReport>),
     Sweep(Box<SweepReport>),
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Past `--point-timeout`, or when the sweep gets Ctrl-C or SIGTERM, the
 //! profile process gets SIGINT (SIGTERM for SIGTERM): it stops the command
-//! gently and still writes its report (see `cmd_profile::signals`). If it
+//! gently and still writes its report (see `crate::profile::signals`). If it
 //! has not ended [`KILL_AFTER`] later, or on a second Ctrl-C, the whole
 //! group is killed. When the point ends, whatever it left running in its
 //! group is killed too, so that no stray process holds GPU memory into the
@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::measures::{Ended, Stopped};
 use super::plan::PointCommand;
-use crate::cmd_profile::signals::{self, Signals, Stop};
+use crate::profile::signals::{self, Signals, Stop};
 
 /// Time the profile process gets after SIGINT before its group is killed:
 /// its own wait for the command, then SIGINT, SIGTERM and SIGKILL a grace
@@ -140,7 +140,7 @@ pub async fn run(launch: &Launch, stops: &mut Signals) -> anyhow::Result<Ended> 
             status = child.wait() => break status?,
             _ = tokio::time::sleep_until(timeout), if stopped.is_none() => {
                 stopped = Some(Stopped::Timeout(launch.timeout_s));
-                crate::cmd_run::signal(pid, "INT");
+                crate::run::signal(pid, "INT");
                 kill_at = Some(tokio::time::Instant::now() + KILL_AFTER);
             }
             stop = stops.next() => {
@@ -153,7 +153,7 @@ pub async fn run(launch: &Launch, stops: &mut Signals) -> anyhow::Result<Ended> 
                         Stop::Interrupt => "INT",
                         Stop::Terminate => "TERM",
                     };
-                    crate::cmd_run::signal(pid, name);
+                    crate::run::signal(pid, name);
                     kill_at.get_or_insert(tokio::time::Instant::now() + KILL_AFTER);
                 }
             }

@@ -36,7 +36,7 @@ pub struct Signals {
 
 impl Signals {
     /// Starts listening.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             int: signal(SignalKind::interrupt()).ok(),
             term: signal(SignalKind::terminate()).ok(),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::cmd_profile::report::{ProfileReport, PROFILE_VERSION};
+use crate::profile::report::{ProfileReport, PROFILE_VERSION};
 
 use super::report::{Measures, Status};
 
@@ -182,7 +182,7 @@ mod tests {
     use gpumon_core::engine::Risk;
 
     use super::*;
-    use crate::cmd_profile::report::{ExitInfo, GpuReport, Quantiles, RankReport};
+    use crate::profile::report::{ExitInfo, GpuReport, Quantiles, RankReport};
 
     const GIB: u64 = 1 << 30;
 
@@ -246,7 +246,7 @@ mod tests {
     fn report(exit: ExitInfo) -> ProfileReport {
         ProfileReport {
             exit,
-            ..crate::cmd_profile::html::fixtures::empty()
+            ..crate::profile::html::fixtures::empty()
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cmd_sweep::report::{Measures, PointResult, Status, SweepReport};
+use crate::sweep::report::{Measures, PointResult, Status, SweepReport};
 
 use super::verdict::{judge, Limits, Row, Unit, Verdict};
 use super::{Outcome, PointRow};

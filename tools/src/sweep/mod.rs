@@ -1,11 +1,11 @@
 //! `gpumon sweep --param NAME=V1,V2,... [--param ...] -- CMD {NAME}...`:
-//! runs a training command once per point of a parameter grid ([`grid`],
-//! [`plan`]), each point through `gpumon profile` as a child of this binary
-//! ([`point`]), one after the other so that points never share a GPU. Per
+//! runs a training command once per point of a parameter grid (`grid`,
+//! `plan`), each point through `gpumon profile` as a child of this binary
+//! (`point`), one after the other so that points never share a GPU. Per
 //! point it keeps the parameters, how it ended (`ok`, `oom`, `timeout`,
-//! `failed`) and the numbers of its profile report ([`measures`]), and
-//! after each point rewrites the results as JSON ([`report`]), CSV
-//! ([`csv`]) and, when asked, an HTML heatmap ([`html`]).
+//! `failed`) and the numbers of its profile report (`measures`), and
+//! after each point rewrites the results as JSON (`report`), CSV
+//! (`csv`) and, when asked, an HTML heatmap (`html`).
 //!
 //! A point that runs out of memory is a result, not a failure: the sweep
 //! exits 0 when every point ran, 1 when one failed or timed out (or the
@@ -30,8 +30,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 
 use crate::args::SweepArgs;
-use crate::cmd_profile::signals::Signals;
 use crate::failure::{usage, Failure};
+use crate::profile::signals::Signals;
 use grid::Point;
 use measures::{Ended, Stopped};
 use outputs::Paths;

@@ -223,7 +223,7 @@ fn cache_gap(r: &RankReport, total: u64, out: &mut Vec<Recommendation>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd_profile::html::fixtures;
+    use crate::profile::html::fixtures;
 
     const GIB: u64 = 1 << 30;
 
