@@ -26,6 +26,7 @@ pub mod credentials;
 mod expiry_task;
 mod node;
 pub mod notify;
+mod outbound;
 pub mod peer_link;
 pub mod peers;
 pub mod raft;

@@ -1,7 +1,7 @@
 //! The notifier's runtime configuration: receivers (kind and URL), repeat
 //! interval, minimum severity, and the sending tunables, validated at start.
 //! Receiver URLs are `http://` or `https://` (verified against the roots
-//! compiled into `super::http`); credentials in them are sent as Basic auth.
+//! compiled into `crate::outbound`); credentials in them are sent as Basic auth.
 
 use std::fmt;
 use std::time::Duration;
@@ -106,7 +106,7 @@ impl Receiver {
         }
         // What the sender will do with it, so a URL it cannot use is refused
         // now rather than failing every send.
-        super::http::target(&self.endpoint())
+        crate::outbound::target(&self.endpoint())
             .map(drop)
             .map_err(|e| format!("{} {}: {e}", self.flag(), self.redacted()))
     }

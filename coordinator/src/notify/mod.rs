@@ -17,13 +17,12 @@
 //! recorded is in its book). The apply path and ingest never wait on any of it.
 //!
 //! Files: [`config`] (receivers, validation), `worker` (sending, retries,
-//! recording), `http` (the HTTP/1.1 client, http and https, with its own
-//! rustls), [`payload`] (one file per receiver kind), [`counters`]
-//! (counters for `/metrics`).
+//! recording), [`payload`] (one file per receiver kind), [`counters`]
+//! (counters for `/metrics`). Requests go out through the coordinator's
+//! one outbound HTTP client (`crate::outbound`), which remote write uses too.
 
 pub mod config;
 pub mod counters;
-pub(crate) mod http;
 pub mod payload;
 mod worker;
 
@@ -76,7 +75,10 @@ impl Notifier {
             ca_file: config.ca_file.clone(),
             identity: None,
         };
-        let client = match http::NotifyClient::new(Duration::from_millis(config.timeout_ms), &tls) {
+        let client = match crate::outbound::OutboundClient::new(
+            Duration::from_millis(config.timeout_ms),
+            &tls,
+        ) {
             Ok(client) => client,
             Err(e) => {
                 tracing::error!(error = %e, "notifications are off: cannot set up their HTTP client");
@@ -86,7 +88,7 @@ impl Notifier {
                 };
             }
         };
-        let proxy_vars = http::ignored_proxy_vars();
+        let proxy_vars = crate::outbound::ignored_proxy_vars();
         if !proxy_vars.is_empty() {
             tracing::warn!(
                 set = ?proxy_vars,

@@ -1,5 +1,5 @@
 //! One worker per receiver: takes notifications from its bounded queue one
-//! at a time, POSTs each with a timeout (through [`super::http`]), retries with exponential backoff
+//! at a time, POSTs each with a timeout (through [`crate::outbound`]), retries with exponential backoff
 //! (doubling from `backoff_initial_ms` to `backoff_max_ms`, ±20 % jitter so
 //! that replicas and receivers do not retry in lockstep), and records a
 //! delivered one through Raft. A worker on a replica that is no longer the
@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::config::{NotifyConfig, Receiver};
 use super::counters::{Count, NotifyStats};
-use super::http::{NotifyClient, SendError};
 use super::payload::{alertmanager, slack, webhook, Message};
+use crate::outbound::{OutboundClient, SendError};
 use crate::raft::{Command, CommandV1};
 use crate::service::Proposer;
 
@@ -40,7 +40,7 @@ pub(super) type Holds = Arc<Mutex<HashMap<NotifyKey, Hold>>>;
 pub(super) struct Worker {
     pub receiver: Receiver,
     pub config: Arc<NotifyConfig>,
-    pub client: NotifyClient,
+    pub client: OutboundClient,
     pub proposer: Proposer,
     pub holds: Holds,
     pub stats: NotifyStats,

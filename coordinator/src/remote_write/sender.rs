@@ -24,7 +24,7 @@ use super::error_log::{quote, ErrorLog};
 use super::queue::Queue;
 use super::stats::{RemoteWriteStats, NO_ANSWER};
 use super::{encode, RemoteWriteConfig};
-use crate::notify::http::{Answer, NotifyClient};
+use crate::outbound::{Answer, OutboundClient};
 use crate::raft::state_machine::StateMachine;
 use crate::service::Proposer;
 
@@ -38,7 +38,7 @@ pub const GPUS_PER_STEP: usize = 1024;
 /// The loop's state.
 pub(super) struct Sender {
     config: RemoteWriteConfig,
-    client: NotifyClient,
+    client: OutboundClient,
     headers: HeaderMap,
     proposer: Proposer,
     state_machine: StateMachine,
@@ -62,7 +62,7 @@ impl Sender {
             identity: None,
         };
         let client =
-            NotifyClient::new(config.timeout, &tls).map_err(|e| format!("remote-write: {e}"))?;
+            OutboundClient::new(config.timeout, &tls).map_err(|e| format!("remote-write: {e}"))?;
         let headers = headers(&config)?;
         Ok(Self {
             queue: Queue::new(config.max_queued_samples),

@@ -1,6 +1,6 @@
-//! The notifier's HTTP client: POSTs JSON over HTTP/1.1 to webhook,
-//! Slack and Alertmanager receivers (and the remote-write sender its
-//! protobuf bodies), on plain TCP (`http://`) or TLS
+//! The coordinator's outbound HTTP client: the notifier POSTs JSON over
+//! HTTP/1.1 to webhook, Slack and Alertmanager receivers with it, and the
+//! remote-write sender its protobuf bodies, on plain TCP (`http://`) or TLS
 //! (`https://`), through the workspace's one HTTP client library
 //! (`gpumon_net`: reqwest on rustls with the `ring` provider).
 //!
@@ -60,11 +60,11 @@ pub enum SendError {
 /// A pooled HTTP/1.1 client, http and https, with a per-request deadline.
 /// Cheap to clone (clones share the pool).
 #[derive(Debug, Clone)]
-pub struct NotifyClient {
+pub struct OutboundClient {
     client: reqwest::Client,
 }
 
-impl NotifyClient {
+impl OutboundClient {
     /// A client that verifies receivers per `tls` and gives each request
     /// `timeout` from start to the end of its answer.
     pub fn new(timeout: Duration, tls: &ClientTls) -> Result<Self, TlsError> {

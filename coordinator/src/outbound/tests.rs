@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 
 use gpumon_net::ClientTls;
 
-use super::{NotifyClient, SendError};
+use super::{OutboundClient, SendError};
 
 /// A path like a Slack webhook's: the secret part of the URL.
 const SECRET_PATH: &str = "/services/T000/B000/s3cr3tTOKEN";
@@ -114,7 +114,7 @@ async fn record(
 async fn an_untrusted_certificate_fails_the_handshake_without_naming_the_path() {
     let (_, acceptor) = self_signed();
     let (addr, log) = serve(Some(acceptor), StatusCode::OK).await;
-    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let url = format!("https://{addr}{SECRET_PATH}");
     let err = client
         .post_json(&url, b"{}".to_vec())
@@ -140,7 +140,7 @@ async fn a_trusted_certificate_carries_the_post_over_tls() {
         ca_file: Some(ca_file),
         identity: None,
     };
-    let client = NotifyClient::new(TIMEOUT, &tls).unwrap();
+    let client = OutboundClient::new(TIMEOUT, &tls).unwrap();
     let url = format!("https://{addr}{SECRET_PATH}");
     let body = br#"{"text":"leak on rank 2"}"#.to_vec();
     for _ in 0..2 {
@@ -162,7 +162,7 @@ async fn a_trusted_certificate_carries_the_post_over_tls() {
 #[tokio::test]
 async fn plain_http_goes_through_the_same_client_and_any_status_is_an_answer() {
     let (addr, log) = serve(None, StatusCode::SERVICE_UNAVAILABLE).await;
-    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let status = client
         .post_json(&format!("http://{addr}/hook?x=1"), b"[]".to_vec())
         .await
@@ -177,7 +177,7 @@ async fn plain_http_goes_through_the_same_client_and_any_status_is_an_answer() {
 #[tokio::test]
 async fn credentials_in_the_url_become_basic_auth_and_leave_the_request() {
     let (addr, log) = serve(None, StatusCode::OK).await;
-    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     let url = format!(
         "http://Aladdin:open%20sesame@127.0.0.1:{}/api/v2/alerts",
         addr.port()
@@ -205,7 +205,7 @@ async fn a_silent_server_times_out() {
             open.push(tcp);
         }
     });
-    let client = NotifyClient::new(Duration::from_millis(300), &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(Duration::from_millis(300), &ClientTls::default()).unwrap();
     let err = client
         .post_json(&format!("http://{addr}/hook"), b"{}".to_vec())
         .await
@@ -233,7 +233,7 @@ async fn an_endless_answer_is_read_only_up_to_the_bound() {
     // Far longer than reading 64 KiB takes: returning before the deadline
     // shows the client stopped reading rather than waiting for the end.
     let timeout = Duration::from_secs(60);
-    let client = NotifyClient::new(timeout, &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(timeout, &ClientTls::default()).unwrap();
     let started = tokio::time::Instant::now();
     let status = client
         .post_json(&format!("http://{addr}/hook"), b"{}".to_vec())
@@ -255,7 +255,7 @@ async fn no_listener_is_a_connect_error_without_the_path() {
         .local_addr()
         .unwrap();
     // The listener is dropped: nothing listens on `addr` now.
-    let client = NotifyClient::new(TIMEOUT, &ClientTls::default()).unwrap();
+    let client = OutboundClient::new(TIMEOUT, &ClientTls::default()).unwrap();
     for scheme in ["http", "https"] {
         let err = client
             .post_json(&format!("{scheme}://{addr}{SECRET_PATH}"), b"{}".to_vec())
