@@ -56,15 +56,20 @@ pub async fn list(
         )));
     }
     let applied = state.inner.state_machine.read();
-    let matching: Vec<&ActionEntry> = applied
+    let wanted = q.state.map(gpumon_core::actions::ActionState::from);
+    let matching: Vec<_> = applied
         .actions
         .entries()
         .filter(|a| q.job.as_deref().is_none_or(|j| a.job == j))
-        .filter(|a| q.state.is_none_or(|s| a.state == s))
+        .filter(|a| wanted.is_none_or(|s| a.state == s))
         .collect();
     let truncated = matching.len().saturating_sub(limit);
     Ok(Json(ActionsBody {
-        actions: matching.into_iter().skip(truncated).cloned().collect(),
+        actions: matching
+            .into_iter()
+            .skip(truncated)
+            .map(ActionEntry::from)
+            .collect(),
         truncated,
     }))
 }

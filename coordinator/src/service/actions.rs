@@ -4,8 +4,8 @@
 //! Handing an action out is itself recorded through Raft (`delivered`)
 //! before the agent sees it, so a failover neither loses nor repeats it.
 
-use gpumon_core::actions::{ActionOrigin, ActionRequest};
-use gpumon_proto::api::{IssueOutcome, IssueRequest, IssueResponse, IssuedAction};
+use gpumon_core::actions::{ActionOrigin, ActionRequest, IssueOutcome};
+use gpumon_proto::api::{IssueRequest, IssueResponse, IssuedAction};
 use gpumon_proto::PendingAction;
 
 use super::{Service, ServiceError};
@@ -70,7 +70,11 @@ impl Service {
                     _ => None,
                 };
                 tracing::info!(job = %req.job, rank, ?outcome, "admin issued {}", req.kind.name());
-                IssuedAction { rank, id, outcome }
+                IssuedAction {
+                    rank,
+                    id,
+                    outcome: outcome.into(),
+                }
             })
             .collect();
         Ok(IssueResponse { actions })

@@ -6,12 +6,12 @@
 //! within `min_interval_s` of its previous action; an action not finished
 //! within `ttl_s` expires, and so does one whose rank has ended.
 //!
-//! The entries ([`ActionEntry`]) and their states are the API's types, from
-//! `gpumon_proto::api`: `GET /api/v1/actions` serves the book as it is.
+//! The entries ([`ActionEntry`]) and their states are the core's own
+//! (`entry.rs`); `GET /api/v1/actions` converts them to the API's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use gpumon_proto::api::{ActionEntry, ActionOrigin, ActionState, IssueOutcome};
+pub use super::entry::{ActionEntry, ActionOrigin, ActionState, IssueOutcome};
 use gpumon_proto::{ActionAck, ActionKind, ActionOutcome, PendingAction};
 use serde::{Deserialize, Serialize};
 

@@ -13,6 +13,7 @@
 
 mod book;
 mod dumps;
+mod entry;
 mod planner;
 
 pub use book::{

@@ -17,9 +17,12 @@
 //! - [`query`]: the `consistency` parameter every read takes;
 //! - [`error`]: the error body.
 //!
-//! Where a type is also the engine's or the replicated state's own data
-//! (an [`Alert`], an [`ActionEntry`]), it is defined here and used there, so
-//! the API cannot drift from what the coordinator holds.
+//! These are answers. The replicated state keeps its own types in
+//! `gpumon-core`, converted to these where they are read: an action's
+//! entry ([`ActionEntry`]) is the core's `actions::ActionEntry`, so a field
+//! added here does not change a Raft snapshot. Some answers (an [`Alert`],
+//! the engine's summaries) are still the state's own data, shared with the
+//! core: a field added to one of those changes the snapshot encoding too.
 
 pub mod actions;
 pub mod alerts;

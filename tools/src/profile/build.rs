@@ -85,7 +85,7 @@ pub fn build(engine: &Embedded, host: &HostRun, run: RunFacts) -> ProfileReport 
             marks_dropped: observed.marks_dropped,
         },
         snapshots: BTreeMap::new(),
-        actions: state.actions.entries().cloned().collect(),
+        actions: state.actions.entries().map(Into::into).collect(),
     };
     for job in report.jobs.keys() {
         if let Some(sets) = state.hook.snapshots().job(job) {
