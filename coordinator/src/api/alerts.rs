@@ -45,7 +45,7 @@ pub async fn alerts(
     }
     let applied = state.inner.state_machine.read();
     let engine = &applied.engine;
-    let matching: Vec<&Alert> = engine
+    let matching: Vec<_> = engine
         .alerts()
         .filter(|a| !q.active.unwrap_or(false) || a.is_active())
         .filter(|a| q.job.as_deref().is_none_or(|j| a.job.as_deref() == Some(j)))
@@ -53,7 +53,11 @@ pub async fn alerts(
     let truncated = matching.len().saturating_sub(limit);
     Ok(Json(AlertsBody {
         now: engine.now().is_finite().then(|| engine.now()),
-        alerts: matching.into_iter().skip(truncated).cloned().collect(),
+        alerts: matching
+            .into_iter()
+            .skip(truncated)
+            .map(Alert::from)
+            .collect(),
         truncated,
     }))
 }

@@ -1,11 +1,114 @@
 //! Alert episodes: one entry per time an alert fires, updated while it is
 //! active and closed when it resolves. Kept in firing order, bounded. The
-//! episode itself ([`Alert`]) is the API's type, from `gpumon_proto::api`.
+//! episode ([`Alert`]) is the core's own; its kind and severity are the
+//! vocabulary the wire, the API and the settings share (`gpumon_proto::api`).
 
 use std::collections::{BTreeMap, VecDeque};
 
-pub use gpumon_proto::api::{Alert, AlertKind, Severity};
+use gpumon_proto::api;
+pub use gpumon_proto::api::{AlertKind, Severity};
 use serde::{Deserialize, Serialize};
+
+/// One alert episode, as the engine's alert book keeps it (and Raft
+/// snapshots encode it). Fields that do not apply to its kind are `None`.
+/// The API's `gpumon_proto::api::Alert` is converted from it where it is
+/// read; reports (`gpumon replay`, `gpumon profile`) write it as it is,
+/// field for field the same JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Sequence number, unique per engine.
+    pub id: u64,
+    /// What it is about.
+    pub kind: AlertKind,
+    /// The job, when the subject is a rank.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// The rank, when the subject is a rank.
+    #[serde(default)]
+    pub rank: Option<u32>,
+    /// The node of the GPU involved, when known.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The GPU index involved, when known.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// Trace time it first fired, seconds.
+    pub t: f64,
+    /// Current severity.
+    pub severity: Severity,
+    /// Trace time of the latest update, seconds.
+    pub updated_t: f64,
+    /// Trace time it resolved, seconds; absent while active.
+    #[serde(default)]
+    pub resolved_t: Option<f64>,
+    /// Predicted OOM time, seconds (OOM alerts).
+    #[serde(default)]
+    pub predicted_oom_t: Option<f64>,
+    /// Interval of the predicted OOM time, seconds (OOM alerts).
+    #[serde(default)]
+    pub predicted_oom_interval: Option<[f64; 2]>,
+    /// 0 to 1 (OOM alerts).
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    /// Growth, bytes per second (OOM and leak alerts).
+    #[serde(default)]
+    pub rate_bytes_per_s: Option<f64>,
+    /// How many times slower than its peers (straggler alerts).
+    #[serde(default)]
+    pub slowdown: Option<f64>,
+    /// The slowest section (straggler alerts).
+    #[serde(default)]
+    pub section: Option<String>,
+    /// Bytes above the job's median (imbalance alerts).
+    #[serde(default)]
+    pub excess_bytes: Option<f64>,
+    /// Percent above the job's median (imbalance alerts).
+    #[serde(default)]
+    pub excess_pct: Option<f64>,
+    /// Bytes `empty_cache()` could release.
+    #[serde(default)]
+    pub reclaimable_bytes: Option<f64>,
+    /// What to do about it.
+    #[serde(default)]
+    pub recommendation: Option<String>,
+    /// One line for people.
+    pub message: String,
+}
+
+impl Alert {
+    /// True until resolved.
+    pub fn is_active(&self) -> bool {
+        self.resolved_t.is_none()
+    }
+}
+
+impl From<&Alert> for api::Alert {
+    fn from(a: &Alert) -> Self {
+        Self {
+            id: a.id,
+            kind: a.kind,
+            job: a.job.clone(),
+            rank: a.rank,
+            node: a.node.clone(),
+            gpu: a.gpu,
+            t: a.t,
+            severity: a.severity,
+            updated_t: a.updated_t,
+            resolved_t: a.resolved_t,
+            predicted_oom_t: a.predicted_oom_t,
+            predicted_oom_interval: a.predicted_oom_interval,
+            confidence: a.confidence,
+            rate_bytes_per_s: a.rate_bytes_per_s,
+            slowdown: a.slowdown,
+            section: a.section.clone(),
+            excess_bytes: a.excess_bytes,
+            excess_pct: a.excess_pct,
+            reclaimable_bytes: a.reclaimable_bytes,
+            recommendation: a.recommendation.clone(),
+            message: a.message.clone(),
+        }
+    }
+}
 
 /// Whom an alert is about: a rank, a GPU with no known rank, or a node's
 /// host. Variants are only added at the end: the alert book, snapshots
@@ -279,5 +382,38 @@ mod tests {
         assert_eq!(book.forgotten(), 2);
         assert!(!book.is_active(AlertKind::Imbalance, &rank(0)));
         assert!(book.is_active(AlertKind::Imbalance, &rank(4)));
+    }
+
+    #[test]
+    fn the_api_alert_says_what_the_book_holds() {
+        let alert = Alert {
+            id: 3,
+            kind: AlertKind::OomPredicted,
+            job: Some("job".into()),
+            rank: Some(2),
+            node: Some("node-a".into()),
+            gpu: Some(1),
+            t: 10.0,
+            severity: Severity::High,
+            updated_t: 12.0,
+            resolved_t: None,
+            predicted_oom_t: Some(100.0),
+            predicted_oom_interval: Some([90.0, 120.0]),
+            confidence: Some(0.8),
+            rate_bytes_per_s: Some(1e6),
+            slowdown: None,
+            section: None,
+            excess_bytes: None,
+            excess_pct: None,
+            reclaimable_bytes: Some(2e9),
+            recommendation: Some("release cached memory".into()),
+            message: "rank 2 of job runs out of memory in 88 s".into(),
+        };
+        let shown = api::Alert::from(&alert);
+        assert_eq!(
+            serde_json::to_value(&shown).unwrap(),
+            serde_json::to_value(&alert).unwrap()
+        );
+        assert_eq!(shown.is_active(), alert.is_active());
     }
 }

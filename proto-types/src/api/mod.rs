@@ -18,11 +18,14 @@
 //! - [`error`]: the error body.
 //!
 //! These are answers. The replicated state keeps its own types in
-//! `gpumon-core`, converted to these where they are read: an action's
-//! entry ([`ActionEntry`]) is the core's `actions::ActionEntry`, so a field
-//! added here does not change a Raft snapshot. Some answers (an [`Alert`],
-//! the engine's summaries) are still the state's own data, shared with the
-//! core: a field added to one of those changes the snapshot encoding too.
+//! `gpumon-core`, converted to these where they are read: an alert episode
+//! ([`Alert`]) and an action's entry ([`ActionEntry`]) are the core's
+//! `engine::Alert` and `actions::ActionEntry`, so a field added here does
+//! not change a Raft snapshot. Some types are still the state's own data,
+//! shared with the core (the engine's forecasts and markers, step times,
+//! history points, the vocabulary enums such as [`AlertKind`] and
+//! [`Severity`] that the wire and the settings use as well): a field added
+//! to one of those changes the snapshot encoding too.
 
 pub mod actions;
 pub mod alerts;

@@ -287,7 +287,7 @@ impl Job {
     }
 
     /// The hang alerts, resolved or not.
-    fn hangs(&self) -> Vec<gpumon_proto::api::Alert> {
+    fn hangs(&self) -> Vec<crate::engine::Alert> {
         use crate::engine::alerts::AlertKind;
         self.engine
             .alerts()
