@@ -17,10 +17,55 @@
 //! raised at warning; the risk level moves with [`super::latch::Latch`]
 //! hysteresis in the caller.
 
-pub use gpumon_proto::api::{OomForecast, Risk};
+use gpumon_proto::api;
+pub use gpumon_proto::api::Risk;
 use serde::{Deserialize, Serialize};
 
 use super::trend::Trend;
+
+/// A predicted OOM, as a GPU track keeps it (and snapshots encode it); the
+/// API's `gpumon_proto::api::OomForecast` is converted from it where read.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OomForecast {
+    /// When it was computed (newest window), seconds.
+    pub t: f64,
+    /// Predicted OOM time, seconds.
+    pub predicted_oom_t: f64,
+    /// Earliest OOM time within the slope's interval.
+    pub earliest_oom_t: f64,
+    /// Latest OOM time within the slope's interval.
+    pub latest_oom_t: f64,
+    /// 0 to 1: how sure the growth is real, and how tight its interval is
+    /// (see the engine's `forecast` module).
+    pub confidence: f64,
+    /// Growth of the peaks, bytes per second.
+    pub slope_bytes_per_s: f64,
+    /// The peak line now, bytes.
+    pub level_bytes: f64,
+    /// Headroom kept for spikes, bytes.
+    pub margin_bytes: f64,
+    /// Usable capacity, bytes.
+    pub usable_bytes: f64,
+    /// Risk level of this forecast alone (before hysteresis).
+    pub risk: Risk,
+}
+
+impl From<OomForecast> for api::OomForecast {
+    fn from(f: OomForecast) -> Self {
+        Self {
+            t: f.t,
+            predicted_oom_t: f.predicted_oom_t,
+            earliest_oom_t: f.earliest_oom_t,
+            latest_oom_t: f.latest_oom_t,
+            confidence: f.confidence,
+            slope_bytes_per_s: f.slope_bytes_per_s,
+            level_bytes: f.level_bytes,
+            margin_bytes: f.margin_bytes,
+            usable_bytes: f.usable_bytes,
+            risk: f.risk,
+        }
+    }
+}
 
 /// Tuning of the OOM forecast.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -178,6 +223,35 @@ mod tests {
         assert_eq!(
             forecast(&slow, 0.0, 80.0 * GIB, &p).unwrap().risk,
             Risk::Low
+        );
+    }
+
+    #[test]
+    fn the_api_forecast_and_marker_say_what_the_tracks_hold() {
+        let f = OomForecast {
+            t: 1.0,
+            predicted_oom_t: 2.0,
+            earliest_oom_t: 1.5,
+            latest_oom_t: 3.0,
+            confidence: 0.5,
+            slope_bytes_per_s: 4.0,
+            level_bytes: 5.0,
+            margin_bytes: 6.0,
+            usable_bytes: 7.0,
+            risk: Risk::High,
+        };
+        assert_eq!(
+            serde_json::to_value(api::OomForecast::from(f)).unwrap(),
+            serde_json::to_value(f).unwrap()
+        );
+        let m = crate::engine::tracks::Marker {
+            t: 1.0,
+            rank: 2,
+            name: "eval".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(api::Marker::from(&m)).unwrap(),
+            serde_json::to_value(&m).unwrap()
         );
     }
 }

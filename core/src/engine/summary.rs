@@ -31,7 +31,7 @@ impl Engine {
                     first_t: g.first_t,
                     last_t: g.last_t,
                     risk: g.risk,
-                    forecast: g.forecast,
+                    forecast: g.forecast.map(Into::into),
                 });
             }
         }
@@ -78,7 +78,7 @@ impl Engine {
                 outside_allocator_baseline_bytes: outside.and_then(|o| o.baseline()),
                 alloc_retries: r.alloc.as_ref().map(|a| a.retries),
                 risk: gpu.map_or(Risk::None, |g| g.risk),
-                forecast: gpu.and_then(|g| g.forecast),
+                forecast: gpu.and_then(|g| g.forecast).map(Into::into),
                 leak_bytes_per_s: r.leak_rate.filter(|_| r.leak.is_on()),
                 leak: r.leak.is_on(),
                 fragmentation: r.fragmentation.is_on(),
@@ -113,7 +113,7 @@ impl Engine {
             ended_t: j.ended_t,
             forecast,
             ranks,
-            markers: j.markers.iter().cloned().collect(),
+            markers: j.markers.iter().map(Into::into).collect(),
         })
     }
 }

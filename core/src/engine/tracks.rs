@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-pub use gpumon_proto::api::Marker;
+use gpumon_proto::api;
 use serde::{Deserialize, Serialize};
 
 use super::alerts::Subject;
@@ -15,6 +15,28 @@ use super::memory_level::LevelMessages;
 use super::regime::RegimeSeries;
 use super::straggler::StragglerTracker;
 use crate::shared::Shared;
+
+/// A user marker (`gpumon.mark`), as a job track keeps it; the API's
+/// `gpumon_proto::api::Marker` is converted from it where read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Marker {
+    /// Trace time, seconds.
+    pub t: f64,
+    /// The rank that set it.
+    pub rank: u32,
+    /// Its name.
+    pub name: String,
+}
+
+impl From<&Marker> for api::Marker {
+    fn from(m: &Marker) -> Self {
+        Self {
+            t: m.t,
+            rank: m.rank,
+            name: m.name.clone(),
+        }
+    }
+}
 
 /// Ranks linked to one GPU at most (MPS or several jobs sharing a device).
 pub const MAX_RANKS_PER_GPU: usize = 64;

@@ -21,9 +21,9 @@
 //! `gpumon-core`, converted to these where they are read: an alert episode
 //! ([`Alert`]) and an action's entry ([`ActionEntry`]) are the core's
 //! `engine::Alert` and `actions::ActionEntry`, so a field added here does
-//! not change a Raft snapshot. Some types are still the state's own data,
-//! shared with the core (the engine's forecasts and markers, step times,
-//! history points, the vocabulary enums such as [`AlertKind`] and
+//! not change a Raft snapshot; so are a GPU's OOM forecast ([`OomForecast`])
+//! and a job's markers ([`Marker`]). Some types are still the state's own
+//! data, shared with the core (step times, history points, ingest counters, the vocabulary enums such as [`AlertKind`] and
 //! [`Severity`] that the wire and the settings use as well): a field added
 //! to one of those changes the snapshot encoding too.
 

@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_core::engine::{Alert, OomForecast, Risk};
+use gpumon_core::engine::{Alert, Risk};
+use gpumon_proto::api::OomForecast;
 use gpumon_proto::api::{ActionEntry, NamedMemorySnapshot, StepVerdict};
 use serde::{Deserialize, Serialize};
 

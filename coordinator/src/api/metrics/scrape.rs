@@ -19,11 +19,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use gpumon_core::actions::ActionState;
 use gpumon_core::engine::summary::RankSummary;
-use gpumon_core::engine::{AlertKind, OomForecast, Risk, Severity};
+use gpumon_core::engine::{AlertKind, Risk, Severity};
 use gpumon_core::hook_records::RankSteps;
 use gpumon_core::settings::{Settings, KEYS};
 use gpumon_core::transition::Replicated;
 use gpumon_proto::api::ClusterView;
+use gpumon_proto::api::OomForecast;
 use gpumon_proto::PodPlacement;
 use openraft::ServerState;
 

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_core::engine::{Alert, AlertKind, OomForecast, Risk, Severity, Subject};
+use gpumon_core::engine::{Alert, AlertKind, Risk, Severity, Subject};
+use gpumon_proto::api::OomForecast;
 
 use crate::profile::report::{
     ExitInfo, GpuReport, HostReport, JobReport, Levels, Mark, ProfileReport, Quantiles, RankReport,
