@@ -15,7 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_proto::api::{RankSteps, StepBound, StepPart, StepVerdict};
+use gpumon_proto::api::{StepBound, StepPart, StepVerdict};
+
+use crate::hook_records::RankSteps;
 
 use crate::engine::robust_stats::median_in_place;
 

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
+use gpumon_core::hook_records::RankSteps;
 use gpumon_core::job_scale::{base64, downsample_max, matrix_edges, node_aggregates, worst_ranks};
 use gpumon_proto::api::job_scale::MAX_MATRIX_ROWS;
 use gpumon_proto::api::{
@@ -66,7 +67,7 @@ pub fn job_part(state: &ApiContext, job: &str, p: JobParams) -> Result<JobWithAn
             .cluster
             .job_detail_of(job, &chosen, p.range)
             .ok_or_else(|| no_job(job))?;
-        let steps: BTreeMap<u32, gpumon_proto::api::RankSteps> = applied
+        let steps: BTreeMap<u32, RankSteps> = applied
             .steps
             .job(job)
             .map(|s| {
@@ -80,7 +81,7 @@ pub fn job_part(state: &ApiContext, job: &str, p: JobParams) -> Result<JobWithAn
         let answer = JobWithAnalysis {
             detail,
             analysis: applied.engine.job(job),
-            steps,
+            steps: steps.iter().map(|(r, s)| (*r, s.into())).collect(),
             step_verdict,
             step_verdicts,
             ranks_total: None,

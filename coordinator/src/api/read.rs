@@ -101,7 +101,7 @@ pub async fn job(
     Ok(Json(JobWithAnalysis {
         detail,
         analysis: applied.engine.job(&job),
-        steps,
+        steps: steps.iter().map(|(r, s)| (*r, s.into())).collect(),
         step_verdict,
         step_verdicts,
         ranks_total: None,

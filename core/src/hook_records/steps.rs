@@ -19,11 +19,62 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
-pub use gpumon_proto::api::{RankSteps, SectionTime};
+use gpumon_proto::api;
 use gpumon_proto::hook::StepRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::derived_count::DerivedCount;
+
+/// One rank's latest step and smoothed times, as the step book keeps them
+/// (and snapshots encode them); the API's `gpumon_proto::api::RankSteps`
+/// is converted from it where read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankSteps {
+    /// Latest step number.
+    pub step: u64,
+    /// When it finished, seconds since the Unix epoch.
+    pub t: f64,
+    /// Its duration, ms.
+    pub duration_ms: f64,
+    /// Smoothed step duration, ms.
+    pub mean_duration_ms: f64,
+    /// Per section, by name.
+    pub sections: BTreeMap<String, SectionTime>,
+}
+
+/// One section's times, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SectionTime {
+    /// In the latest step that had it.
+    pub last_ms: f64,
+    /// Smoothed over recent steps.
+    pub mean_ms: f64,
+}
+
+impl From<SectionTime> for api::SectionTime {
+    fn from(s: SectionTime) -> Self {
+        Self {
+            last_ms: s.last_ms,
+            mean_ms: s.mean_ms,
+        }
+    }
+}
+
+impl From<&RankSteps> for api::RankSteps {
+    fn from(r: &RankSteps) -> Self {
+        Self {
+            step: r.step,
+            t: r.t,
+            duration_ms: r.duration_ms,
+            mean_duration_ms: r.mean_duration_ms,
+            sections: r
+                .sections
+                .iter()
+                .map(|(name, s)| (name.clone(), (*s).into()))
+                .collect(),
+        }
+    }
+}
 
 /// Weight of the newest step in the means.
 pub const MEAN_WEIGHT: f64 = 0.2;
@@ -268,5 +319,26 @@ mod tests {
         s.job = "new".into();
         times.observe(StepBounds::default(), &s);
         assert!(times.job("new").is_some_and(|ranks| ranks.len() == 1));
+    }
+
+    #[test]
+    fn the_api_steps_say_what_the_book_holds() {
+        let steps = RankSteps {
+            step: 40,
+            t: 1_700_000_000.5,
+            duration_ms: 250.0,
+            mean_duration_ms: 240.0,
+            sections: BTreeMap::from([(
+                "backward".to_owned(),
+                SectionTime {
+                    last_ms: 120.0,
+                    mean_ms: 118.0,
+                },
+            )]),
+        };
+        assert_eq!(
+            serde_json::to_value(api::RankSteps::from(&steps)).unwrap(),
+            serde_json::to_value(&steps).unwrap()
+        );
     }
 }

@@ -22,8 +22,9 @@
 //! ([`Alert`]) and an action's entry ([`ActionEntry`]) are the core's
 //! `engine::Alert` and `actions::ActionEntry`, so a field added here does
 //! not change a Raft snapshot; so are a GPU's OOM forecast ([`OomForecast`])
-//! and a job's markers ([`Marker`]). Some types are still the state's own
-//! data, shared with the core (step times, history points, ingest counters, the vocabulary enums such as [`AlertKind`] and
+//! and a job's markers ([`Marker`]), and a rank's step times
+//! ([`RankSteps`]). Some types are still the state's own data, shared with
+//! the core (history points, ingest counters, the vocabulary enums such as [`AlertKind`] and
 //! [`Severity`] that the wire and the settings use as well): a field added
 //! to one of those changes the snapshot encoding too.
 
