@@ -20,9 +20,11 @@
 //! the default size spans 25 or 26 chunks: 1,050 or 1,092 slots for 1,024
 //! windows.
 //!
-//! The encoding is the API's [`HistoryPoint`] in bytes, as before, so
-//! snapshots keep their layout and a snapshot written before this change
-//! loads (its figures rounded as above).
+//! The encoding is a window in bytes ([`EncodedPoint`], field for field the
+//! layout snapshots had before the history was kept in KiB), so a snapshot
+//! written before this change loads (its figures rounded as above). It is
+//! the core's own type: a field added to the API's [`HistoryPoint`], which
+//! reads return, leaves snapshots alone.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -33,9 +35,45 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const KIB: u64 = 1024;
 
+/// One window as snapshots encode it: in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct EncodedPoint {
+    t_ms: u64,
+    min: u64,
+    max: u64,
+    last: u64,
+    mean: u64,
+}
+
+impl From<EncodedPoint> for StoredPoint {
+    fn from(p: EncodedPoint) -> Self {
+        HistoryPoint {
+            t_ms: p.t_ms,
+            min: p.min,
+            max: p.max,
+            last: p.last,
+            mean: p.mean,
+        }
+        .into()
+    }
+}
+
+impl From<StoredPoint> for EncodedPoint {
+    fn from(p: StoredPoint) -> Self {
+        let p = HistoryPoint::from(p);
+        Self {
+            t_ms: p.t_ms,
+            min: p.min,
+            max: p.max,
+            last: p.last,
+            mean: p.mean,
+        }
+    }
+}
+
 /// One window as the view stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "HistoryPoint", into = "HistoryPoint")]
+#[serde(from = "EncodedPoint", into = "EncodedPoint")]
 struct StoredPoint {
     t_ms: u64,
     min_kib: u32,
