@@ -1,6 +1,8 @@
 //! Applying agent messages to the view.
 
-use gpumon_proto::api::{HistoryPoint, ProcessView};
+use gpumon_proto::api::HistoryPoint;
+
+use super::ProcessView;
 use std::collections::BTreeMap;
 
 use gpumon_proto::{GpuInfo, GpuWindow, Hello, PodPlacement, ProcPlacement, PushBatch};

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use gpumon_proto::api::IngestCounters;
+use super::IngestCounters;
 use gpumon_proto::RankInfo;
 use serde::{Deserialize, Serialize};
 

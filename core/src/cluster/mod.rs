@@ -38,6 +38,7 @@ mod expiry;
 mod export;
 mod history;
 mod host;
+mod kept;
 mod legacy;
 mod placement;
 mod read;
@@ -47,7 +48,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 
-use gpumon_proto::api::{IngestCounters, ProcessView};
 use gpumon_proto::{GpuInfo, HostMemory, PodPlacement, RankInfo};
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,7 @@ pub use expiry::Expired;
 pub use export::GpuSeries;
 pub use history::History;
 pub use host::{check_host, InvalidHost};
+pub use kept::{IngestCounters, ProcessView};
 pub use legacy::ClusterV4;
 pub use placement::{
     check_placement, is_container_id, is_dns_label, is_dns_subdomain, is_pod_uid, InvalidPlacement,

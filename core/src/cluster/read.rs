@@ -63,7 +63,7 @@ impl Cluster {
             gpus: self.gpus.len(),
             live_jobs: live_jobs.len(),
             live_ranks: live.len(),
-            ingest: self.counters,
+            ingest: self.counters.into(),
             coordinator: None,
         }
     }
@@ -101,7 +101,7 @@ impl Cluster {
                 util_pct: g.util_pct,
                 sm_clock_mhz: g.sm_clock_mhz,
                 power_w: g.power_w,
-                processes: g.processes.clone(),
+                processes: g.processes.iter().map(Into::into).collect(),
             });
         }
         NodesView {

@@ -18,15 +18,13 @@
 //! - [`error`]: the error body.
 //!
 //! These are answers. The replicated state keeps its own types in
-//! `gpumon-core`, converted to these where they are read: an alert episode
-//! ([`Alert`]) and an action's entry ([`ActionEntry`]) are the core's
-//! `engine::Alert` and `actions::ActionEntry`, so a field added here does
-//! not change a Raft snapshot; so are a GPU's OOM forecast ([`OomForecast`])
-//! and a job's markers ([`Marker`]), and a rank's step times
-//! ([`RankSteps`]). Some types are still the state's own data, shared with
-//! the core (history points, ingest counters, the vocabulary enums such as [`AlertKind`] and
-//! [`Severity`] that the wire and the settings use as well): a field added
-//! to one of those changes the snapshot encoding too.
+//! `gpumon-core` (alert episodes, actions, forecasts, markers, step times,
+//! history points, ingest counters, processes), converted to these where
+//! they are read, so a field added here never changes a Raft snapshot. What
+//! the state shares with this module is vocabulary that the wire protocol
+//! and the settings use as well ([`AlertKind`], [`Severity`], [`Risk`]),
+//! and the core's read functions (summaries, job slices, step verdicts,
+//! snapshot comparisons) build these answers directly.
 
 pub mod actions;
 pub mod alerts;
