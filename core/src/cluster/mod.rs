@@ -216,10 +216,4 @@ impl ClusterState {
 }
 
 #[cfg(test)]
-mod bounds_tests;
-#[cfg(test)]
-mod expiry_tests;
-#[cfg(test)]
-mod placement_tests;
-#[cfg(test)]
 mod tests;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use gpumon_testkit::chromium::{parse_tags, visible_text, Tag, HEADLESS};
 
-use super::fixtures::{self, HOSTILE, LENGTH, START};
-use super::render;
+use super::super::fixtures::{self, HOSTILE, LENGTH, START};
+use super::super::render;
 use crate::cmd_profile::report::ProfileReport;
 
 const CHROMIUM: &str = "chromium";
