@@ -22,8 +22,7 @@
 //! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
 //! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
-#[path = "../../tests/fuzz/kit.rs"]
-mod kit;
+use gpumon_testkit::fuzz as kit;
 mod support;
 
 use gpumon_agent::hook_endpoint::{MAX_LINE_BYTES, MAX_REASONS, MAX_RECORDS_PER_REPORT};

@@ -5,7 +5,7 @@
 //! 10,000 samples, protobuf, snappy; off the lock). At 16,384 GPUs the take
 //! is measured whole, in one hold of the lock.
 //!
-//! The view is the synthetic fleet of `core/benches/support/fleet.rs`
+//! The view is the synthetic fleet of `gpumon_testkit::fleet`
 //! with [`WINDOWS`] windows per GPU, all new: one 15 s interval at 2 s
 //! windows. Each GPU gives 8 used and 8 peak samples and its capacity
 //! (the fleet reports no utilization): 17 samples.
@@ -20,8 +20,7 @@ use gpumon_coordinator::remote_write::collect::Cursors;
 use gpumon_coordinator::remote_write::config::DEFAULT_MAX_SAMPLES_PER_REQUEST;
 use gpumon_coordinator::remote_write::encode::bodies;
 
-#[path = "../../core/benches/support/fleet.rs"]
-mod fleet;
+use gpumon_testkit::fleet;
 
 /// New windows per GPU in one interval.
 const WINDOWS: u64 = 8;

@@ -19,8 +19,6 @@
 //! URL: a Slack webhook URL is a secret.
 
 mod basic_auth;
-#[cfg(test)]
-mod tests;
 
 use std::error::Error as StdError;
 use std::io;
@@ -214,3 +212,6 @@ fn chain<'a>(e: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

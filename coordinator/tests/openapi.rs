@@ -7,8 +7,6 @@
 //! - every documented JSON read refuses an unknown query parameter with a 400
 //!   that names it, and job names that no job could have get a 400.
 
-#[path = "openapi/schema.rs"]
-mod schema;
 mod support;
 
 use gpumon_proto::api::{
@@ -16,10 +14,10 @@ use gpumon_proto::api::{
     JobWithAnalysis, JobsView, MemorySnapshotsAnswer, NodesView, RaftStatus,
 };
 use gpumon_proto::{AgentMessage, AgentMessageV1, PodPlacement, ProcPlacement};
-use schema::check;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use support::openapi_schema::check;
 use support::{leak_batch, start};
 
 /// `path` with its parameters filled in.

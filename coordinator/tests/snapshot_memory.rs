@@ -10,8 +10,7 @@
 //! state. One test in its own process, so no other test allocates
 //! meanwhile.
 
-#[path = "../../core/benches/support/fleet.rs"]
-mod fleet;
+use gpumon_testkit::fleet;
 
 use gpumon_coordinator::raft::snapshot_file;
 use gpumon_coordinator::raft::state_machine::StateMachine;

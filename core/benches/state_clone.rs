@@ -12,8 +12,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
-#[path = "support/fleet.rs"]
-mod fleet;
+use gpumon_testkit::fleet;
 
 /// Windows applied per GPU before measuring.
 const WINDOWS: u64 = 32;

@@ -18,8 +18,7 @@ use std::time::Instant;
 
 use gpumon_core::cluster::DEFAULT_HISTORY_WINDOWS;
 
-#[path = "support/fleet.rs"]
-mod fleet;
+use gpumon_testkit::fleet;
 
 /// The allocator the `gpumon` binary runs on, so the figure is a replica's.
 #[global_allocator]

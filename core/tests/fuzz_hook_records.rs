@@ -17,8 +17,7 @@
 //! proptest's generator is seeded from `GPUMON_FUZZ_SEED` (fixed by
 //! default, no persistence file); see docs/testing.md.
 
-#[path = "../../tests/fuzz/kit.rs"]
-mod kit;
+use gpumon_testkit::fuzz as kit;
 
 use std::cell::RefCell;
 

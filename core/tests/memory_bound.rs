@@ -7,8 +7,7 @@
 //! `cargo bench -p gpumon-core --bench state_memory`). One test in its
 //! own process, so no other test allocates meanwhile.
 
-#[path = "../benches/support/fleet.rs"]
-mod fleet;
+use gpumon_testkit::fleet;
 
 use gpumon_core::cluster::DEFAULT_HISTORY_WINDOWS;
 

@@ -5,7 +5,7 @@
 //! read a clock or a file inside the transition would decide differently
 //! from its peers and from replay.
 //!
-//! Test code (`tests.rs`, `*_tests.rs`, `tests/` folders) may do as it likes.
+//! Test code (`tests.rs` files and `tests/` folders) may do as it likes.
 
 use std::path::{Path, PathBuf};
 
@@ -33,7 +33,7 @@ fn library_files(dir: &Path, out: &mut Vec<PathBuf>) {
             if name != "tests" {
                 library_files(&path, out);
             }
-        } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+        } else if name.ends_with(".rs") && name != "tests.rs" {
             out.push(path);
         }
     }

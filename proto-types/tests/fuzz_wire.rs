@@ -16,10 +16,7 @@
 //! Cases: the defaults below, times `GPUMON_FUZZ_SCALE`, or exactly
 //! `GPUMON_FUZZ_CASES`; seed `GPUMON_FUZZ_SEED`; see docs/testing.md.
 
-#[path = "../../tests/fuzz/kit.rs"]
-mod kit;
-#[path = "../../tests/fuzz/messages.rs"]
-mod messages;
+use gpumon_testkit::fuzz::{self as kit, messages};
 
 use std::time::{Duration, Instant};
 

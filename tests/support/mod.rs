@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
-pub mod chromium;
+pub use gpumon_testkit::chromium;
 pub mod cluster;
 pub mod devtools;
 pub mod fleet;

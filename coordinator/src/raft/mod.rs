@@ -16,8 +16,6 @@ pub mod copy_times;
 pub mod digest;
 pub mod election;
 pub mod log_store;
-#[cfg(test)]
-mod log_store_suite;
 mod log_writer;
 pub mod network;
 mod reachability;
@@ -44,3 +42,6 @@ openraft::declare_raft_types!(
 
 /// The Raft handle of a gpumon coordinator.
 pub type Raft = openraft::Raft<TypeConfig>;
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,7 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
+pub mod openapi_schema;
 pub mod prometheus;
 pub mod trio;
 

@@ -217,10 +217,4 @@ impl Cluster {
 }
 
 #[cfg(test)]
-mod bounds_tests;
-#[cfg(test)]
-mod expiry_tests;
-#[cfg(test)]
-mod placement_tests;
-#[cfg(test)]
 mod tests;

@@ -272,178 +272,177 @@ mod tests {
             assert!(p.check().is_err(), "{bad:?} accepted");
         }
     }
-}
 
-#[cfg(test)]
-mod engine_tests {
-    use super::super::{Alert, Engine, EngineConfig, GpuObs, RankObs};
-    use super::*;
+    mod engine {
+        use super::super::super::{Alert, Engine, EngineConfig, GpuObs, RankObs};
+        use super::super::*;
 
-    const TOTAL: u64 = 80 << 30;
+        const TOTAL: u64 = 80 << 30;
 
-    fn observe(e: &mut Engine, t: f64, pct: f64) {
-        let used = (pct / 100.0 * TOTAL as f64) as u64;
-        e.observe_gpu(&GpuObs {
-            t,
-            node: "node-0",
-            gpu: 3,
-            uuid: "GPU-3",
-            name: "H100",
-            total: TOTAL,
-            used_low: used / 2,
-            used_high: used,
-            used: used / 2,
-            util: None,
-            sm_clock_mhz: None,
-            power_w: None,
-            procs: &[],
-        });
-    }
-
-    fn level_alerts(e: &Engine) -> Vec<(Option<u32>, Severity, Option<f64>)> {
-        e.alerts()
-            .filter(|a| a.kind == AlertKind::MemoryLevel)
-            .map(|a| (a.rank, a.severity, a.resolved_t))
-            .collect()
-    }
-
-    /// A default engine with rank 5 of `job` placed on GPU 3 of node-0.
-    fn with_rank_5_on_gpu_3() -> Engine {
-        let mut e = Engine::new(EngineConfig::default());
-        e.observe_rank(&RankObs {
-            t: 0.0,
-            job: "job",
-            rank: 5,
-            local_rank: 3,
-            world_size: 8,
-            node: "node-0",
-            gpu: 3,
-            pid: 77,
-        });
-        e
-    }
-
-    #[test]
-    fn a_rank_at_a_level_is_warned_then_critical_and_clears_below_the_margin() {
-        let mut e = with_rank_5_on_gpu_3();
-        observe(&mut e, 1.0, 50.0);
-        assert!(level_alerts(&e).is_empty());
-        // The window's highest sample counts, not its newest.
-        observe(&mut e, 2.0, 85.0);
-        assert_eq!(level_alerts(&e), vec![(Some(5), Severity::Warning, None)]);
-        observe(&mut e, 3.0, 96.0);
-        assert_eq!(
-            level_alerts(&e),
-            vec![(Some(5), Severity::Critical, None)],
-            "one episode, raised to critical"
-        );
-        let a = e
-            .alerts()
-            .find(|a| a.kind == AlertKind::MemoryLevel)
-            .unwrap();
-        assert_eq!(
-            (a.t, a.node.as_deref(), a.gpu),
-            (2.0, Some("node-0"), Some(3))
-        );
-        assert!(
-            a.message.contains("96.0 %") && a.message.contains("critical"),
-            "{}",
-            a.message
-        );
-        observe(&mut e, 4.0, 79.0);
-        assert_eq!(
-            level_alerts(&e),
-            vec![(Some(5), Severity::Critical, None)],
-            "inside the margin: no flapping"
-        );
-        observe(&mut e, 5.0, 77.0);
-        assert_eq!(
-            level_alerts(&e),
-            vec![(Some(5), Severity::Critical, Some(5.0))]
-        );
-    }
-
-    #[test]
-    fn an_alert_held_at_its_level_reads_as_one_raised_anew_with_the_latest_figures() {
-        let level_alert = |e: &Engine| {
-            e.alerts()
-                .find(|a| a.kind == AlertKind::MemoryLevel)
-                .cloned()
-                .unwrap()
-        };
-        let mut held = with_rank_5_on_gpu_3();
-        observe(&mut held, 2.0, 96.0);
-        observe(&mut held, 3.0, 97.5);
-        let mut fresh = with_rank_5_on_gpu_3();
-        observe(&mut fresh, 3.0, 97.5);
-        let (held, fresh) = (level_alert(&held), level_alert(&fresh));
-        assert_eq!(held.t, 2.0, "the episode began at the first sample");
-        assert!(held.message.contains("97.5 %"), "{}", held.message);
-        assert_eq!(Alert { t: 3.0, ..held }, fresh);
-    }
-
-    /// Messages left as they stand while the figures repeat read as those
-    /// written anew: an engine restored from a snapshot (which keeps no
-    /// record of what the messages were written with) and one that ran on
-    /// show the same alerts, whatever the figures and ranks do.
-    #[test]
-    fn repeated_figures_leave_the_messages_a_restored_engine_would_write() {
-        let mut seed = 3u64;
-        let mut next = move |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
-        let mut ran = with_rank_5_on_gpu_3();
-        let mut restored = with_rank_5_on_gpu_3();
-        for i in 1..400 {
-            let t = i as f64;
-            // A rank comes and goes now and then.
-            if next(25) == 0 {
-                let rank = RankObs {
-                    t,
-                    job: "job",
-                    rank: 6,
-                    local_rank: 4,
-                    world_size: 8,
-                    node: "node-0",
-                    gpu: 3,
-                    pid: 78 + i,
-                };
-                ran.observe_rank(&rank);
-                restored.observe_rank(&rank);
-            }
-            let pct = [50.0, 78.0, 81.0, 81.0, 90.0, 96.0, 96.0, 97.0][next(8) as usize];
-            for _ in 0..1 + next(3) {
-                observe(&mut ran, t, pct);
-                observe(&mut restored, t, pct);
-            }
-            if next(10) == 0 {
-                let bytes = postcard::to_allocvec(&restored).unwrap();
-                restored = postcard::from_bytes(&bytes).unwrap();
-            }
-            let alerts = |e: &Engine| e.alerts().cloned().collect::<Vec<_>>();
-            assert_eq!(alerts(&ran), alerts(&restored), "t={t}");
+        fn observe(e: &mut Engine, t: f64, pct: f64) {
+            let used = (pct / 100.0 * TOTAL as f64) as u64;
+            e.observe_gpu(&GpuObs {
+                t,
+                node: "node-0",
+                gpu: 3,
+                uuid: "GPU-3",
+                name: "H100",
+                total: TOTAL,
+                used_low: used / 2,
+                used_high: used,
+                used: used / 2,
+                util: None,
+                sm_clock_mhz: None,
+                power_w: None,
+                procs: &[],
+            });
         }
-        assert!(ran.alerts().any(|a| a.kind == AlertKind::MemoryLevel));
-    }
 
-    #[test]
-    fn a_gpu_without_ranks_is_the_subject_and_levels_follow_the_configuration() {
-        let mut cfg = EngineConfig::default();
-        cfg.memory_levels.warning_pct = 50.0;
-        cfg.memory_levels.critical_pct = 60.0;
-        let mut e = Engine::new(cfg);
-        observe(&mut e, 1.0, 55.0);
-        let a = e
-            .alerts()
-            .next()
-            .expect("an alert at 55 % with a 50 % level");
-        assert_eq!(
-            (a.kind, a.job.as_deref(), a.gpu),
-            (AlertKind::MemoryLevel, None, Some(3))
-        );
-        assert_eq!(a.severity, Severity::Warning);
+        fn level_alerts(e: &Engine) -> Vec<(Option<u32>, Severity, Option<f64>)> {
+            e.alerts()
+                .filter(|a| a.kind == AlertKind::MemoryLevel)
+                .map(|a| (a.rank, a.severity, a.resolved_t))
+                .collect()
+        }
+
+        /// A default engine with rank 5 of `job` placed on GPU 3 of node-0.
+        fn with_rank_5_on_gpu_3() -> Engine {
+            let mut e = Engine::new(EngineConfig::default());
+            e.observe_rank(&RankObs {
+                t: 0.0,
+                job: "job",
+                rank: 5,
+                local_rank: 3,
+                world_size: 8,
+                node: "node-0",
+                gpu: 3,
+                pid: 77,
+            });
+            e
+        }
+
+        #[test]
+        fn a_rank_at_a_level_is_warned_then_critical_and_clears_below_the_margin() {
+            let mut e = with_rank_5_on_gpu_3();
+            observe(&mut e, 1.0, 50.0);
+            assert!(level_alerts(&e).is_empty());
+            // The window's highest sample counts, not its newest.
+            observe(&mut e, 2.0, 85.0);
+            assert_eq!(level_alerts(&e), vec![(Some(5), Severity::Warning, None)]);
+            observe(&mut e, 3.0, 96.0);
+            assert_eq!(
+                level_alerts(&e),
+                vec![(Some(5), Severity::Critical, None)],
+                "one episode, raised to critical"
+            );
+            let a = e
+                .alerts()
+                .find(|a| a.kind == AlertKind::MemoryLevel)
+                .unwrap();
+            assert_eq!(
+                (a.t, a.node.as_deref(), a.gpu),
+                (2.0, Some("node-0"), Some(3))
+            );
+            assert!(
+                a.message.contains("96.0 %") && a.message.contains("critical"),
+                "{}",
+                a.message
+            );
+            observe(&mut e, 4.0, 79.0);
+            assert_eq!(
+                level_alerts(&e),
+                vec![(Some(5), Severity::Critical, None)],
+                "inside the margin: no flapping"
+            );
+            observe(&mut e, 5.0, 77.0);
+            assert_eq!(
+                level_alerts(&e),
+                vec![(Some(5), Severity::Critical, Some(5.0))]
+            );
+        }
+
+        #[test]
+        fn an_alert_held_at_its_level_reads_as_one_raised_anew_with_the_latest_figures() {
+            let level_alert = |e: &Engine| {
+                e.alerts()
+                    .find(|a| a.kind == AlertKind::MemoryLevel)
+                    .cloned()
+                    .unwrap()
+            };
+            let mut held = with_rank_5_on_gpu_3();
+            observe(&mut held, 2.0, 96.0);
+            observe(&mut held, 3.0, 97.5);
+            let mut fresh = with_rank_5_on_gpu_3();
+            observe(&mut fresh, 3.0, 97.5);
+            let (held, fresh) = (level_alert(&held), level_alert(&fresh));
+            assert_eq!(held.t, 2.0, "the episode began at the first sample");
+            assert!(held.message.contains("97.5 %"), "{}", held.message);
+            assert_eq!(Alert { t: 3.0, ..held }, fresh);
+        }
+
+        /// Messages left as they stand while the figures repeat read as those
+        /// written anew: an engine restored from a snapshot (which keeps no
+        /// record of what the messages were written with) and one that ran on
+        /// show the same alerts, whatever the figures and ranks do.
+        #[test]
+        fn repeated_figures_leave_the_messages_a_restored_engine_would_write() {
+            let mut seed = 3u64;
+            let mut next = move |n: u64| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) % n
+            };
+            let mut ran = with_rank_5_on_gpu_3();
+            let mut restored = with_rank_5_on_gpu_3();
+            for i in 1..400 {
+                let t = i as f64;
+                // A rank comes and goes now and then.
+                if next(25) == 0 {
+                    let rank = RankObs {
+                        t,
+                        job: "job",
+                        rank: 6,
+                        local_rank: 4,
+                        world_size: 8,
+                        node: "node-0",
+                        gpu: 3,
+                        pid: 78 + i,
+                    };
+                    ran.observe_rank(&rank);
+                    restored.observe_rank(&rank);
+                }
+                let pct = [50.0, 78.0, 81.0, 81.0, 90.0, 96.0, 96.0, 97.0][next(8) as usize];
+                for _ in 0..1 + next(3) {
+                    observe(&mut ran, t, pct);
+                    observe(&mut restored, t, pct);
+                }
+                if next(10) == 0 {
+                    let bytes = postcard::to_allocvec(&restored).unwrap();
+                    restored = postcard::from_bytes(&bytes).unwrap();
+                }
+                let alerts = |e: &Engine| e.alerts().cloned().collect::<Vec<_>>();
+                assert_eq!(alerts(&ran), alerts(&restored), "t={t}");
+            }
+            assert!(ran.alerts().any(|a| a.kind == AlertKind::MemoryLevel));
+        }
+
+        #[test]
+        fn a_gpu_without_ranks_is_the_subject_and_levels_follow_the_configuration() {
+            let mut cfg = EngineConfig::default();
+            cfg.memory_levels.warning_pct = 50.0;
+            cfg.memory_levels.critical_pct = 60.0;
+            let mut e = Engine::new(cfg);
+            observe(&mut e, 1.0, 55.0);
+            let a = e
+                .alerts()
+                .next()
+                .expect("an alert at 55 % with a 50 % level");
+            assert_eq!(
+                (a.kind, a.job.as_deref(), a.gpu),
+                (AlertKind::MemoryLevel, None, Some(3))
+            );
+            assert_eq!(a.severity, Severity::Warning);
+        }
     }
 }

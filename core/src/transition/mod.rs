@@ -29,8 +29,4 @@ pub use state::{
 };
 
 #[cfg(test)]
-mod bounds_tests;
-#[cfg(test)]
-mod settings_tests;
-#[cfg(test)]
 mod tests;

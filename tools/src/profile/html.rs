@@ -94,8 +94,6 @@ fn nonce() -> String {
 }
 
 #[cfg(test)]
-mod browser;
-#[cfg(test)]
 pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;

@@ -19,9 +19,6 @@
 mod message;
 pub mod verdict;
 
-#[cfg(test)]
-mod tests;
-
 use std::collections::{BTreeMap, VecDeque};
 
 use gpumon_proto::{ActionKind, HookRecord, StallRecord};
@@ -338,3 +335,6 @@ fn median_s(ms: &VecDeque<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     Some(v[v.len() / 2] / 1000.0)
 }
+
+#[cfg(test)]
+mod tests;

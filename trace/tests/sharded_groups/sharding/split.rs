@@ -309,5 +309,4 @@ impl Parts {
 }
 
 #[cfg(test)]
-#[path = "split_tests.rs"]
 mod tests;

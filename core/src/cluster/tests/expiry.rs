@@ -1,8 +1,8 @@
 //! Expiry and admission: what went quiet is forgotten the same way on every
 //! replica, and what would not fit is refused naming the limit.
 
-use super::tests::{batch, two_ranks, window};
-use super::*;
+use super::super::*;
+use super::{batch, two_ranks, window};
 
 const T0: u64 = 1_700_000_000_000;
 const HOUR: u64 = 3_600_000;

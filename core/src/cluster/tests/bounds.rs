@@ -1,8 +1,8 @@
 //! Pushes that tried to poison the view: a forged seq, a window from the
 //! far future, and the agent restart that must still be recognized.
 
-use super::tests::{batch, two_ranks, window};
-use super::*;
+use super::super::*;
+use super::{batch, two_ranks, window};
 use crate::limits::{MAX_CLOCK_LEAP_MS, MAX_SEQ_GAP};
 
 const T0: u64 = 1_700_000_000_000;

@@ -10,16 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chromium::{parse_tags, visible_text, Tag, HEADLESS};
+use gpumon_testkit::chromium::{parse_tags, visible_text, Tag, HEADLESS};
 
-use super::fixtures::{self, HOSTILE, LENGTH, START};
-use super::render;
+use super::super::fixtures::{self, HOSTILE, LENGTH, START};
+use super::super::render;
 use crate::profile::report::ProfileReport;
-
-/// The end-to-end tests' Chromium flags and DOM reader.
-#[path = "../../../../tests/support/chromium.rs"]
-#[allow(dead_code)]
-mod chromium;
 
 const CHROMIUM: &str = "chromium";
 /// One Chromium run: start, load, script, and the dump or the picture.

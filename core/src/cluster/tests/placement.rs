@@ -4,8 +4,8 @@
 
 use gpumon_proto::{PodPlacement, ProcPlacement, PushBatch, RankInfo};
 
-use super::tests::{batch, window};
-use super::*;
+use super::super::*;
+use super::{batch, window};
 
 const T0: u64 = 1_700_000_000_000;
 const GIB: u64 = 1 << 30;

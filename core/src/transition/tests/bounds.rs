@@ -3,8 +3,8 @@
 
 use gpumon_proto::{ActionAck, ActionOutcome, HookRecord, PushBatch};
 
-use super::tests::{alloc, fresh, push, window};
-use super::*;
+use super::super::*;
+use super::{alloc, fresh, push, window};
 
 const GIB: u64 = 1 << 30;
 const T0: u64 = 1_700_000_000_000;

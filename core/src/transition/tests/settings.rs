@@ -2,8 +2,8 @@
 //! the next window, reaches the live stream as a trace record, and a replay
 //! of that record decides as the replicas did.
 
-use super::tests::{fresh, push, window};
-use super::*;
+use super::super::*;
+use super::{fresh, push, window};
 use crate::engine::AlertKind;
 use crate::records::{RecordRef, TraceRecord};
 use crate::settings::SettingsChange;

@@ -1,6 +1,8 @@
 //! The page as text: the embedded report is the report, user strings cannot
 //! leave it, and nothing is fetched from anywhere.
 
+mod browser;
+
 use super::fixtures;
 use super::render;
 use crate::profile::report::ProfileReport;

@@ -2,9 +2,7 @@
 //! decode the agent uplink (`gpumon-proto`) and the Raft log entries that
 //! carry it (`gpumon-coordinator`). Every optional field is set in some
 //! seed and every variant appears, so mutations start from every branch
-//! of the decoder. Included with `#[path = "../../tests/fuzz/messages.rs"]`.
-
-#![allow(dead_code)]
+//! of the decoder.
 
 use gpumon_proto::{
     ActionAck, ActionKind, ActionOutcome, AllocRecord, AllocStats, BytesStat, CollectiveArrival,

@@ -1,5 +1,8 @@
 //! The transition as a replica and a replay both rely on it.
 
+mod bounds;
+mod settings;
+
 use std::borrow::Cow;
 
 use gpumon_proto::{

@@ -1,10 +1,8 @@
 //! A synthetic fleet filled through `Replicated::apply` like a live
 //! cluster: agents of 8 GPUs, jobs of 1,024 ranks (one per GPU), windows of
-//! 2 s with a little movement in the memory used. Shared by the
-//! `state_clone` bench and the memory-bound test (`tests/memory_bound.rs`
-//! includes this file by path).
-
-#![allow(dead_code)]
+//! 2 s with a little movement in the memory used. Shared by the core's
+//! `state_clone` and `state_memory` benches and memory-bound test, and the
+//! coordinator's `remote_write` bench and `snapshot_memory` test.
 
 use gpumon_core::cluster::Limits;
 use gpumon_core::engine::EngineConfig;

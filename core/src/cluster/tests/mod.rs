@@ -1,3 +1,7 @@
+mod bounds;
+mod expiry;
+mod placement;
+
 use gpumon_proto::{BytesStat, GpuInfo, GpuWindow, Hello, ProcWindow, PushBatch, RankInfo};
 
 use super::*;

@@ -1,9 +1,9 @@
 //! Headless Chromium (Debian's `chromium`) in tests: the flags it needs on
 //! a build machine, and reading the DOM it serializes (`--dump-dom`): start
 //! tags with their attributes, and the text a reader sees. Shared by the
-//! dashboard test and the HTML report's browser tests
-//! (`tools/src/profile/html/browser.rs`, which includes this file by
-//! path), so it needs nothing but std.
+//! end-to-end tests of pages (`tests/support/`) and the HTML report's
+//! browser tests (`tools/src/profile/html/tests/browser.rs`, unit tests
+//! of `gpumon-tools`), so it needs nothing but std.
 
 use std::collections::BTreeMap;
 
@@ -139,27 +139,32 @@ pub fn unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-#[test]
-fn tags_are_parsed_with_their_attributes() {
-    let tags = parse_tags(
-        r#"<!DOCTYPE html><tr class="alert active" data-rank="2" data-alert-kind="leak" data-job="a &quot;b&quot; &amp; c" hidden><td>x &lt;y</td></tr><br/>"#,
-    );
-    let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["tr", "td", "br"]);
-    assert!(tags[0].has_class("active"));
-    assert_eq!(tags[0].attr("data-rank"), Some("2"));
-    assert_eq!(tags[0].attr("data-job"), Some("a \"b\" & c"));
-    assert_eq!(tags[0].attr("hidden"), Some(""));
-    // A script's text may name a tag; it is no element.
-    let tags = parse_tags("<script>// <canvas> is drawn</script><style>a<b{}</style><b>");
-    let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["script", "style", "b"]);
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[test]
-fn visible_text_is_the_text_without_code() {
-    assert_eq!(
-        visible_text("<p>a &lt;b&gt;<script>x <i>y</i></script> c<style>p{}</style></p>"),
-        "a <b> c"
-    );
+    #[test]
+    fn tags_are_parsed_with_their_attributes() {
+        let tags = parse_tags(
+            r#"<!DOCTYPE html><tr class="alert active" data-rank="2" data-alert-kind="leak" data-job="a &quot;b&quot; &amp; c" hidden><td>x &lt;y</td></tr><br/>"#,
+        );
+        let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["tr", "td", "br"]);
+        assert!(tags[0].has_class("active"));
+        assert_eq!(tags[0].attr("data-rank"), Some("2"));
+        assert_eq!(tags[0].attr("data-job"), Some("a \"b\" & c"));
+        assert_eq!(tags[0].attr("hidden"), Some(""));
+        // A script's text may name a tag; it is no element.
+        let tags = parse_tags("<script>// <canvas> is drawn</script><style>a<b{}</style><b>");
+        let names: Vec<&str> = tags.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["script", "style", "b"]);
+    }
+
+    #[test]
+    fn visible_text_is_the_text_without_code() {
+        assert_eq!(
+            visible_text("<p>a &lt;b&gt;<script>x <i>y</i></script> c<style>p{}</style></p>"),
+            "a <b> c"
+        );
+    }
 }

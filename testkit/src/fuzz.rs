@@ -1,8 +1,8 @@
 //! The shared kit of gpumon's fuzz targets: a seeded PRNG, a mutator of
 //! valid inputs and a bounded case loop. Stable Rust only (CI has no
 //! nightly, so no libFuzzer): every target is an ordinary `#[test]` that
-//! runs a fixed number of deterministic cases, included by each crate's
-//! fuzz test with `#[path = "../../tests/fuzz/kit.rs"] mod kit;`.
+//! runs a fixed number of deterministic cases. Each crate's fuzz test
+//! names it with `use gpumon_testkit::fuzz as kit;`.
 //!
 //! - `GPUMON_FUZZ_SCALE=K` runs K times each target's default cases (e.g.
 //!   20 for a longer run by hand); `GPUMON_FUZZ_CASES=N` runs exactly N;
@@ -11,10 +11,10 @@
 //!
 //! See docs/testing.md.
 
-#![allow(dead_code)]
-
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+
+pub mod messages;
 
 /// The seed of every target unless `GPUMON_FUZZ_SEED` says otherwise.
 pub const DEFAULT_SEED: u64 = 0x6770_756d_6f6e_f022;
