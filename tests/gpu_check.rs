@@ -70,6 +70,7 @@ fn a_dry_run_passes_every_phase_and_reports_each_figure() {
         "hook",
         "overhead",
         "leak",
+        "cap",
     ] {
         assert_eq!(phases[name]["ok"], true, "{name}: {}", phases[name]);
     }
@@ -136,6 +137,11 @@ fn a_dry_run_passes_every_phase_and_reports_each_figure() {
     assert!(f(&leak["lead_s"]["oom_predicted"]) > 0.0, "{leak}");
     assert!(f(&leak["lead_s"]["leak"]) > 0.0, "{leak}");
     assert!(leak["snapshot"]["segments"].as_u64().unwrap() > 0, "{leak}");
+
+    // The capped rank died at its cap, forecast against it, not the device.
+    let cap = &phases["cap"]["figures"];
+    assert_eq!(cap["memory_limit"]["kind"], "cap", "{cap}");
+    assert!(f(&cap["oom_predicted"]["lead_s"]) > 0.0, "{cap}");
 
     // The table names every check with its verdict.
     let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();

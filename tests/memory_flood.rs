@@ -198,6 +198,7 @@ fn flood_records(a: u32, round: u32, t_ms: u64) -> Vec<HookRecord> {
     for job in jobs {
         for rank in 0..FLOOD_RANKS {
             out.push(HookRecord::Alloc(AllocRecord {
+                limit: None,
                 t_ms,
                 job: job.clone(),
                 rank,

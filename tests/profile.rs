@@ -54,6 +54,18 @@ fn fake_train() -> PathBuf {
     repo().join("tests/python/fake_train.py")
 }
 
+/// When the script marked its out-of-memory error.
+fn oom_mark_t(report: &Value) -> f64 {
+    report["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "oom")
+        .expect("the script's oom mark")["t"]
+        .as_f64()
+        .unwrap()
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
@@ -238,14 +250,7 @@ async fn a_rank_that_leaks_into_an_oom_is_warned_of_and_its_exit_code_passed_on(
     assert_eq!(r["exit"]["oom"], true);
     let reason = r["exit"]["oom_reason"].as_str().unwrap();
     assert!(reason.contains("rank 0 of pjob"), "{reason}");
-    let oom_t = r["marks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "oom")
-        .expect("the script's oom mark")["t"]
-        .as_f64()
-        .unwrap();
+    let oom_t = oom_mark_t(&r);
     let alerts = r["alerts"].as_array().unwrap();
     let first = |kind: &str| {
         alerts
@@ -282,6 +287,77 @@ async fn a_rank_that_leaks_into_an_oom_is_warned_of_and_its_exit_code_passed_on(
         kinds.contains(&"batch_size") || kinds.contains(&"leak"),
         "{kinds:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capped_rank_is_forecast_against_its_cap_not_its_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 16 GiB device capped at a quarter (torch's
+    // set_per_process_memory_fraction on the fake allocator): 4 GiB for
+    // the allocator. 2 GiB of model leaking 64 MiB/s meets the cap after
+    // about 30 s, when the device is not a third full; against the
+    // device's 16 GiB the forecast would say three and a half minutes.
+    let env = [
+        ("FAKE_TOTAL_BYTES", (16 * GIB).to_string()),
+        ("FAKE_CAP_FRACTION", "0.25".to_string()),
+        ("FAKE_BASE_BYTES", (2 * GIB).to_string()),
+        ("FAKE_LEAK_BYTES_PER_S", (64 * MIB).to_string()),
+        ("FAKE_DURATION_S", "200".to_string()),
+    ];
+    let (code, stderr) = finish(
+        profile(dir.path(), &fake_train(), &env),
+        Duration::from_secs(150),
+    )
+    .await;
+    assert_eq!(code, Some(3), "out of memory at the cap: {stderr}");
+    let r = report(dir.path());
+    let oom_t = oom_mark_t(&r);
+    let alerts = r["alerts"].as_array().unwrap();
+    let oom = alerts
+        .iter()
+        .filter(|a| a["kind"] == "oom_predicted" && a["rank"] == 0)
+        .min_by(|a, b| {
+            a["t"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["t"].as_f64().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no OOM forecast: {alerts:?}"));
+    let (warned, predicted) = (
+        oom["t"].as_f64().unwrap(),
+        oom["predicted_oom_t"].as_f64().unwrap(),
+    );
+    assert!(
+        warned < oom_t,
+        "warned at {warned}, out of memory at {oom_t}"
+    );
+    assert!(
+        (predicted - oom_t).abs() < 20.0,
+        "forecast for {predicted}, out of memory at the cap at {oom_t}: the forecast reads the cap"
+    );
+    let message = oom["message"].as_str().unwrap();
+    assert!(
+        message.contains("4.0 GiB cap") && message.contains("set_per_process_memory_fraction"),
+        "{message}"
+    );
+    assert!(
+        oom["recommendation"]
+            .as_str()
+            .is_some_and(|t| t.contains("raise it")),
+        "{oom}"
+    );
+    let level = alerts
+        .iter()
+        .find(|a| a["kind"] == "memory_level" && a["rank"] == 0)
+        .unwrap_or_else(|| panic!("the cap filled past 80 %: {alerts:?}"));
+    assert!(
+        level["message"].as_str().unwrap().contains("cap"),
+        "{level}"
+    );
+    let rank = &r["ranks"][0];
+    assert_eq!(rank["memory_limit"]["kind"], "cap", "{rank}");
+    assert_eq!(rank["memory_limit"]["cap_source"], "memory_fraction");
+    assert_eq!(u(&rank["memory_limit"]["limit_bytes"]), 4 * GIB);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -87,6 +87,7 @@ fn batch(seq: u64, gone: &[u32], extra: Vec<HookRecord>, acks: Vec<ActionAck>) -
             });
             if here {
                 hook.push(HookRecord::Alloc(AllocRecord {
+                    limit: None,
                     t_ms: end_ms,
                     job: "job-x".into(),
                     rank: g,

@@ -455,6 +455,7 @@ fn batch(seq: u64) -> AgentMessage {
             let Some(rank) = &p.rank else { continue };
             let held = p.used_bytes.max;
             push.hook.push(HookRecord::Alloc(AllocRecord {
+                limit: None,
                 t_ms: w.end_ms,
                 job: rank.job.clone(),
                 rank: rank.rank,

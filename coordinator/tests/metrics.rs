@@ -117,6 +117,7 @@ fn batch(job: &str, seq: u64, live: bool) -> AgentMessage {
             });
             if live {
                 hook.push(HookRecord::Alloc(AllocRecord {
+                    limit: None,
                     t_ms: end_ms,
                     job: job.into(),
                     rank: g,

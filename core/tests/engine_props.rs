@@ -161,6 +161,9 @@ fn feed(e: &mut Engine, o: &Obs) {
             inactive_split: Some(reserved),
             alloc_retries: Some(retries),
             ooms: None,
+            device_total: None,
+            cap: None,
+            cap_source: None,
         }),
         Obs::Step {
             t,

@@ -149,6 +149,7 @@ fn record() -> impl Strategy<Value = HookRecord> {
     prop_oneof![
         (subject(), stats()).prop_map(|((t_ms, job, rank), stats)| {
             HookRecord::Alloc(AllocRecord {
+                limit: None,
                 t_ms,
                 job,
                 rank,

@@ -64,7 +64,7 @@ pub enum HookRecord {
 /// they were, and a step without a group is encoded as it always was.
 #[derive(Clone, Serialize, Deserialize)]
 enum HookRecordRepr {
-    Alloc(AllocRecord),
+    Alloc(AllocRecordV1),
     Step(StepRecordV1),
     Event(EventRecord),
     /// A step and its peer group (protocol version 3).
@@ -82,6 +82,45 @@ enum HookRecordRepr {
         Vec<GroupWait>,
         Vec<CollectiveArrival>,
     ),
+    /// Allocator statistics and what bounds the process's memory
+    /// (protocol version 7).
+    LimitedAlloc(AllocRecordV1, DeviceLimit),
+}
+
+/// [`AllocRecord`]'s fields before the device limit, in their order.
+#[derive(Clone, Serialize, Deserialize)]
+struct AllocRecordV1 {
+    t_ms: u64,
+    job: String,
+    rank: u32,
+    stats: AllocStats,
+}
+
+impl AllocRecordV1 {
+    fn with(self, limit: Option<DeviceLimit>) -> AllocRecord {
+        AllocRecord {
+            t_ms: self.t_ms,
+            job: self.job,
+            rank: self.rank,
+            stats: self.stats,
+            limit,
+        }
+    }
+}
+
+impl From<AllocRecord> for HookRecordRepr {
+    fn from(a: AllocRecord) -> Self {
+        let v1 = AllocRecordV1 {
+            t_ms: a.t_ms,
+            job: a.job,
+            rank: a.rank,
+            stats: a.stats,
+        };
+        match a.limit {
+            Some(limit) => Self::LimitedAlloc(v1, limit),
+            None => Self::Alloc(v1),
+        }
+    }
 }
 
 /// [`StepRecord`]'s fields before the peer group, in their order.
@@ -109,7 +148,8 @@ impl From<HookRecordRepr> for HookRecord {
             collectives,
         };
         match r {
-            HookRecordRepr::Alloc(a) => Self::Alloc(a),
+            HookRecordRepr::Alloc(a) => Self::Alloc(a.with(None)),
+            HookRecordRepr::LimitedAlloc(a, limit) => Self::Alloc(a.with(Some(limit))),
             HookRecordRepr::Step(s) => Self::Step(step(s, None, Vec::new(), Vec::new())),
             HookRecordRepr::Event(e) => Self::Event(e),
             HookRecordRepr::GroupedStep(s, g) => {
@@ -127,7 +167,7 @@ impl From<HookRecordRepr> for HookRecord {
 impl From<HookRecord> for HookRecordRepr {
     fn from(r: HookRecord) -> Self {
         match r {
-            HookRecord::Alloc(a) => Self::Alloc(a),
+            HookRecord::Alloc(a) => a.into(),
             HookRecord::Event(e) => Self::Event(e),
             HookRecord::Stall(s) => Self::Stall(s),
             HookRecord::Step(s) => {
@@ -175,6 +215,12 @@ impl HookRecord {
         matches!(self, Self::Step(s) if !s.collectives.is_empty())
     }
 
+    /// Whether encoding it takes protocol version 7 (allocator statistics
+    /// with the process's device limit).
+    pub fn needs_v7(&self) -> bool {
+        matches!(self, Self::Alloc(a) if a.limit.is_some())
+    }
+
     /// The job and rank the record is about.
     pub fn subject(&self) -> (&str, u32) {
         match self {
@@ -207,6 +253,72 @@ pub struct AllocRecord {
     pub rank: u32,
     /// The statistics.
     pub stats: AllocStats,
+    /// What bounds the process's memory besides its GPU's capacity, when
+    /// the hook reports it (protocol version 7).
+    pub limit: Option<DeviceLimit>,
+}
+
+/// What bounds one process's GPU memory, as its hook reads it: the device
+/// as the process sees it (a MIG slice is smaller than its GPU) and the
+/// caching allocator's cap, if one is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeviceLimit {
+    /// The device's memory as the process sees it (`mem_get_info`'s
+    /// total), bytes: a MIG slice's size on a MIG GPU.
+    pub device_total: Option<u64>,
+    /// The allocator's cap, when one is set below the device's memory.
+    pub cap: Option<MemoryCap>,
+}
+
+/// A cap on what the caching allocator may reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemoryCap {
+    /// Bytes the allocator may reserve; an allocation past them fails.
+    pub bytes: u64,
+    /// What set it.
+    pub source: CapSource,
+}
+
+/// What set a process's memory cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum CapSource {
+    /// `torch.cuda.set_per_process_memory_fraction`.
+    MemoryFraction,
+    /// `PYTORCH_CUDA_ALLOC_CONF`'s `per_process_memory_fraction`.
+    AllocConf,
+    /// The memory source's own allocator.
+    Allocator,
+}
+
+impl CapSource {
+    /// The name the hook and the trace use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MemoryFraction => "memory_fraction",
+            Self::AllocConf => "alloc_conf",
+            Self::Allocator => "allocator",
+        }
+    }
+
+    /// The source named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::MemoryFraction, Self::AllocConf, Self::Allocator]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+
+    /// How a person sets it, for messages.
+    pub fn setter(self) -> &'static str {
+        match self {
+            Self::MemoryFraction => "torch.cuda.set_per_process_memory_fraction",
+            Self::AllocConf => "PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction",
+            Self::Allocator => "its allocator",
+        }
+    }
 }
 
 /// One finished training step of one rank.

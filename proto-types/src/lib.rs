@@ -37,8 +37,9 @@ pub mod uplink;
 pub mod wire;
 
 pub use hook::{
-    ActionAck, ActionOutcome, AllocRecord, AllocStats, CollectiveArrival, CollectiveWait,
-    EventRecord, GroupWait, HookRecord, StallRecord, StepRecord, MAX_STEP_COLLECTIVES, P2P_WAITS,
+    ActionAck, ActionOutcome, AllocRecord, AllocStats, CapSource, CollectiveArrival,
+    CollectiveWait, DeviceLimit, EventRecord, GroupWait, HookRecord, MemoryCap, StallRecord,
+    StepRecord, MAX_STEP_COLLECTIVES, P2P_WAITS,
 };
 pub use placement::{PodPlacement, ProcPlacement};
 pub use sample::{
@@ -52,4 +53,4 @@ pub use uplink::{
 };
 
 /// The newest protocol version this build speaks on the agent uplink.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;

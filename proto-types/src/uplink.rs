@@ -52,6 +52,9 @@ pub enum AgentMessage {
     /// Protocol version 6: as version 5, and step records may list their
     /// collectives one by one ([`crate::CollectiveArrival`]).
     V6(AgentMessageV2),
+    /// Protocol version 7: as version 6, and allocator records may carry
+    /// their process's device limit ([`crate::DeviceLimit`]).
+    V7(AgentMessageV2),
 }
 
 impl AgentMessage {
@@ -59,9 +62,12 @@ impl AgentMessage {
     /// placements or host memory, version 2 with either, version 3 with a
     /// step record that names its peer group, version 4 with a stall record,
     /// version 5 with a step record that carries its collective waits,
-    /// version 6 with one that lists its collectives.
+    /// version 6 with one that lists its collectives, version 7 with an
+    /// allocator record that carries its device limit.
     pub fn push(pushed: PushBatchV2) -> Self {
-        if pushed.batch.hook.iter().any(HookRecord::needs_v6) {
+        if pushed.batch.hook.iter().any(HookRecord::needs_v7) {
+            Self::V7(AgentMessageV2::Push(pushed))
+        } else if pushed.batch.hook.iter().any(HookRecord::needs_v6) {
             Self::V6(AgentMessageV2::Push(pushed))
         } else if pushed.batch.hook.iter().any(HookRecord::needs_v5) {
             Self::V5(AgentMessageV2::Push(pushed))
@@ -76,7 +82,7 @@ impl AgentMessage {
         }
     }
 
-    /// The protocol version of the message (1 to 6).
+    /// The protocol version of the message (1 to 7).
     pub fn version(&self) -> u32 {
         match self {
             Self::V1(_) => 1,
@@ -85,6 +91,7 @@ impl AgentMessage {
             Self::V4(_) => 4,
             Self::V5(_) => 5,
             Self::V6(_) => 6,
+            Self::V7(_) => 7,
         }
     }
 }

@@ -162,6 +162,7 @@ mod tests {
             }],
             hook: vec![
                 HookRecord::Alloc(AllocRecord {
+                    limit: None,
                     t_ms: 2000,
                     job: "j".into(),
                     rank: 3,
@@ -344,6 +345,32 @@ mod tests {
         let msg = AgentMessage::push(PushBatchV2::from(with_arrivals));
         assert_eq!(msg.version(), 6);
         assert_eq!(decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap(), msg);
+
+        // Allocator statistics with the process's device limit are variant
+        // 7 and protocol version 7; without one they stay variant 0.
+        let HookRecord::Alloc(alloc) = with_stall.hook[0].clone() else {
+            panic!("the first record is the allocator's");
+        };
+        let limited = HookRecord::Alloc(AllocRecord {
+            limit: Some(crate::DeviceLimit {
+                device_total: Some(40 << 30),
+                cap: Some(crate::MemoryCap {
+                    bytes: 10 << 30,
+                    source: crate::CapSource::MemoryFraction,
+                }),
+            }),
+            ..alloc.clone()
+        });
+        let bytes = postcard::to_allocvec(&limited).unwrap();
+        assert_eq!(bytes[0], 7);
+        assert_eq!(postcard::from_bytes::<HookRecord>(&bytes).unwrap(), limited);
+        let plain = postcard::to_allocvec(&HookRecord::Alloc(alloc)).unwrap();
+        assert_eq!(plain[0], 0);
+        let mut with_limit = with_stall.clone();
+        with_limit.hook.push(limited);
+        let msg = AgentMessage::push(PushBatchV2::from(with_limit));
+        assert_eq!(msg.version(), 7);
+        assert_eq!(decode::<AgentMessage>(&encode(&msg), 1 << 20).unwrap(), msg);
     }
 
     fn reply() -> CoordinatorReplyV2 {
@@ -413,17 +440,17 @@ mod tests {
     #[test]
     fn names_an_unknown_version() {
         let mut bytes = encode(&push());
-        bytes[0] = 6; // variant 6 = protocol version 7
+        bytes[0] = 7; // variant 7 = protocol version 8
         let err = decode::<AgentMessage>(&bytes, 1 << 20).unwrap_err();
         assert_eq!(
             err,
             DecodeError::UnsupportedVersion {
                 what: "agent message",
-                got: 7,
-                max: 6
+                got: 8,
+                max: 7
             }
         );
-        assert!(err.to_string().contains("version 7"));
+        assert!(err.to_string().contains("version 8"));
     }
 
     #[test]

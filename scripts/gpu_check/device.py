@@ -76,6 +76,17 @@ class CudaDevice:
     def empty_cache(self) -> None:
         self.torch.cuda.empty_cache()
 
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Caps the caching allocator at ``fraction`` of the device (torch's
+        ``set_per_process_memory_fraction``)."""
+        self.torch.cuda.set_per_process_memory_fraction(float(fraction), self.device)
+
+    def cap_readable(self) -> bool:
+        """Whether this torch has ``get_per_process_memory_fraction``, which
+        the hook reads the cap from (without it the hook sees only a cap set
+        in ``PYTORCH_CUDA_ALLOC_CONF``)."""
+        return hasattr(self.torch.cuda, "get_per_process_memory_fraction")
+
     def synchronize(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
@@ -140,6 +151,15 @@ class FakeDevice:
 
     def empty_cache(self) -> None:
         self.allocator.empty_cache()
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Caps the fake allocator at ``fraction`` of the device, as torch's
+        ``set_per_process_memory_fraction`` caps its own."""
+        self.allocator.set_per_process_memory_fraction(float(fraction))
+
+    def cap_readable(self) -> bool:
+        """The hook reads the fake allocator's cap (its ``memory_limit``)."""
+        return hasattr(self.allocator, "memory_limit")
 
     def synchronize(self) -> None:
         self.gpu.finish()

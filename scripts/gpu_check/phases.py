@@ -10,6 +10,10 @@
   event timing against torch read directly, and no device synchronization.
 - ``overhead``: the same fixed model bare and under ``gpumon profile``.
 - ``leak``: a real leak into ``OutOfMemoryError`` under ``gpumon profile``.
+- ``cap``: the same leak under a per-process memory fraction
+  (``torch.cuda.set_per_process_memory_fraction``) a few GiB above what the
+  allocator holds, so it dies at the cap with the device far from full: the
+  rank's memory limit is the cap, and the forecast reads it.
 
 Bounds that measure the GPU itself hold on a GPU only; a dry run checks
 that every step runs and every figure is read, with the bounds of
@@ -54,6 +58,12 @@ class Params:
     leak_steady_s: float
     leak_timeout_s: float
     oom_lead_s: float
+    cap_ramp_bytes: int
+    cap_room_bytes: int
+    cap_bytes_per_s: int
+    cap_timeout_s: float
+    cap_forecast_error_s: float
+    cap_max_used_pct: float
     agent_cpu_pct: float
     agent_rss_bytes: int
 
@@ -80,6 +90,12 @@ GPU = Params(
     leak_steady_s=6.0,
     leak_timeout_s=150.0,
     oom_lead_s=10.0,
+    cap_ramp_bytes=4 * GiB,
+    cap_room_bytes=6 * GiB,
+    cap_bytes_per_s=128 * MiB,
+    cap_timeout_s=120.0,
+    cap_forecast_error_s=20.0,
+    cap_max_used_pct=60.0,
     agent_cpu_pct=5.0,
     agent_rss_bytes=256 * MiB,
 )
@@ -107,6 +123,12 @@ DRY = Params(
     leak_steady_s=5.0,
     leak_timeout_s=120.0,
     oom_lead_s=1.0,
+    cap_ramp_bytes=512 * MiB,
+    cap_room_bytes=1 * GiB,
+    cap_bytes_per_s=24 * MiB,
+    cap_timeout_s=120.0,
+    cap_forecast_error_s=20.0,
+    cap_max_used_pct=60.0,
     agent_cpu_pct=25.0,
     agent_rss_bytes=512 * MiB,
 )
@@ -575,6 +597,142 @@ def leak_phase(run: Any) -> List[Phase]:
     return [phase]
 
 
+# -- cap -----------------------------------------------------------------------
+
+
+def cap_phase(run: Any) -> List[Phase]:
+    p: Params = run.params
+    phase = Phase("cap", "a leak into a per-process memory fraction's cap, forecast against the cap")
+    out = run.path("cap-result.json")
+    report_path = run.path("cap-profile.json")
+    args = ["cap", "--out", out, "--cap-ramp-bytes", str(p.cap_ramp_bytes), "--cap-room-bytes", str(p.cap_room_bytes)]
+    args += ["--leak-bytes-per-s", str(p.cap_bytes_per_s)]
+    args += ["--leak-piece-mib", str(p.leak_piece_mib), "--steady-s", str(p.leak_steady_s), "--duration-s", str(p.cap_timeout_s - 30)]
+    try:
+        code = run.profile("cap", report_path, args, timeout_s=p.cap_timeout_s)
+    except CheckError as e:
+        phase.failed(str(e))
+        return [phase]
+    result = procs.read_json(out) or {}
+    report = procs.read_json(report_path) or {}
+    oom_t = result.get("oom_t")
+    phase.check("ran out of memory", code == 3 and oom_t is not None, code, "exit 3 (OutOfMemoryError caught)", result.get("oom_message") or procs.tail(run.path("cap.log")))
+    exit_doc = report.get("exit") or {}
+    phase.check("report says oom", exit_doc.get("oom") is True, exit_doc.get("oom"), "true", exit_doc.get("oom_reason") or "")
+    limit = _rank0(report).get("memory_limit") or {}
+    _cap_limit_checks(phase, result, limit)
+    alert = _first_alert(report, "oom_predicted")
+    _cap_forecast_checks(phase, p, alert, limit, oom_t)
+    used = _used_at_oom(report, result)
+    phase.at_most("device used at the error", used["pct"], p.cap_max_used_pct, " %", used["detail"])
+    level = _first_alert(report, "memory_level")
+    phase.figures = {
+        "fraction": result.get("fraction"),
+        "total_bytes": result.get("total_bytes"),
+        "cap_bytes": result.get("cap_bytes"),
+        "reserved_at_cap_set": result.get("reserved_at_cap_set"),
+        "cap_readable_by_hook": result.get("cap_readable"),
+        "cap_bytes_per_s": p.cap_bytes_per_s,
+        "leaked_bytes": result.get("leaked_bytes"),
+        "leak_seconds": None if oom_t is None else round(oom_t - result.get("leak_start_t", oom_t), 2),
+        "oom_t": oom_t,
+        "oom_message": result.get("oom_message"),
+        "at_oom": result.get("at_oom"),
+        "memory_limit": limit,
+        "oom_predicted": _alert_figures(alert, oom_t),
+        "memory_level": _alert_figures(level, oom_t),
+        "device_used": used,
+        "alerts": [{k: a.get(k) for k in ("kind", "severity", "t", "rank", "message")} for a in report.get("alerts") or []],
+    }
+    return [phase]
+
+
+def _rank0(report: Dict[str, Any]) -> Dict[str, Any]:
+    """Rank 0 of a profile report (its only rank here), or ``{}``."""
+    ranks = [r for r in report.get("ranks") or [] if r.get("rank") == 0]
+    return ranks[0] if ranks else {}
+
+
+def _first_alert(report: Dict[str, Any], kind: str) -> Optional[Dict[str, Any]]:
+    """The first ``kind`` alert about rank 0 (an episode: ``t`` when it was
+    raised, the rest as last updated), or ``None``."""
+    alerts = [a for a in report.get("alerts") or [] if a.get("kind") == kind and a.get("rank") == 0]
+    return min(alerts, key=lambda a: a["t"]) if alerts else None
+
+
+def _cap_limit_checks(phase: Phase, result: Dict[str, Any], limit: Dict[str, Any]) -> None:
+    """The rank's memory limit is the workload's cap: kind, source, bytes."""
+    phase.check(
+        "memory limit is the cap",
+        limit.get("kind") == "cap" and limit.get("cap_source") == "memory_fraction",
+        "%s/%s" % (limit.get("kind"), limit.get("cap_source")),
+        "cap/memory_fraction",
+        "%s; torch has get_per_process_memory_fraction: %s" % (limit.get("description"), result.get("cap_readable")),
+    )
+    cap, got = result.get("cap_bytes"), limit.get("limit_bytes")
+    phase.within(
+        "cap bytes / fraction x total",
+        got / cap if cap and got is not None else None,
+        0.99,
+        1.01,
+        "x",
+        "report %s B, set %s B (fraction %s of %s B)" % (got, cap, result.get("fraction"), result.get("total_bytes")),
+    )
+
+
+def _cap_forecast_checks(phase: Phase, p: Params, alert: Optional[Dict[str, Any]], limit: Dict[str, Any], oom_t: Optional[float]) -> None:
+    """The first ``oom_predicted`` alert: ahead of the error, naming the cap,
+    its forecast near the error's time."""
+    alert = alert or {}
+    lead = None if oom_t is None or alert.get("t") is None else round(oom_t - alert["t"], 2)
+    phase.at_least("oom_predicted lead", lead, p.oom_lead_s, " s", "first oom_predicted alert before the OutOfMemoryError at the cap")
+    message, advice = alert.get("message") or "", alert.get("recommendation") or ""
+    size = "%s cap" % fmt_bytes(limit["limit_bytes"]) if limit.get("limit_bytes") else "the cap"
+    phase.check(
+        "oom_predicted names the cap",
+        size in message and "set_per_process_memory_fraction" in message and "raise it" in advice,
+        size in message,
+        "%r, set_per_process_memory_fraction, 'raise it'" % size,
+        "%s | %s" % (message, advice),
+    )
+    predicted = alert.get("predicted_oom_t")
+    error = None if predicted is None or oom_t is None else abs(predicted - oom_t)
+    phase.at_most("forecast error", error, p.cap_forecast_error_s, " s", "the alert's predicted_oom_t against the error's time")
+
+
+def _used_at_oom(report: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
+    """The device's used share when the rank died: the GPU's peak in the
+    report (NVML; the hook's device in a dry run), else the workload's own
+    ``mem_get_info`` right after the error."""
+    gpus = report.get("gpus") or []
+    at_oom = result.get("at_oom") or {}
+    total = result.get("total_bytes")
+    mine = 100.0 * at_oom["device_used"] / total if at_oom.get("device_used") is not None and total else None
+    if gpus and gpus[0].get("peak_used_bytes") is not None and gpus[0].get("total_bytes"):
+        pct = 100.0 * gpus[0]["peak_used_bytes"] / gpus[0]["total_bytes"]
+        source = "the report's GPU peak"
+    else:
+        pct, source = mine, "the workload's mem_get_info at the error"
+    detail = "%s; mem_get_info at the error: %s %%" % (source, None if mine is None else round(mine, 1))
+    return {"pct": None if pct is None else round(pct, 2), "workload_pct": None if mine is None else round(mine, 2), "detail": detail}
+
+
+def _alert_figures(alert: Optional[Dict[str, Any]], oom_t: Optional[float]) -> Optional[Dict[str, Any]]:
+    if alert is None:
+        return None
+    doc = {k: alert.get(k) for k in ("t", "predicted_oom_t", "severity", "message", "recommendation")}
+    doc["lead_s"] = None if oom_t is None else round(oom_t - alert["t"], 2)
+    return doc
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes as gpumon writes them in messages: ``4.0 GiB``, ``512 B``."""
+    for name, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if n >= size:
+            return "%.1f %s" % (n / size, name)
+    return "%d B" % n
+
+
 def _read_snapshot(path: str, dry_run: bool) -> Dict[str, Any]:
     """What a saved allocator snapshot holds, read as PyTorch's tooling reads it."""
     try:
@@ -612,4 +770,5 @@ PHASES = {
     "hook": hook_phase,
     "overhead": overhead_phase,
     "leak": leak_phase,
+    "cap": cap_phase,
 }

@@ -18,6 +18,9 @@ torchrun) when it ends, and may append progress lines to ``--events``.
   synchronization the hook makes counted.
 - ``overhead``: a fixed model's step time, with or without the hook.
 - ``leak``: tensors kept every step until the device runs out of memory.
+- ``cap``: a per-process memory fraction (``set_per_process_memory_fraction``)
+  a few GiB above what the allocator holds, then the same leak until an
+  allocation meets that cap, the device far from full.
 
 Steps end at ``optimizer.step()`` on a real GPU (the hook's global optimizer
 hook, no gpumon call), at ``gpumon.step()`` on the fake one (no torch).
@@ -441,20 +444,41 @@ def run_leak(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
     ``--leak-bytes-per-s`` more until the device is full.
     """
     trainer = Trainer(dev)
-    steady_until = time.monotonic() + args.steady_s
-    while time.monotonic() < steady_until:
+    steady(trainer, args)
+    free, total = dev.mem_get_info()
+    ballast = ramp(dev, trainer, max(0, int(free) - args.leak_room_bytes))
+    result = leak_until_oom(dev, trainer, args)
+    del ballast
+    return dict(result, total_bytes=int(total))
+
+
+def steady(trainer: Trainer, args: argparse.Namespace) -> None:
+    """Steps at the model's level for ``--steady-s``."""
+    until = time.monotonic() + args.steady_s
+    while time.monotonic() < until:
         trainer.step()
         time.sleep(args.step_pause_ms / 1000.0)
-    free, total = dev.mem_get_info()
-    ballast_bytes = max(0, int(free) - args.leak_room_bytes)
-    ballast = []
+
+
+def ramp(dev: Any, trainer: Trainer, nbytes: int) -> List[Any]:
+    """``nbytes`` held in 256 MiB pieces over about two seconds at most, with
+    steps between: a job's start-up (the model and the cache filling). The
+    engine's early warning needs this ramp before a leak to judge it."""
+    held: List[Any] = []
     piece = 256 * MiB
-    pieces = ballast_bytes // piece
+    pieces = nbytes // piece
     for n in range(pieces):
-        ballast.append(dev.alloc(piece))
+        held.append(dev.alloc(piece))
         if n % max(1, pieces // 20) == 0:
             trainer.step()
             time.sleep(0.1)
+    return held
+
+
+def leak_until_oom(dev: Any, trainer: Trainer, args: argparse.Namespace) -> Dict[str, Any]:
+    """Steps, each keeping ``--leak-bytes-per-s`` more in ``--leak-piece-mib``
+    pieces, until an allocation fails or ``--duration-s`` ends; the memory
+    read right after the failure is ``at_oom``."""
     leaked: List[Any] = []
     leak_piece = args.leak_piece_mib * MiB
     started = time.time()
@@ -463,6 +487,7 @@ def run_leak(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
     gpumon.mark("leak start", "%d bytes/s" % args.leak_bytes_per_s)
     oom_t = None
     oom_message = None
+    at_oom = None
     while time.time() - started < args.duration_s:
         try:
             trainer.step()
@@ -475,6 +500,7 @@ def run_leak(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
         except dev.out_of_memory as e:
             oom_t = time.time()
             oom_message = str(e)
+            at_oom = memory_now(dev)
             break
         time.sleep(args.step_pause_ms / 1000.0)
     if oom_t is not None:
@@ -483,10 +509,45 @@ def run_leak(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
         "leak_start_t": started,
         "oom_t": oom_t,
         "oom_message": oom_message,
+        "at_oom": at_oom,
         "leaked_bytes": len(leaked) * leak_piece,
         "leak_bytes_per_s": args.leak_bytes_per_s,
-        "total_bytes": int(total),
     }
+
+
+# -- cap -----------------------------------------------------------------------
+
+
+def run_cap(dev: Any, args: argparse.Namespace) -> Dict[str, Any]:
+    """The leak of :func:`run_leak` under a cap: after the steady steps, the
+    per-process memory fraction that leaves ``--cap-ramp-bytes`` plus
+    ``--cap-room-bytes`` above what the allocator reserves, then the ramp of
+    ``--cap-ramp-bytes`` (the start-up), then the leak until an allocation
+    meets the cap, ``--cap-room-bytes`` later.
+
+    ``cap_bytes`` is ``int(fraction * total)``, ``total`` being the device's
+    memory as ``mem_get_info`` reports it, as torch computes the cap.
+    """
+    trainer = Trainer(dev)
+    steady(trainer, args)
+    reserved = memory_now(dev)["reserved"]
+    _, total = dev.mem_get_info()
+    fraction = min(1.0, (reserved + args.cap_ramp_bytes + args.cap_room_bytes) / float(total))
+    dev.set_memory_fraction(fraction)
+    gpumon.mark("cap set", "fraction %.6f of %d bytes" % (fraction, total))
+    ballast = ramp(dev, trainer, args.cap_ramp_bytes)
+    result = leak_until_oom(dev, trainer, args)
+    del ballast
+    result.update(
+        {
+            "fraction": fraction,
+            "total_bytes": int(total),
+            "cap_bytes": int(fraction * int(total)),
+            "reserved_at_cap_set": reserved,
+            "cap_readable": dev.cap_readable(),
+        }
+    )
+    return result
 
 
 MODES = {
@@ -495,6 +556,7 @@ MODES = {
     "hook": run_hook,
     "overhead": run_overhead,
     "leak": run_leak,
+    "cap": run_cap,
 }
 
 
@@ -525,6 +587,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--leak-bytes-per-s", type=float, default=128 * MiB)
     p.add_argument("--leak-piece-mib", type=int, default=16)
     p.add_argument("--steady-s", type=float, default=6.0)
+    # cap (and the leak's options)
+    p.add_argument("--cap-ramp-bytes", type=int, default=4 * GiB, help="held at once under the cap, before the leak")
+    p.add_argument("--cap-room-bytes", type=int, default=6 * GiB, help="what the leak has left under the cap after the ramp")
     return p.parse_args(argv)
 
 

@@ -20,6 +20,10 @@ run.
 Environment knobs (bytes, milliseconds, seconds):
 
 - ``FAKE_TOTAL_BYTES``: device size, default 8 GiB (512 MiB of it is the CUDA context).
+- ``FAKE_CAP_FRACTION``: the per-process memory fraction set on the
+  allocator before training, in (0, 1]; default 1, no cap. Under 1, the
+  allocator may reserve only that share of ``FAKE_TOTAL_BYTES`` (an
+  allocation past it runs out of memory) and the hook reports the cap.
 - ``FAKE_BASE_BYTES``: live model and optimizer state, default 4 GiB.
 - ``FAKE_CACHE_BYTES``: memory allocated then freed at start, so it is
   cached but unused (what ``release_cache`` gives back), default 16 MiB.
@@ -72,6 +76,9 @@ def main():
     logging.basicConfig(level=logging.INFO, format="fake_train rank %s: %%(levelname)s %%(message)s" % rank)
     try:
         total = _env_number("FAKE_TOTAL_BYTES", 8 * GiB)
+        cap_fraction = _env_number("FAKE_CAP_FRACTION", 1.0, float)
+        if not 0.0 < cap_fraction <= 1.0:
+            raise ValueError("FAKE_CAP_FRACTION must be in (0, 1], got %r" % cap_fraction)
         base = _env_number("FAKE_BASE_BYTES", 4 * GiB)
         cache = _env_number("FAKE_CACHE_BYTES", 16 * MiB)
         leak_rate = _env_number("FAKE_LEAK_BYTES_PER_S", 0.0, float)
@@ -94,6 +101,8 @@ def main():
         uuid="GPU-fa4e0000-0000-4000-8000-%012x" % local_rank,
         name="Fake GPU %d" % local_rank,
     )
+    if cap_fraction < 1.0:
+        fake.set_per_process_memory_fraction(cap_fraction)
     state = {"step": 0}
 
     def on_action(action):

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use gpumon_core::limits::{MAX_DEVICE_BYTES, MAX_LABEL_BYTES};
 use gpumon_core::records::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 use gpumon_core::records::{
-    CollectiveArrival, GroupWait, ProcRecord, SettingsRecord, StallRecord, TraceRecord,
+    CapSource, CollectiveArrival, GroupWait, ProcRecord, SettingsRecord, StallRecord, TraceRecord,
 };
 
 /// Most negative `t` believed (clock skew before the first record), seconds.
@@ -115,6 +115,9 @@ pub(super) struct Fields {
     pub(super) inactive_split: Option<Option<u64>>,
     pub(super) alloc_retries: Option<Option<u64>>,
     pub(super) ooms: Option<Option<u64>>,
+    pub(super) device_total: Option<Option<u64>>,
+    pub(super) cap: Option<Option<u64>>,
+    pub(super) cap_source: Option<Option<CapSource>>,
     pub(super) step: Option<u64>,
     pub(super) duration_ms: Option<f64>,
     pub(super) sections: bool,
@@ -249,6 +252,9 @@ impl Fields {
                 f.inactive_split = Some(r.inactive_split);
                 f.alloc_retries = Some(r.alloc_retries);
                 f.ooms = Some(r.ooms);
+                f.device_total = Some(r.device_total);
+                f.cap = Some(r.cap);
+                f.cap_source = Some(r.cap_source);
                 Kind::Alloc
             }
             TraceRecord::Step(r) => {
@@ -291,6 +297,23 @@ impl Fields {
         }
     }
 
+    /// Drops an alloc record's limit figures that cannot be: a device or a
+    /// cap of no bytes or over 1 PiB, a cap over its device, and a cap
+    /// without its source or a source without its cap.
+    fn drop_impossible_limit(&mut self) {
+        let plausible =
+            |v: Option<Option<u64>>| Some(v.flatten().filter(|&b| b > 0 && b <= MAX_DEVICE_BYTES));
+        self.device_total = plausible(self.device_total);
+        let device = self.device_total.flatten().unwrap_or(MAX_DEVICE_BYTES);
+        let cap = plausible(self.cap).flatten().filter(|&b| b <= device);
+        let source = self.cap_source.flatten();
+        let (cap, source) = match (cap, source) {
+            (Some(c), Some(s)) => (Some(c), Some(s)),
+            _ => (None, None),
+        };
+        (self.cap, self.cap_source) = (Some(cap), Some(source));
+    }
+
     /// Rejects impossible records and drops impossible optional gauges, with
     /// the rules and messages the owned reader always had.
     pub(super) fn sanitize(&mut self, kind: Kind, scratch: &mut Scratch) -> Result<(), String> {
@@ -325,6 +348,7 @@ impl Fields {
                         "alloc allocated {allocated} above reserved {reserved}"
                     ));
                 }
+                f.drop_impossible_limit();
             }
             Kind::Step => {
                 let duration_ms = f.duration_ms.unwrap_or(f64::NAN);
@@ -420,6 +444,9 @@ impl Fields {
                 inactive_split: f.inactive_split.flatten(),
                 alloc_retries: f.alloc_retries.flatten(),
                 ooms: f.ooms.flatten(),
+                device_total: f.device_total.flatten(),
+                cap: f.cap.flatten(),
+                cap_source: f.cap_source.flatten(),
             }),
             Kind::Step => RecordRef::Step(StepRef {
                 t,

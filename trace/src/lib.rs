@@ -52,9 +52,9 @@ mod scan;
 mod writer;
 
 pub use gpumon_core::records::{
-    from_window, AllocRecord, AllocRef, CollectiveArrival, EventRecord, EventRef, GpuRecord,
-    GpuRef, GroupWait, ProcRecord, RankRecord, RankRef, RecordRef, SettingValue, SettingsRecord,
-    StallRecord, StepRecord, StepRef, TraceRecord, WaitRecord, TRACE_VERSION,
+    from_window, AllocRecord, AllocRef, CapSource, CollectiveArrival, EventRecord, EventRef,
+    GpuRecord, GpuRef, GroupWait, ProcRecord, RankRecord, RankRef, RecordRef, SettingValue,
+    SettingsRecord, StallRecord, StepRecord, StepRef, TraceRecord, WaitRecord, TRACE_VERSION,
 };
 pub use reader::{from_reader, open, ReadStats, TraceError, TraceReader, MAX_LINE_BYTES};
 pub use writer::TraceWriter;

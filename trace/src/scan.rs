@@ -13,7 +13,7 @@
 //! IEEE division rounds once), as serde_json's own arithmetic is there.
 
 use super::fields::{Fields, Scratch, Str, MAX_FAST_SECTIONS};
-use gpumon_core::records::ProcRecord;
+use gpumon_core::records::{CapSource, ProcRecord};
 
 /// Significands below this are exact in `f64`.
 const EXACT_SIGNIFICAND: u64 = 1 << 53;
@@ -201,6 +201,18 @@ impl Cursor<'_> {
         self.uint().map(Some)
     }
 
+    /// A cap's source by name, or null; gives up on a name it does not know
+    /// (the careful path names the error).
+    fn opt_cap_source(&mut self) -> Option<Option<CapSource>> {
+        self.skip_ws();
+        if self.word(b"null") {
+            return Some(None);
+        }
+        let (start, end) = self.string()?;
+        let name = std::str::from_utf8(&self.b[start..end]).ok()?;
+        CapSource::parse(name).map(Some)
+    }
+
     /// Skips a scalar of an unknown field; gives up on arrays and objects.
     fn skip_scalar(&mut self) -> Option<()> {
         match self.peek()? {
@@ -287,6 +299,9 @@ impl Cursor<'_> {
             b"inactive_split" => set(&mut f.inactive_split, self.opt_uint()?),
             b"alloc_retries" => set(&mut f.alloc_retries, self.opt_uint()?),
             b"ooms" => set(&mut f.ooms, self.opt_uint()?),
+            b"device_total" => set(&mut f.device_total, self.opt_uint()?),
+            b"cap" => set(&mut f.cap, self.opt_uint()?),
+            b"cap_source" => set(&mut f.cap_source, self.opt_cap_source()?),
             b"step" => set(&mut f.step, self.uint()?),
             b"duration_ms" => set(&mut f.duration_ms, self.float()?),
             b"sections" => {

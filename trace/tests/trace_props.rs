@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 
 use gpumon_trace::{
-    AllocRecord, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord,
-    StepRecord, TraceError, TraceReader, TraceRecord, TraceWriter,
+    AllocRecord, CapSource, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord,
+    RankRecord, StepRecord, TraceError, TraceReader, TraceRecord, TraceWriter,
 };
 use proptest::prelude::*;
 
@@ -130,11 +130,16 @@ fn alloc() -> impl Strategy<Value = TraceRecord> {
                     prop::option::of(any::<u64>()),
                     prop::option::of(any::<u64>()),
                 ],
+                device_limit(),
             )
         })
         .prop_map(
-            |((t, job, rank), (allocated, reserved), [peak, split, retries, ooms])| {
+            |((t, job, rank), (allocated, reserved), [peak, split, retries, ooms], limit)| {
+                let (device_total, cap) = limit;
                 TraceRecord::Alloc(AllocRecord {
+                    device_total,
+                    cap: cap.map(|c| c.0),
+                    cap_source: cap.map(|c| c.1),
                     t,
                     job,
                     rank,
@@ -147,6 +152,21 @@ fn alloc() -> impl Strategy<Value = TraceRecord> {
                 })
             },
         )
+}
+
+/// A device as the process sees it and a cap within it, each maybe absent.
+fn device_limit() -> impl Strategy<Value = (Option<u64>, Option<(u64, CapSource)>)> {
+    (1..=MAX_BYTES, any::<bool>()).prop_flat_map(|(device, known)| {
+        let source = prop_oneof![
+            Just(CapSource::MemoryFraction),
+            Just(CapSource::AllocConf),
+            Just(CapSource::Allocator),
+        ];
+        (
+            Just(known.then_some(device)),
+            prop::option::of((1..=device, source)),
+        )
+    })
 }
 
 fn step() -> impl Strategy<Value = TraceRecord> {

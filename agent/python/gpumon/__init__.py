@@ -124,7 +124,7 @@ def mark(name: str, detail: Any = None) -> None:
     _RUNTIME.mark(name, detail)
 
 
-def snapshot(name: str) -> Optional[Dict[str, int]]:
+def snapshot(name: str) -> Optional[Dict[str, Any]]:
     """Sends a ``snapshot`` record with the allocator's statistics read now,
     in the calling thread; returns those statistics (``None`` if unknown)."""
     return _RUNTIME.snapshot(name)

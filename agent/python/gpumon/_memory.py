@@ -9,7 +9,14 @@ A memory source is any object with these methods (duck-typed; the
 - ``empty_cache()``: give cached, unused memory back to the driver;
 - ``device_info() -> {"index", "uuid", "name", "total_bytes"}`` or ``None``;
 - optionally ``observe() -> bool``: called from the training thread until it
-  returns true, so the source can learn which device that thread uses.
+  returns true, so the source can learn which device that thread uses;
+- optionally ``memory_limit() -> (cap_bytes, source)`` or ``None``: what the
+  allocator may reserve at most when that is less than the device holds, and
+  what set it (``"memory_fraction"``, ``"alloc_conf"`` or ``"allocator"``,
+  see :data:`gpumon._records.CAP_SOURCES`). It is sent as the ``alloc``
+  record's ``cap`` and ``cap_source``, so that the monitor forecasts an
+  out-of-memory error against the process's real limit rather than the
+  GPU's capacity. A failing ``memory_limit`` loses the cap, not the record.
 
 :class:`TorchMemorySource` never initialises CUDA itself: initialising it
 from the hook would pin the process to a device before the script chose one,
@@ -17,10 +24,18 @@ and would break a later ``fork``. It reports nothing until the process has
 initialised CUDA, and reads the device the training thread has made current
 (``torch.cuda.set_device``), because CUDA's current device is per thread and
 the reporter thread's would always be 0.
+
+Its cap is torch's per-process memory fraction
+(``set_per_process_memory_fraction``, or ``per_process_memory_fraction`` in
+``PYTORCH_CUDA_ALLOC_CONF``, see :func:`alloc_conf`): an allocation fails
+when the reserved bytes plus the new segment would pass ``fraction *
+total``, ``total`` being the device's memory as ``cudaMemGetInfo`` reports
+it.
 """
 
 import importlib.util
 import logging
+import os
 import sys
 from typing import Any, Dict, Optional, Tuple
 
@@ -85,6 +100,61 @@ class TorchMemorySource:
             "total_bytes": int(props.total_memory),
         }
 
+    def memory_limit(self) -> Optional[Tuple[int, str]]:
+        """``(cap_bytes, source)`` when a memory fraction under 1 is in force.
+
+        The fraction is ``torch.cuda.get_per_process_memory_fraction``'s; it
+        came from ``PYTORCH_CUDA_ALLOC_CONF`` (``"alloc_conf"``) when that
+        names the same fraction, else from ``set_per_process_memory_fraction``
+        (``"memory_fraction"``). A torch without the getter is read from the
+        variable alone: a torch that could not honour the setting refuses it
+        at its first allocation.
+        """
+        torch = initialised_torch()
+        if torch is None or self._device is None:
+            return None
+        configured = alloc_conf_fraction(alloc_conf())
+        get = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        if get is not None:
+            fraction = float(get(self._device))
+            source = "alloc_conf" if fraction == configured else "memory_fraction"
+        elif configured is not None:
+            fraction, source = configured, "alloc_conf"
+        else:
+            return None
+        if not 0.0 <= fraction < 1.0:
+            return None
+        _, total = torch.cuda.mem_get_info(self._device)
+        return int(fraction * int(total)), source
+
+
+def alloc_conf() -> Optional[str]:
+    """The caching allocator's settings as torch's CUDA allocator reads
+    them: ``PYTORCH_CUDA_ALLOC_CONF``, else (when unset) ``PYTORCH_ALLOC_CONF``."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    return conf if conf is not None else os.environ.get("PYTORCH_ALLOC_CONF")
+
+
+def alloc_conf_fraction(conf: Optional[str]) -> Optional[float]:
+    """``per_process_memory_fraction`` of a ``PYTORCH_CUDA_ALLOC_CONF`` value.
+
+    ``None`` when it is absent or unusable (not a number in (0, 1]); the
+    last one wins, as in torch's parser. Whitespace around keys and values
+    is ignored, and so are malformed pairs.
+    """
+    fraction = None
+    for pair in (conf or "").split(","):
+        key, colon, value = pair.partition(":")
+        if not colon or key.strip() != "per_process_memory_fraction":
+            continue
+        try:
+            parsed = float(value.strip())
+        except ValueError:
+            continue
+        if 0.0 < parsed <= 1.0:
+            fraction = parsed
+    return fraction
+
 
 def default_memory_source() -> Optional[TorchMemorySource]:
     """A :class:`TorchMemorySource` when torch is importable, else ``None``.
@@ -101,8 +171,9 @@ def default_memory_source() -> Optional[TorchMemorySource]:
     return TorchMemorySource() if found else None
 
 
-def read_alloc_fields(source: Any) -> Optional[Dict[str, int]]:
-    """The ``alloc`` fields of ``source`` now, or ``None`` (may raise)."""
+def read_alloc_fields(source: Any) -> Optional[Dict[str, Any]]:
+    """The ``alloc`` fields of ``source`` now, or ``None`` (may raise, but
+    not for a failing ``memory_limit``)."""
     if source is None:
         return None
     stats = source.memory_stats()
@@ -112,7 +183,19 @@ def read_alloc_fields(source: Any) -> Optional[Dict[str, int]]:
     get_info = getattr(source, "mem_get_info", None)
     if get_info is not None:
         info = get_info()
-    return alloc_fields(stats, info)
+    return alloc_fields(stats, info, read_limit(source))
+
+
+def read_limit(source: Any) -> Optional[Tuple[int, str]]:
+    """``source.memory_limit()``, or ``None`` when absent or failing."""
+    get = getattr(source, "memory_limit", None)
+    if get is None:
+        return None
+    try:
+        return get()
+    except Exception as e:  # a broken cap must not cost the record
+        logger.debug("gpumon: reading the memory limit failed: %s", e)
+        return None
 
 
 def read_device(source: Any) -> Optional[Dict[str, Any]]:

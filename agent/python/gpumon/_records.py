@@ -14,6 +14,7 @@ from ._env import Identity, truncate_utf8
 from ._settings import (
     HOOK_VERSION,
     MAX_DETAIL_BYTES,
+    MAX_DEVICE_BYTES,
     MAX_LABEL_BYTES,
     MAX_REPORT_BYTES,
     MAX_SECTIONS,
@@ -37,12 +38,18 @@ ALLOC_FIELDS = (
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+#: ``cap_source`` values: what set the allocator's cap.
+CAP_SOURCES = ("memory_fraction", "alloc_conf", "allocator")
+
+
 def alloc_fields(
-    stats: Optional[Mapping[str, Any]], mem_info: Optional[Tuple[int, int]] = None
-) -> Optional[Dict[str, int]]:
-    """The byte fields of an ``alloc`` record, from ``memory_stats()`` and
-    ``mem_get_info()``; ``None`` when the stats lack allocated or reserved
-    (as before CUDA is initialised)."""
+    stats: Optional[Mapping[str, Any]],
+    mem_info: Optional[Tuple[int, int]] = None,
+    limit: Optional[Tuple[int, str]] = None,
+) -> Optional[Dict[str, Any]]:
+    """The fields of an ``alloc`` record, from ``memory_stats()``,
+    ``mem_get_info()`` and ``memory_limit()``; ``None`` when the stats lack
+    allocated or reserved (as before CUDA is initialised)."""
     if not stats:
         return None
     fields = {}
@@ -58,10 +65,35 @@ def alloc_fields(
         except (TypeError, ValueError):
             free = total = None
         free, total = _byte_count(free), _byte_count(total)
-        if free is not None and total is not None:
+        if free is not None and total is not None and 0 < total <= MAX_DEVICE_BYTES:
             fields["device_used"] = max(0, total - free)
             fields["device_total"] = total
+    cap = cap_fields(limit, fields.get("device_total"))
+    if cap is not None:
+        fields.update(cap)
     return fields
+
+
+def cap_fields(limit: Any, device_total: Optional[int] = None) -> Optional[Dict[str, Any]]:
+    """``{"cap", "cap_source"}`` from a ``memory_limit()`` answer, or ``None``.
+
+    The cap is cut to ``device_total`` (the allocator cannot reserve more
+    than the device holds); a cap that is not a byte count from 1 to
+    :data:`MAX_DEVICE_BYTES` after that, or a source that is not one of
+    :data:`CAP_SOURCES`, sends neither field.
+    """
+    try:
+        cap, source = limit
+    except (TypeError, ValueError):
+        return None
+    cap = _byte_count(cap)
+    if cap is None or source not in CAP_SOURCES:
+        return None
+    if device_total is not None:
+        cap = min(cap, device_total)
+    if not 0 < cap <= MAX_DEVICE_BYTES:
+        return None
+    return {"cap": cap, "cap_source": source}
 
 
 def reserved_bytes(stats: Optional[Mapping[str, Any]]) -> int:

@@ -696,7 +696,7 @@ class Runtime:
             detail = _text(detail)
         self._queue(("event", time.time(), name, detail))
 
-    def snapshot(self, name: str) -> Optional[Dict[str, int]]:
+    def snapshot(self, name: str) -> Optional[Dict[str, Any]]:
         """See :func:`gpumon.snapshot`."""
         if not isinstance(name, str):
             raise TypeError("snapshot name must be a str, not %s" % type(name).__name__)

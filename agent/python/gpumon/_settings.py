@@ -43,6 +43,8 @@ MAX_LABEL_BYTES = 128
 MAX_DETAIL_BYTES = 1024
 #: Most sections in one step record (the agent's limit).
 MAX_SECTIONS = 32
+#: Most bytes of a device or of a cap on it the agent takes (1 PiB).
+MAX_DEVICE_BYTES = 1 << 50
 #: Records older than this are not sent: the agent refuses ``t`` more than
 #: 300 s from its clock, and a margin covers the time in flight.
 MAX_RECORD_AGE_S = 290.0

@@ -5,9 +5,10 @@ For tests and demos on machines without torch or a GPU.
 :class:`FakeAllocator` is deterministic and follows the caching allocator's
 rules closely enough that what gpumon reads from it means the same thing as
 on a real GPU; it is also a memory source for :func:`gpumon.init` (it has
-``memory_stats``, ``mem_get_info``, ``empty_cache`` and ``device_info``),
-and it makes snapshots in the shape of ``torch.cuda.memory._snapshot()``
-and calls out-of-memory observers as torch's allocator does.
+``memory_stats``, ``mem_get_info``, ``empty_cache``, ``device_info`` and
+``memory_limit``), and it makes snapshots in the shape of
+``torch.cuda.memory._snapshot()`` and calls out-of-memory observers as
+torch's allocator does.
 
 :class:`FakeTorch` is a ``torch`` module with only the ``torch.cuda`` calls
 of the hook's CUDA clock, over a :class:`FakeGpu` whose timeline the test
@@ -103,10 +104,13 @@ class FakeAllocator:
       segment counts as ``inactive_split``;
     - freed blocks stay cached: ``reserved`` does not drop until
       :meth:`empty_cache` releases the segments that hold no live block;
-    - when a new segment does not fit in the device, the cache is released
-      and ``num_alloc_retries`` counts it; if it still does not fit,
-      ``num_ooms`` counts it, the out-of-memory observers are called (outside
-      the allocator's lock, as torch calls them) and
+    - :meth:`set_per_process_memory_fraction` caps ``reserved`` at
+      ``int(fraction * total_bytes)``, as torch caps it at that share of
+      ``cudaMemGetInfo``'s total; :meth:`memory_limit` reports the cap;
+    - when a new segment does not fit in the device or under the cap, the
+      cache is released and ``num_alloc_retries`` counts it; if it still
+      does not fit, ``num_ooms`` counts it, the out-of-memory observers are
+      called (outside the allocator's lock, as torch calls them) and
       ``MemoryError("CUDA out of memory (fake)")`` is raised.
 
     The device holds ``total_bytes``, of which ``context_bytes`` are taken by
@@ -140,6 +144,7 @@ class FakeAllocator:
         self._retries = 0
         self._ooms = 0
         self._oom_observers: List[Callable[[int, int, int, int], Any]] = []
+        self._fraction = 1.0
         self.empty_cache_calls = 0
 
     # -- allocating ----------------------------------------------------------
@@ -209,6 +214,28 @@ class FakeAllocator:
         with self._lock:
             self.empty_cache_calls += 1
             self._release_cached()
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """Caps ``reserved`` at ``int(fraction * total_bytes)``, like
+        ``torch.cuda.set_per_process_memory_fraction`` (1 lifts the cap).
+
+        What is reserved already stays; later segments must fit under it.
+        """
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("Invalid fraction value: %r. Allowed range: 0~1" % (fraction,))
+        with self._lock:
+            self._fraction = fraction
+
+    def get_per_process_memory_fraction(self) -> float:
+        """The fraction in force, like ``torch.cuda.get_per_process_memory_fraction``."""
+        return self._fraction
+
+    def memory_limit(self) -> Optional[Tuple[int, str]]:
+        """``(cap_bytes, "memory_fraction")`` while a fraction under 1 is set."""
+        cap = self._cap()
+        return None if cap is None else (cap, "memory_fraction")
 
     # -- reading ------------------------------------------------------------
 
@@ -317,9 +344,15 @@ class FakeAllocator:
             self._retries += 1
             if not self._fits(segment_size):
                 self._ooms += 1
+                cap = self._cap()
                 raise MemoryError(
-                    "CUDA out of memory (fake): tried to allocate %d bytes; %d reserved, %d total"
-                    % (size, self._stats["reserved_bytes"].current, self.total_bytes)
+                    "CUDA out of memory (fake): tried to allocate %d bytes; %d reserved, %d total%s"
+                    % (
+                        size,
+                        self._stats["reserved_bytes"].current,
+                        self.total_bytes,
+                        "" if cap is None else ", %d allowed by the memory fraction" % cap,
+                    )
                 )
         segment = _Segment(self._next_segment, small, segment_size)
         self._next_segment += 1
@@ -329,8 +362,15 @@ class FakeAllocator:
         return segment.blocks[0]
 
     def _fits(self, segment_size: int) -> bool:
-        used = self._stats["reserved_bytes"].current + self.context_bytes
-        return used + segment_size <= self.total_bytes
+        reserved = self._stats["reserved_bytes"].current
+        cap = self._cap()
+        if cap is not None and reserved + segment_size > cap:
+            return False
+        return reserved + self.context_bytes + segment_size <= self.total_bytes
+
+    def _cap(self) -> Optional[int]:
+        fraction = self._fraction
+        return int(fraction * self.total_bytes) if fraction < 1.0 else None
 
     def _take(self, block: _Block, size: int, requested: int) -> None:
         segment = block.segment

@@ -110,6 +110,58 @@ class FakeAllocatorTest(unittest.TestCase):
         self.assertEqual((s["num_alloc_retries"], s["num_ooms"]), (2, 1))
         self.assertEqual(fake.reserved, 400 * MiB)  # nothing changed
 
+    def test_a_memory_fraction_caps_reserved(self):
+        fake = FakeAllocator(total_bytes=1 * GiB, context_bytes=64 * MiB)
+        self.assertIsNone(fake.memory_limit())
+        fake.set_per_process_memory_fraction(0.5)
+        self.assertEqual(fake.get_per_process_memory_fraction(), 0.5)
+        self.assertEqual(fake.memory_limit(), (512 * MiB, "memory_fraction"))
+        fake.alloc(300 * MiB)
+        fake.free(fake.alloc(200 * MiB))
+        fake.alloc(200 * MiB)  # reuses the cached block: no new segment
+        self.assertEqual(fake.memory_stats()["num_alloc_retries"], 0)
+
+    def test_a_segment_over_the_cap_releases_the_cache_then_raises(self):
+        fake = FakeAllocator(total_bytes=1 * GiB, context_bytes=64 * MiB)
+        fake.set_per_process_memory_fraction(0.5)
+        seen = []
+        fake.attach_out_of_memory_observer(lambda *args: seen.append(args))
+        fake.alloc(300 * MiB)
+        fake.free(fake.alloc(100 * MiB))
+        fake.alloc(200 * MiB)  # 600 MiB > 512 MiB: the cached 100 MiB goes first
+        s = fake.memory_stats()
+        self.assertEqual((s["num_alloc_retries"], s["num_ooms"]), (1, 0))
+        self.assertEqual(fake.reserved, 500 * MiB)
+        fake.free(fake.alloc(1 * MiB))  # a 2 MiB small segment, cached
+        with self.assertRaisesRegex(MemoryError, "out of memory \\(fake\\).*allowed by the memory fraction"):
+            fake.alloc(20 * MiB)  # far below the device's free memory, over the cap
+        s = fake.memory_stats()
+        self.assertEqual((s["num_alloc_retries"], s["num_ooms"]), (2, 1))
+        self.assertEqual(fake.reserved, 500 * MiB, "the cache was released, nothing taken")
+        self.assertEqual(seen, [(0, 20 * MiB, 564 * MiB, 460 * MiB)])
+
+    def test_lifting_the_cap(self):
+        fake = FakeAllocator(total_bytes=1 * GiB, context_bytes=64 * MiB)
+        fake.set_per_process_memory_fraction(0.25)
+        with self.assertRaises(MemoryError):
+            fake.alloc(300 * MiB)
+        fake.set_per_process_memory_fraction(1.0)
+        self.assertIsNone(fake.memory_limit())
+        fake.alloc(300 * MiB)
+        fake.set_per_process_memory_fraction(0.0)
+        self.assertEqual(fake.memory_limit(), (0, "memory_fraction"))
+        with self.assertRaises(MemoryError):
+            fake.alloc(1)
+
+    def test_memory_fraction_checks_like_torch(self):
+        for bad in (1, True, "0.5", None):
+            with self.assertRaises(TypeError):
+                self.fake.set_per_process_memory_fraction(bad)
+        for bad in (-0.1, 1.5, float("nan")):
+            with self.assertRaises(ValueError):
+                self.fake.set_per_process_memory_fraction(bad)
+        self.assertEqual(self.fake.get_per_process_memory_fraction(), 1.0)
+
     def test_stats_have_torch_key_names(self):
         self.fake.alloc(5 * MiB)
         s = self.stats()

@@ -637,6 +637,7 @@ mod tests {
 
     fn record(t_ms: u64) -> HookRecord {
         HookRecord::Alloc(AllocRecord {
+            limit: None,
             t_ms,
             job: "j".into(),
             rank: 0,

@@ -16,8 +16,8 @@
 use gpumon_core::hook_records::check_record as check_fields;
 use gpumon_core::limits::MAX_WAIT_GROUPS;
 use gpumon_proto::{
-    AllocRecord, AllocStats, CollectiveArrival, EventRecord, GroupWait, HookRecord, StepRecord,
-    MAX_STEP_COLLECTIVES,
+    AllocRecord, AllocStats, CapSource, CollectiveArrival, DeviceLimit, EventRecord, GroupWait,
+    HookRecord, MemoryCap, StepRecord, MAX_STEP_COLLECTIVES,
 };
 use serde_json::{Map, Value};
 
@@ -158,6 +158,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
                 device_total,
             };
             let record = AllocRecord {
+                limit: device_limit(obj, device_total)?,
                 t_ms,
                 job,
                 rank,
@@ -257,6 +258,29 @@ fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, String> {
         ));
     }
     Ok(t_ms as u64)
+}
+
+/// What bounds the process's memory, from an `alloc` record: its device as
+/// it sees it and the allocator's cap (`cap` with `cap_source`); `None`
+/// when the record says neither.
+fn device_limit(
+    obj: &Map<String, Value>,
+    device_total: Option<u64>,
+) -> Result<Option<DeviceLimit>, String> {
+    let bytes = opt_bytes(obj, "cap")?;
+    let source = match obj.get("cap_source") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(CapSource::parse(name).ok_or_else(|| {
+            format!("cap_source {name:?} is not memory_fraction, alloc_conf or allocator")
+        })?),
+        Some(other) => return Err(format!("cap_source must be a string, not {}", shown(other))),
+    };
+    let cap = match (bytes, source) {
+        (Some(bytes), Some(source)) => Some(MemoryCap { bytes, source }),
+        (None, None) => None,
+        _ => return Err("cap and cap_source come together".into()),
+    };
+    Ok((device_total.is_some() || cap.is_some()).then_some(DeviceLimit { device_total, cap }))
 }
 
 /// The allocator fields shared by `alloc` records and snapshots' `stats`.
@@ -442,6 +466,53 @@ mod tests {
 
     fn alloc(allocated: u64, reserved: u64) -> Value {
         json!({"type": "alloc", "t": T, "allocated": allocated, "reserved": reserved})
+    }
+
+    #[test]
+    fn an_alloc_record_carries_its_device_and_its_cap() {
+        let report = check(json!([
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2,
+             "device_used": 30, "device_total": 80, "cap": 40, "cap_source": "memory_fraction"},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "device_total": 80},
+            alloc(1, 2),
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "cap": 40},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "cap": 4, "cap_source": "env"},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2,
+             "device_total": 80, "cap": 90, "cap_source": "alloc_conf"},
+            {"type": "alloc", "t": T, "allocated": 1, "reserved": 2, "device_total": 0},
+        ]))
+        .unwrap();
+        let limits: Vec<_> = report
+            .records
+            .iter()
+            .map(|r| match r {
+                HookRecord::Alloc(a) => a.limit,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let cap = MemoryCap {
+            bytes: 40,
+            source: CapSource::MemoryFraction,
+        };
+        assert_eq!(
+            limits,
+            [
+                Some(DeviceLimit {
+                    device_total: Some(80),
+                    cap: Some(cap)
+                }),
+                Some(DeviceLimit {
+                    device_total: Some(80),
+                    cap: None
+                }),
+                None,
+            ]
+        );
+        assert_eq!(report.skipped, 4, "{:?}", report.reasons);
+        assert!(report.reasons[0].contains("cap and cap_source come together"));
+        assert!(report.reasons[1].contains("\"env\" is not memory_fraction"));
+        assert!(report.reasons[2].contains("cap > device_total (90 > 80)"));
+        assert!(report.reasons[3].contains("device_total 0 bytes"));
     }
 
     #[test]

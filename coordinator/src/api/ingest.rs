@@ -133,12 +133,14 @@ fn speaker(msg: &AgentMessage) -> (&str, &str) {
         | AgentMessage::V3(AgentMessageV2::Hello(h))
         | AgentMessage::V4(AgentMessageV2::Hello(h))
         | AgentMessage::V5(AgentMessageV2::Hello(h))
-        | AgentMessage::V6(AgentMessageV2::Hello(h)) => (&h.agent_id, &h.node),
+        | AgentMessage::V6(AgentMessageV2::Hello(h))
+        | AgentMessage::V7(AgentMessageV2::Hello(h)) => (&h.agent_id, &h.node),
         AgentMessage::V1(AgentMessageV1::Push(b)) => (&b.agent_id, &b.node),
         AgentMessage::V2(AgentMessageV2::Push(p))
         | AgentMessage::V3(AgentMessageV2::Push(p))
         | AgentMessage::V4(AgentMessageV2::Push(p))
         | AgentMessage::V5(AgentMessageV2::Push(p))
-        | AgentMessage::V6(AgentMessageV2::Push(p)) => (&p.batch.agent_id, &p.batch.node),
+        | AgentMessage::V6(AgentMessageV2::Push(p))
+        | AgentMessage::V7(AgentMessageV2::Push(p)) => (&p.batch.agent_id, &p.batch.node),
     }
 }

@@ -448,6 +448,7 @@ mod tests {
             windows: Vec::new(),
             hook: vec![
                 HookRecord::Alloc(A {
+                    limit: None,
                     t_ms: 1_500,
                     job: "j".into(),
                     rank: 1,

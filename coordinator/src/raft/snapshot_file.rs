@@ -22,6 +22,7 @@
 //! | 9 | the straggler detector's open steps and scores keep each rank's collective waits per process group, and it keeps a slow-link tracker per group |
 //! | 10 | + each rank's memory outside the caching allocator (baseline, recent samples, alert latch) |
 //! | 11 | the straggler detector keeps the collectives its open steps list one by one, and per rank how it arrived at them in its latest scored steps |
+//! | 12 | + each rank's device limit (its allocator's cap, its device as it sees it) |
 //!
 //! Writes are atomic: a temporary file, fsync, rename, fsync of the
 //! directory, so a crash mid-write leaves the previous snapshot intact.
@@ -35,8 +36,8 @@ use gpumon_core::engine::legacy::EngineV4;
 use gpumon_core::engine::EngineConfig;
 use gpumon_core::hook_records::HookData;
 use gpumon_core::transition::{
-    ReplicatedV10, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7, ReplicatedV8,
-    ReplicatedV9,
+    ReplicatedV10, ReplicatedV11, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7,
+    ReplicatedV8, ReplicatedV9,
 };
 use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -50,7 +51,7 @@ type Meta = SnapshotMeta<u64, Node>;
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 /// The format this binary writes.
-pub const CURRENT_VERSION: u32 = 11;
+pub const CURRENT_VERSION: u32 = 12;
 
 /// A snapshot file of any supported version.
 #[derive(Serialize, Deserialize)]
@@ -78,64 +79,20 @@ enum SnapshotFile {
     /// All of the replicated data, the straggler detector before
     /// collectives listed one by one.
     V10 { meta: Meta, data: Vec<u8> },
-    /// All of [`Applied`].
+    /// All of the replicated data but device limits.
     V11 { meta: Meta, data: Vec<u8> },
+    /// All of [`Applied`].
+    V12 { meta: Meta, data: Vec<u8> },
 }
 
-/// [`Applied`] as format 10 laid it out, before collectives listed one by one.
+/// [`Applied`] as formats 4 to 11 laid it out: the same parts around the
+/// replicated data `R` of the format (see [`gpumon_core::transition`]'s
+/// `ReplicatedV4` to `ReplicatedV11`).
 #[derive(Deserialize)]
-struct AppliedV10 {
+struct AppliedOf<R> {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, Node>,
-    data: ReplicatedV10,
-}
-
-/// [`Applied`] as format 9 laid it out, before memory outside the allocator.
-#[derive(Deserialize)]
-struct AppliedV9 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV9,
-}
-
-/// [`Applied`] as format 8 laid it out, before collective waits.
-#[derive(Deserialize)]
-struct AppliedV8 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV8,
-}
-
-/// [`Applied`] as format 7 laid it out, before the hang detector.
-#[derive(Deserialize)]
-struct AppliedV7 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV7,
-}
-
-/// [`Applied`] as format 6 laid it out, before the straggler detector's peer groups.
-#[derive(Deserialize)]
-struct AppliedV6 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV6,
-}
-
-/// [`Applied`] as format 5 laid it out, before the engine's configuration was TOML text.
-#[derive(Deserialize)]
-struct AppliedV5 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV5,
-}
-
-/// [`Applied`] as format 4 laid it out, before ranks kept a placement and the engine memory levels.
-#[derive(Deserialize)]
-struct AppliedV4 {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Node>,
-    data: ReplicatedV4,
+    data: R,
 }
 
 /// [`Applied`] as format 3 laid it out, before step times.
@@ -278,8 +235,7 @@ fn decode(
             (meta, 3)
         }
         SnapshotFile::V4 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 4)?;
-            let old: AppliedV4 = postcard::from_bytes(&data).map_err(decode_err(4))?;
+            let old: AppliedOf<ReplicatedV4> = open_sealed(&meta, &data, 4)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 4 has no rank placements (they fill in from the next pushes), no host memory (it fills in likewise) and no memory levels (they come from this replica's [engine.memory_levels] and [engine.host_memory_levels])");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -287,8 +243,7 @@ fn decode(
             (meta, 4)
         }
         SnapshotFile::V5 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 5)?;
-            let old: AppliedV5 = postcard::from_bytes(&data).map_err(decode_err(5))?;
+            let old: AppliedOf<ReplicatedV5> = open_sealed(&meta, &data, 5)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 5 lacks the straggler detector's loss floor and shortest episode: they come from this replica's [engine.straggler], as does max_pending_steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -296,8 +251,7 @@ fn decode(
             (meta, 5)
         }
         SnapshotFile::V6 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 6)?;
-            let old: AppliedV6 = postcard::from_bytes(&data).map_err(decode_err(6))?;
+            let old: AppliedOf<ReplicatedV6> = open_sealed(&meta, &data, 6)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 6 has no peer groups: open steps are scored as one group, and pipeline stages are told apart from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -305,8 +259,7 @@ fn decode(
             (meta, 6)
         }
         SnapshotFile::V7 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 7)?;
-            let old: AppliedV7 = postcard::from_bytes(&data).map_err(decode_err(7))?;
+            let old: AppliedOf<ReplicatedV7> = open_sealed(&meta, &data, 7)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 7 has no hang detector: stall reports count from the next pushes");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -314,8 +267,7 @@ fn decode(
             (meta, 7)
         }
         SnapshotFile::V8 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 8)?;
-            let old: AppliedV8 = postcard::from_bytes(&data).map_err(decode_err(8))?;
+            let old: AppliedOf<ReplicatedV8> = open_sealed(&meta, &data, 8)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 8 has no collective waits: they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -323,8 +275,7 @@ fn decode(
             (meta, 8)
         }
         SnapshotFile::V9 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 9)?;
-            let old: AppliedV9 = postcard::from_bytes(&data).map_err(decode_err(9))?;
+            let old: AppliedOf<ReplicatedV9> = open_sealed(&meta, &data, 9)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 9 has no memory outside the allocator: it is measured from the next windows");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -332,8 +283,7 @@ fn decode(
             (meta, 9)
         }
         SnapshotFile::V10 { meta, data } => {
-            check_seal(&meta.snapshot_id, &data, 10)?;
-            let old: AppliedV10 = postcard::from_bytes(&data).map_err(decode_err(10))?;
+            let old: AppliedOf<ReplicatedV10> = open_sealed(&meta, &data, 10)?;
             tracing::info!(path = %path.display(),
                 "snapshot format 10 has no collectives listed one by one: they fill in from the next steps");
             (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
@@ -341,12 +291,20 @@ fn decode(
             (meta, 10)
         }
         SnapshotFile::V11 { meta, data } => {
+            let old: AppliedOf<ReplicatedV11> = open_sealed(&meta, &data, 11)?;
+            tracing::info!(path = %path.display(),
+                "snapshot format 11 has no device limits: they fill in from the next allocator records");
+            (applied.last_applied, applied.membership) = (old.last_applied, old.membership);
+            applied.data = old.data.upgrade();
+            (meta, 11)
+        }
+        SnapshotFile::V12 { meta, data } => {
             check_sealed(&meta.snapshot_id, &data)?;
-            let applied = decode_applied(&data).map_err(decode_err(11))?;
+            let applied = decode_applied(&data).map_err(decode_err(12))?;
             return Ok(Decoded {
                 applied,
                 meta,
-                version: 11,
+                version: 12,
                 current: Some(data),
             });
         }
@@ -357,6 +315,16 @@ fn decode(
         version,
         current: None,
     })
+}
+
+/// The data of a format 4 to 11 file, its seal checked.
+fn open_sealed<R: serde::de::DeserializeOwned>(
+    meta: &Meta,
+    data: &[u8],
+    version: u32,
+) -> Result<AppliedOf<R>, String> {
+    check_seal(&meta.snapshot_id, data, version)?;
+    postcard::from_bytes(data).map_err(|e| format!("format {version} data does not decode: {e}"))
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
@@ -418,14 +386,14 @@ pub fn encode_applied(applied: &Applied) -> Result<Vec<u8>, postcard::Error> {
 /// no copy of `data` is made.
 pub fn write(path: &Path, meta: &Meta, data: &[u8]) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V11 { meta }, &mut *w)
+        postcard::to_io(&SnapshotHeaderRef::V12 { meta }, &mut *w)
             .map_err(std::io::Error::other)?;
         postcard::to_io(&(data.len() as u64), &mut *w).map_err(std::io::Error::other)?;
         w.write_all(data)
     })
 }
 
-/// [`SnapshotFile::V11`] borrowed, up to its data: the variant and the
+/// [`SnapshotFile::V12`] borrowed, up to its data: the variant and the
 /// metadata. Postcard writes the data, a byte string, as its length and
 /// its bytes, which [`write`] and [`write_encoding`] append.
 #[derive(Serialize)]
@@ -450,7 +418,9 @@ enum SnapshotHeaderRef<'a> {
     V9,
     #[allow(dead_code)]
     V10,
-    V11 {
+    #[allow(dead_code)]
+    V11,
+    V12 {
         meta: &'a Meta,
     },
 }
@@ -473,7 +443,7 @@ pub fn write_encoding(
     len: u64,
 ) -> std::io::Result<()> {
     write_atomically(path, |w| {
-        postcard::to_io(&SnapshotHeaderRef::V11 { meta }, &mut *w)
+        postcard::to_io(&SnapshotHeaderRef::V12 { meta }, &mut *w)
             .map_err(std::io::Error::other)?;
         postcard::to_io(&len, &mut *w).map_err(std::io::Error::other)?;
         postcard::to_io(applied, w)
@@ -508,7 +478,7 @@ fn write_atomically(
 pub fn read_current(path: &Path) -> std::io::Result<(Meta, Vec<u8>)> {
     let bytes = std::fs::read(path)?;
     match postcard::from_bytes::<SnapshotFile>(&bytes) {
-        Ok(SnapshotFile::V11 { meta, data }) => Ok((meta, data)),
+        Ok(SnapshotFile::V12 { meta, data }) => Ok((meta, data)),
         Ok(_) => Err(std::io::Error::other(format!(
             "{} is not in format {CURRENT_VERSION}",
             path.display()

@@ -42,7 +42,8 @@ impl Service {
             | AgentMessage::V3(AgentMessageV2::Hello(hello))
             | AgentMessage::V4(AgentMessageV2::Hello(hello))
             | AgentMessage::V5(AgentMessageV2::Hello(hello))
-            | AgentMessage::V6(AgentMessageV2::Hello(hello)) => {
+            | AgentMessage::V6(AgentMessageV2::Hello(hello))
+            | AgentMessage::V7(AgentMessageV2::Hello(hello)) => {
                 self.state_machine
                     .read()
                     .cluster
@@ -58,7 +59,8 @@ impl Service {
             | AgentMessage::V3(AgentMessageV2::Push(pushed))
             | AgentMessage::V4(AgentMessageV2::Push(pushed))
             | AgentMessage::V5(AgentMessageV2::Push(pushed))
-            | AgentMessage::V6(AgentMessageV2::Push(pushed)) => {
+            | AgentMessage::V6(AgentMessageV2::Push(pushed))
+            | AgentMessage::V7(AgentMessageV2::Push(pushed)) => {
                 let PushBatchV2 {
                     batch,
                     placements,

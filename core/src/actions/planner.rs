@@ -195,6 +195,9 @@ mod tests {
                     inactive_split: Some(0),
                     alloc_retries: Some(0),
                     ooms: Some(0),
+                    device_total: None,
+                    cap: None,
+                    cap_source: None,
                 });
             }
         }

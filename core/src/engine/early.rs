@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::forecast::{project, ForecastParams, OomForecast};
+use super::forecast::{project, ForecastParams, OomForecast, Room};
 use super::trend::{fit_rising_with_s, mann_kendall_s, pairs_sign, slope, TrendScratch};
 
 /// Points kept per GPU while it is watched.
@@ -155,7 +155,7 @@ impl EarlyWatch {
         &mut self,
         (t, active_since): (f64, f64),
         used_high: f64,
-        capacity: f64,
+        room: Room,
         p: &EarlyParams,
         forecast: &ForecastParams,
         scratch: &mut TrendScratch,
@@ -175,7 +175,7 @@ impl EarlyWatch {
             Some(last) if last.0 > second => return None,
             _ => {}
         }
-        let verdict = self.evaluate(capacity, p, forecast, scratch);
+        let verdict = self.evaluate(room, p, forecast, scratch);
         if self.points.len() == MAX_POINTS {
             self.points.pop_front();
         }
@@ -198,7 +198,7 @@ impl EarlyWatch {
     /// Judges the closed seconds (every point but one still filling).
     fn evaluate(
         &mut self,
-        capacity: f64,
+        room: Room,
         p: &EarlyParams,
         fp: &ForecastParams,
         scratch: &mut TrendScratch,
@@ -230,7 +230,7 @@ impl EarlyWatch {
         if !steady || fastest_rise(before, p.ramp_s) < p.ramp_ratio * trend.slope {
             return None;
         }
-        let oom = project(&trend, trend.max_residual.max(0.0), capacity, fp);
+        let oom = project(&trend, trend.max_residual.max(0.0), room, fp);
         (oom.predicted_oom_t - trend.t_ref <= p.horizon_s).then_some(oom)
     }
 }

@@ -101,33 +101,54 @@ impl Default for ForecastParams {
     }
 }
 
+/// What a forecast measures a series against: the limit it meets first
+/// (see the engine's `limits` module).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Room {
+    /// The limit, bytes: growth is judged against its size, and
+    /// `usable_frac` of it can be used.
+    pub limit: f64,
+    /// What the series counts that the limit does not, bytes: the series
+    /// meets the limit at `limit * usable_frac + shift`.
+    pub shift: f64,
+}
+
+impl Room {
+    /// A series measured against the capacity it counts in: a GPU's used
+    /// memory against the GPU's.
+    pub fn of(capacity: f64) -> Self {
+        Self {
+            limit: capacity,
+            shift: 0.0,
+        }
+    }
+
+    /// The level the series can reach, bytes.
+    pub fn usable(&self, params: &ForecastParams) -> f64 {
+        self.limit * params.usable_frac + self.shift
+    }
+}
+
 /// The forecast for a fitted peak trend, or `None` when the trend is not real
 /// growth.
 pub fn forecast(
     trend: &Trend,
     spike_margin: f64,
-    capacity: f64,
+    room: Room,
     params: &ForecastParams,
 ) -> Option<OomForecast> {
     let real = trend.n >= params.min_points
         && trend.p_up <= params.p_max
         && trend.slope > 0.0
         && trend.slope_low > 0.0
-        && trend.slope * trend.span_s >= params.min_rise_frac * capacity;
-    real.then(|| {
-        project(
-            trend,
-            trend.max_residual.max(spike_margin),
-            capacity,
-            params,
-        )
-    })
+        && trend.slope * trend.span_s >= params.min_rise_frac * room.limit;
+    real.then(|| project(trend, trend.max_residual.max(spike_margin), room, params))
 }
 
-/// Where a growing trend, kept `margin` bytes below the usable capacity,
+/// Where a growing trend, kept `margin` bytes below the usable room,
 /// runs out of memory, and how close that is.
-pub fn project(trend: &Trend, margin: f64, capacity: f64, params: &ForecastParams) -> OomForecast {
-    let usable = capacity * params.usable_frac;
+pub fn project(trend: &Trend, margin: f64, room: Room, params: &ForecastParams) -> OomForecast {
+    let usable = room.usable(params);
     let room = (usable - margin - trend.level).max(0.0);
     let at = |slope: f64| trend.t_ref + room / slope.max(f64::MIN_POSITIVE);
     let predicted = at(trend.slope);
@@ -177,7 +198,7 @@ mod tests {
         // 40 GiB card, 20 GiB now, +40 MiB/s.
         let rate = 40.0 * 1024.0 * 1024.0;
         let tr = trend_of(|t| 20.0 * GIB - 200.0 * rate + rate * t, 21);
-        let f = forecast(&tr, 0.0, 40.0 * GIB, &ForecastParams::default()).unwrap();
+        let f = forecast(&tr, 0.0, Room::of(40.0 * GIB), &ForecastParams::default()).unwrap();
         let expected = 200.0 + (40.0 * GIB * 0.995 - 20.0 * GIB) / rate;
         assert!((f.predicted_oom_t - expected).abs() < 1.0, "{f:?}");
         assert_eq!(f.risk, Risk::High, "about 510 s left");
@@ -190,8 +211,8 @@ mod tests {
         let rate = 40.0 * 1024.0 * 1024.0;
         let tr = trend_of(|t| 20.0 * GIB + rate * t, 21);
         let p = ForecastParams::default();
-        let calm = forecast(&tr, 0.0, 40.0 * GIB, &p).unwrap();
-        let spiky = forecast(&tr, 4.0 * GIB, 40.0 * GIB, &p).unwrap();
+        let calm = forecast(&tr, 0.0, Room::of(40.0 * GIB), &p).unwrap();
+        let spiky = forecast(&tr, 4.0 * GIB, Room::of(40.0 * GIB), &p).unwrap();
         assert!((calm.predicted_oom_t - spiky.predicted_oom_t - 4.0 * GIB / rate).abs() < 1.0);
     }
 
@@ -199,16 +220,16 @@ mod tests {
     fn flat_or_tiny_growth_is_not_forecast() {
         let p = ForecastParams::default();
         let flat = trend_of(|_| 30.0 * GIB, 20);
-        assert!(forecast(&flat, 0.0, 40.0 * GIB, &p).is_none());
+        assert!(forecast(&flat, 0.0, Room::of(40.0 * GIB), &p).is_none());
         // 2 MiB over three minutes: significant but immaterial.
         let creep = trend_of(|t| 30.0 * GIB + 11_000.0 * t, 20);
-        assert!(forecast(&creep, 0.0, 40.0 * GIB, &p).is_none());
+        assert!(forecast(&creep, 0.0, Room::of(40.0 * GIB), &p).is_none());
     }
 
     #[test]
     fn too_little_evidence_is_not_forecast() {
         let tr = trend_of(|t| 30.0 * GIB + 1e8 * t, 4);
-        assert!(forecast(&tr, 0.0, 40.0 * GIB, &ForecastParams::default()).is_none());
+        assert!(forecast(&tr, 0.0, Room::of(40.0 * GIB), &ForecastParams::default()).is_none());
     }
 
     #[test]
@@ -216,12 +237,12 @@ mod tests {
         let p = ForecastParams::default();
         let fast = trend_of(|t| 35.0 * GIB + 50e6 * t, 12);
         assert_eq!(
-            forecast(&fast, 0.0, 40.0 * GIB, &p).unwrap().risk,
+            forecast(&fast, 0.0, Room::of(40.0 * GIB), &p).unwrap().risk,
             Risk::Critical
         );
         let slow = trend_of(|t| 10.0 * GIB + 15e6 * t, 12);
         assert_eq!(
-            forecast(&slow, 0.0, 80.0 * GIB, &p).unwrap().risk,
+            forecast(&slow, 0.0, Room::of(80.0 * GIB), &p).unwrap().risk,
             Risk::Low
         );
     }

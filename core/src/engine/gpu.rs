@@ -8,6 +8,7 @@ use super::forecast::{forecast, OomForecast, Risk};
 use super::input::GpuObs;
 use super::latch::Edge;
 use super::leak::leak_rate;
+use super::limits::{Binding, Ceiling};
 use super::rank::rank_in;
 use super::regime::Placed;
 use super::tracks::{GpuTrack, GpuTracks};
@@ -63,7 +64,11 @@ impl Engine {
         }
         track.clock_mhz = g.sm_clock_mhz.or(track.clock_mhz);
         track.power_w = g.power_w.or(track.power_w);
-        self.memory_level(g.node, g.gpu, g.t, g.used_high, g.total);
+        let Some(track) = self.nodes.get(g.node).and_then(|n| n.get(&g.gpu)) else {
+            return;
+        };
+        let ceiling = self.ceiling(track, g.used_high, g.procs);
+        self.memory_level(g.node, g.gpu, g.t, &ceiling);
         let Some(track) = self.nodes.get_mut(g.node).and_then(|n| n.get_mut(&g.gpu)) else {
             return;
         };
@@ -82,18 +87,18 @@ impl Engine {
         let early = track.early.add(
             (g.t, active_since),
             g.used_high as f64,
-            g.total as f64,
+            ceiling.room(),
             &self.cfg.early,
             &self.cfg.forecast,
             &mut self.scratch.trend,
         );
         self.rank_memory(g);
         if let Some(f) = early {
-            self.early_warning(g.node, g.gpu, f);
+            self.early_warning(g.node, g.gpu, f, &ceiling);
         }
         if let Some(point) = closed {
             if point.t - window_s / 2.0 >= active_since + self.cfg.warmup_s {
-                self.gpu_window(g.node, g.gpu, point);
+                self.gpu_window(g.node, g.gpu, point, &ceiling);
             }
         }
     }
@@ -141,8 +146,9 @@ impl Engine {
         }
     }
 
-    /// A GPU's closed envelope window: regime, forecast, NVML-based leak.
-    fn gpu_window(&mut self, node: &str, gpu: u32, point: EnvelopePoint) {
+    /// A GPU's closed envelope window: regime, forecast (against the limit
+    /// met first, `ceiling`), NVML-based leak.
+    fn gpu_window(&mut self, node: &str, gpu: u32, point: EnvelopePoint, ceiling: &Ceiling) {
         let cfg = self.cfg.effective().clone();
         let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
             return;
@@ -158,8 +164,8 @@ impl Engine {
         track.growing = peaks.is_some_and(|t| {
             t.p_up <= GROWING_P && t.slope > 0.0 && t.slope * t.span_s >= 0.005 * capacity
         });
-        let fc =
-            peaks.and_then(|t| forecast(&t, track.regime.spike_margin(), capacity, &cfg.forecast));
+        let room = ceiling.room();
+        let fc = peaks.and_then(|t| forecast(&t, track.regime.spike_margin(), room, &cfg.forecast));
         // Until the regular forecast has its windows, the early watch speaks.
         if fc.is_some() || !track.early.holds() {
             track.forecast = fc;
@@ -190,7 +196,7 @@ impl Engine {
             .active_since
             .is_some_and(|since| point.t - since <= cfg.early.watch_s);
         let judged = nvml_leak.is_some() || track.regime.len() >= cfg.leak.min_points || !early;
-        self.oom_edge(node, gpu, point.t, edge, fc);
+        self.oom_edge(node, gpu, point.t, (edge, fc), ceiling);
         if let Some((job, rank)) = sole_rank {
             self.nvml_leak(&job, rank, node, gpu, point.t, nvml_leak, judged);
         }
@@ -198,23 +204,33 @@ impl Engine {
 
     /// Applies an OOM latch edge (or a steady forecast) to every subject of
     /// the GPU: its ranks, or the GPU itself.
-    fn oom_edge(&mut self, node: &str, gpu: u32, t: f64, edge: Edge, fc: Option<OomForecast>) {
+    fn oom_edge(
+        &mut self,
+        node: &str,
+        gpu: u32,
+        t: f64,
+        (edge, fc): (Edge, Option<OomForecast>),
+        ceiling: &Ceiling,
+    ) {
         let Some(track) = self.nodes.get(node).and_then(|n| n.get(&gpu)) else {
             return;
         };
         let subjects = track.oom_subjects(node, gpu);
-        let (risk, total) = (track.risk, track.total);
-        let recommendation = (edge == Edge::Raised).then(|| self.oom_recommendation(&subjects));
+        let risk = track.risk;
+        let recommendation = (edge == Edge::Raised).then(|| {
+            let usual = self.oom_recommendation(&subjects);
+            match ceiling.advice() {
+                Some(first) => format!("{first}; else {usual}"),
+                None => usual,
+            }
+        });
         for subject in &subjects {
             self.apply_oom(
                 subject,
-                node,
-                gpu,
+                (node, gpu),
                 t,
-                edge,
-                risk,
-                fc,
-                total,
+                (edge, risk, fc),
+                ceiling,
                 recommendation.clone(),
             );
         }
@@ -223,7 +239,7 @@ impl Engine {
     /// The early watch confirmed growth that started with the job: raise
     /// (or update) the OOM alert now, and on a GPU holding one rank, that
     /// rank's leak.
-    fn early_warning(&mut self, node: &str, gpu: u32, f: OomForecast) {
+    fn early_warning(&mut self, node: &str, gpu: u32, f: OomForecast, ceiling: &Ceiling) {
         let clear_after = self.cfg.oom_clear_after;
         let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) else {
             return;
@@ -232,7 +248,7 @@ impl Engine {
         track.risk = track.risk.max(f.risk);
         let edge = track.oom_latch.update(true, 1, clear_after);
         let sole_rank = sole_rank(track);
-        self.oom_edge(node, gpu, f.t, edge, Some(f));
+        self.oom_edge(node, gpu, f.t, (edge, Some(f)), ceiling);
         // The GPU's memory also grows when the cache fragments: a rank with
         // allocator stats is called leaking by its allocator only.
         let Some((job, rank)) = sole_rank else {
@@ -256,17 +272,13 @@ impl Engine {
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn apply_oom(
         &mut self,
         subject: &Subject,
-        node: &str,
-        gpu: u32,
+        (node, gpu): (&str, u32),
         t: f64,
-        edge: Edge,
-        risk: Risk,
-        fc: Option<OomForecast>,
-        total: u64,
+        (edge, risk, fc): (Edge, Risk, Option<OomForecast>),
+        ceiling: &Ceiling,
         recommendation: Option<String>,
     ) {
         match (edge, fc) {
@@ -277,12 +289,18 @@ impl Engine {
             // its text, severity (up or down) and forecast; `raise` keeps
             // its id and when it first fired.
             (Edge::Raised, Some(f)) => {
-                let alert = oom_alert(subject, node, gpu, t, risk, &f, total, recommendation);
+                let alert = oom_alert(subject, (node, gpu), t, (risk, &f), ceiling, recommendation);
                 self.alerts.raise(subject.clone(), alert);
             }
-            (Edge::Steady, Some(f)) if self.alerts.is_active(AlertKind::OomPredicted, subject) => {
-                let alert = oom_alert(subject, node, gpu, t, risk, &f, total, recommendation);
-                self.alerts.raise(subject.clone(), alert);
+            // The recommendation was made when it was raised, and stands.
+            (Edge::Steady, Some(f)) => {
+                let key = (AlertKind::OomPredicted, subject.clone());
+                let Some(open) = self.alerts.active_mut(&key) else {
+                    return;
+                };
+                let kept = recommendation.or_else(|| open.recommendation.take());
+                let alert = oom_alert(subject, (node, gpu), t, (risk, &f), ceiling, kept);
+                self.alerts.raise(key.1, alert);
             }
             _ => {}
         }
@@ -400,15 +418,12 @@ pub(super) fn severity_of(risk: Risk) -> Severity {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn oom_alert(
     subject: &Subject,
-    node: &str,
-    gpu: u32,
+    (node, gpu): (&str, u32),
     t: f64,
-    risk: Risk,
-    f: &OomForecast,
-    total: u64,
+    (risk, f): (Risk, &OomForecast),
+    ceiling: &Ceiling,
     recommendation: Option<String>,
 ) -> Alert {
     let mut a = subject.alert(AlertKind::OomPredicted, t, severity_of(risk));
@@ -420,14 +435,24 @@ fn oom_alert(
     a.rate_bytes_per_s = Some(f.slope_bytes_per_s);
     let who = subject.describe();
     let left = (f.predicted_oom_t - t).max(0.0);
-    a.message = format!(
-        "{who} is forecast to run out of GPU memory in about {:.0} s ({} of {} used, growing {}/s, confidence {:.0} %)",
-        left,
-        fmt_bytes(f.level_bytes as u64),
-        fmt_bytes(total),
-        fmt_bytes(f.slope_bytes_per_s as u64),
-        f.confidence * 100.0
-    );
+    a.message = match &ceiling.binding {
+        Binding::Gpu { others: 0, .. } => format!(
+            "{who} is forecast to run out of GPU memory in about {:.0} s ({} of {} used, growing {}/s, confidence {:.0} %)",
+            left,
+            fmt_bytes(f.level_bytes as u64),
+            fmt_bytes(ceiling.gpu_total),
+            fmt_bytes(f.slope_bytes_per_s as u64),
+            f.confidence * 100.0
+        ),
+        _ => format!(
+            "{who} is forecast to run out of GPU memory in about {:.0} s, at {} ({} of it in use, growing {}/s, confidence {:.0} %)",
+            left,
+            ceiling.describe(),
+            fmt_bytes(ceiling.against),
+            fmt_bytes(f.slope_bytes_per_s as u64),
+            f.confidence * 100.0
+        ),
+    };
     a.recommendation = recommendation;
     a
 }

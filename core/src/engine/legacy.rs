@@ -21,7 +21,7 @@ use super::memory_level::MemoryLevelParams;
 use super::outside::OutsideWatch;
 use super::regime::RegimeParams;
 use super::straggler::legacy::{StragglerTrackerV10, StragglerTrackerV6, StragglerTrackerV8};
-use super::straggler::StragglerParams;
+use super::straggler::{StragglerParams, StragglerTracker};
 use super::tracks::{GpuTracks, JobTrackWith};
 use super::{Engine, EngineCounters};
 use crate::settings::Settings;
@@ -129,7 +129,8 @@ impl StragglerParamsV5 {
 
 /// [`Engine`] with its configuration `C`, straggler tracker `S` (by
 /// default that of formats 2 to 6) and watch of memory outside the
-/// allocator `O` (none before format 10), as older formats hold it.
+/// allocator `O` (none before format 10), as older formats hold it; none
+/// holds device limits (format 12 on).
 #[derive(Debug, Deserialize)]
 pub struct EngineWith<C, S = StragglerTrackerV6, O = ()> {
     cfg: C,
@@ -157,37 +158,52 @@ pub type EngineV9 = EngineWith<ConfigToml, StragglerTrackerV10>;
 /// [`Engine`] as snapshot format 10 holds it: before collectives listed
 /// one by one.
 pub type EngineV10 = EngineWith<ConfigToml, StragglerTrackerV10, OutsideWatch>;
+/// [`Engine`] as snapshot format 11 holds it: before device limits.
+pub type EngineV11 = EngineWith<ConfigToml, StragglerTracker, OutsideWatch>;
 
 /// The configuration as TOML text of what differs from the defaults (formats 6 on).
 #[derive(Debug, Deserialize)]
 pub struct ConfigToml(#[serde(with = "crate::settings::as_toml")] Settings);
 
-impl EngineV6 {
+impl IntoEngine for EngineV6 {
     /// The engine with its straggler trackers upgraded.
-    pub fn upgrade(self) -> Engine {
+    fn into_engine(self) -> Engine {
         self.upgrade_with(|cfg| cfg.0, StragglerTrackerV6::upgrade)
     }
 }
 
-impl EngineV9 {
+impl IntoEngine for EngineV9 {
     /// The engine with no rank's memory outside the allocator seen.
-    pub fn upgrade(self) -> Engine {
+    fn into_engine(self) -> Engine {
         self.upgrade_with(|cfg| cfg.0, StragglerTrackerV10::upgrade)
     }
 }
 
-impl EngineV10 {
+impl IntoEngine for EngineV10 {
     /// The engine with no collective listed one by one yet.
-    pub fn upgrade(self) -> Engine {
+    fn into_engine(self) -> Engine {
         self.upgrade_with(|cfg| cfg.0, StragglerTrackerV10::upgrade)
     }
 }
 
-impl EngineV8 {
+impl IntoEngine for EngineV11 {
+    /// The engine with no rank's device limit known.
+    fn into_engine(self) -> Engine {
+        self.upgrade_with(|cfg| cfg.0, |tracker| tracker)
+    }
+}
+
+impl IntoEngine for EngineV8 {
     /// The engine with its straggler trackers upgraded.
-    pub fn upgrade(self) -> Engine {
+    fn into_engine(self) -> Engine {
         self.upgrade_with(|cfg| cfg.0, StragglerTrackerV8::upgrade)
     }
+}
+
+/// An older format's engine that upgrades with nothing from the replica.
+pub trait IntoEngine {
+    /// The current engine; what the format lacks starts empty.
+    fn into_engine(self) -> Engine;
 }
 
 impl<C> EngineWith<C> {
@@ -241,6 +257,7 @@ impl<C, S: Clone, O: OutsideOf> EngineWith<C, S, O> {
             counters: self.counters,
             pending_links: self.pending_links,
             outside: self.outside.watch(),
+            limits: Default::default(),
             scratch: Default::default(),
             forgot_jobs: false,
             ranks: Default::default(),

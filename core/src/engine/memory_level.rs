@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::alerts::{AlertKind, Severity, Subject};
+use super::limits::{Binding, Ceiling};
 use super::Engine;
 use crate::units::Bytes;
 
@@ -97,20 +98,14 @@ impl MemoryLevelParams {
 
 impl Engine {
     /// Raises, updates or clears the memory-level alerts of one GPU after a
-    /// window whose highest sample used `used_high` of `total` bytes.
-    pub(super) fn memory_level(
-        &mut self,
-        node: &str,
-        gpu: u32,
-        t: f64,
-        used_high: u64,
-        total: u64,
-    ) {
+    /// window, read as the share of `ceiling`, the limit its memory meets
+    /// first (the GPU's capacity unless a rank's cap or slice is nearer).
+    pub(super) fn memory_level(&mut self, node: &str, gpu: u32, t: f64, ceiling: &Ceiling) {
         let Some(track) = self.nodes.get(node).and_then(|n| n.get(&gpu)) else {
             return;
         };
         let params = &self.cfg.memory_levels;
-        let pct = 100.0 * used_high as f64 / total as f64;
+        let pct = ceiling.pct();
         let level = params.level(pct);
         // Below every level there is only closing to do.
         if level.is_none() && !self.alerts.any_active(AlertKind::MemoryLevel) {
@@ -119,13 +114,16 @@ impl Engine {
         let clears = params.clears(pct);
         let subjects = track.oom_subjects(node, gpu);
         let figures = level.map(|severity| LevelFigures {
-            used_high,
-            total,
+            against: ceiling.against,
+            limit: ceiling.limit,
+            binding: ceiling.binding.clone(),
             severity,
             level_pct: params.named(severity).1,
         });
         // The messages already read what writing them would give.
-        let written = figures.is_some_and(|f| track.level_messages.wrote(&f, &subjects));
+        let written = figures
+            .as_ref()
+            .is_some_and(|f| track.level_messages.wrote(f, &subjects));
         let remember = figures.filter(|_| !written).map(|f| (f, subjects.clone()));
         // Raised on the GPU before its ranks were known: theirs now.
         if !track.ranks.is_empty() && self.alerts.any_active_about_a_gpu(AlertKind::MemoryLevel) {
@@ -151,8 +149,7 @@ impl Engine {
                             write_level_message(
                                 &mut open.message,
                                 (node, gpu),
-                                pct,
-                                (used_high, total),
+                                ceiling,
                                 (name, at),
                             );
                         }
@@ -162,14 +159,11 @@ impl Engine {
                     let mut alert = subject.alert(AlertKind::MemoryLevel, t, severity);
                     alert.node = Some(node.to_owned());
                     alert.gpu = Some(gpu);
-                    write_level_message(
-                        &mut alert.message,
-                        (node, gpu),
-                        pct,
-                        (used_high, total),
-                        (name, at),
-                    );
-                    alert.recommendation = Some(level_advice(severity).to_owned());
+                    write_level_message(&mut alert.message, (node, gpu), ceiling, (name, at));
+                    alert.recommendation = Some(match ceiling.advice() {
+                        Some(first) => format!("{first}; {}", level_advice(severity)),
+                        None => level_advice(severity).to_owned(),
+                    });
                     self.alerts.raise(subject, alert);
                 }
                 None if clears => {
@@ -187,10 +181,11 @@ impl Engine {
 }
 
 /// What a GPU's level messages say: the figures they were written with.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LevelFigures {
-    used_high: u64,
-    total: u64,
+    against: u64,
+    limit: u64,
+    binding: Binding,
     severity: Severity,
     level_pct: f64,
 }
@@ -224,17 +219,25 @@ impl PartialEq for LevelMessages {
 fn write_level_message(
     out: &mut String,
     (node, gpu): (&str, u32),
-    pct: f64,
-    (used_high, total): (u64, u64),
+    ceiling: &Ceiling,
     (name, at): (&str, f64),
 ) {
     use std::fmt::Write;
-    let _ = write!(
-        out,
-        "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
-        Bytes(total),
-        Bytes(used_high),
-    );
+    let pct = ceiling.pct();
+    let _ = match ceiling.binding {
+        Binding::Gpu { others: 0, .. } => write!(
+            out,
+            "GPU {gpu} on {node} uses {pct:.1} % of its {} ({}), at or above the {name} level of {at} %",
+            Bytes(ceiling.limit),
+            Bytes(ceiling.against),
+        ),
+        _ => write!(
+            out,
+            "GPU {gpu} on {node} is at {pct:.1} % of {} ({}), at or above the {name} level of {at} %",
+            ceiling.describe(),
+            Bytes(ceiling.against),
+        ),
+    };
 }
 
 /// What to do about a GPU at a level.

@@ -42,6 +42,7 @@ mod job;
 mod latch;
 pub mod leak;
 pub mod legacy;
+pub mod limits;
 pub mod memory_level;
 pub mod outside;
 mod rank;
@@ -68,6 +69,7 @@ pub use tracks::Marker;
 use crate::derived_count::DerivedCount;
 use crate::settings::{Settings, SettingsChange};
 use crate::shared::Shared;
+use limits::LimitWatch;
 use outside::OutsideWatch;
 use tracks::{GpuTracks, JobTrack};
 use trend::TrendScratch;
@@ -115,6 +117,8 @@ pub struct Engine {
     pending_links: Vec<(String, u32, String, u32, u32)>,
     /// Memory outside the caching allocator, per rank (snapshot format 10).
     outside: OutsideWatch,
+    /// What bounds each rank's memory besides its GPU (snapshot format 12).
+    limits: LimitWatch,
     #[serde(skip)]
     scratch: Scratch,
     /// Whether a job was forgotten since [`Engine::take_forgot_jobs`] last
@@ -137,6 +141,7 @@ impl PartialEq for Engine {
             && self.counters == other.counters
             && self.pending_links == other.pending_links
             && self.outside == other.outside
+            && self.limits == other.limits
     }
 }
 
@@ -154,6 +159,7 @@ impl Engine {
             counters: EngineCounters::default(),
             pending_links: Vec::new(),
             outside: OutsideWatch::new(),
+            limits: LimitWatch::new(),
             scratch: Scratch::default(),
             forgot_jobs: false,
             ranks: DerivedCount::default(),

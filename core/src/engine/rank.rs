@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::alerts::{AlertKind, Severity, Subject};
 use super::fits::{fit_series, fit_series_rising, fit_series_sloping_up};
+use super::forecast::Room;
 use super::fragmentation::{is_fragmenting, AllocatorView};
 use super::input::{AllocObs, RankObs};
 use super::latch::Edge;
@@ -161,6 +162,7 @@ impl Engine {
             Some((_, name)) => {
                 self.jobs.remove(&name);
                 self.outside.remove(&name);
+                self.limits.remove(&name);
                 self.forgot_jobs = true;
                 self.ranks.forget();
                 true
@@ -212,6 +214,9 @@ impl Engine {
         if let Some(ranks) = self.outside.get_mut(job) {
             ranks.remove(&rank);
         }
+        if let Some(ranks) = self.limits.get_mut(job) {
+            ranks.remove(&rank);
+        }
         if j.live_ranks() == 0 {
             j.ended_t.get_or_insert(t);
         }
@@ -222,6 +227,9 @@ impl Engine {
         self.counters.alloc += 1;
         if !self.tick(a.t) {
             return;
+        }
+        if let Some(limit) = a.limit() {
+            self.observe_limit(&a.job, a.rank, limit);
         }
         let capacity = self.rank_capacity(&a.job, a.rank);
         let window_s = self.cfg.window_s;
@@ -296,7 +304,7 @@ impl Engine {
         let Some(f) = track.early.add(
             (a.t, track.first_t),
             peak as f64,
-            capacity,
+            Room::of(capacity),
             &self.cfg.early,
             &self.cfg.forecast,
             &mut self.scratch.trend,
@@ -436,11 +444,12 @@ impl Engine {
         }
     }
 
-    /// Capacity of the GPU a rank runs on, bytes.
+    /// What a rank's allocator may reach, bytes: its GPU's capacity, or
+    /// less where its cap or its slice of the GPU is smaller.
     fn rank_capacity(&self, job: &str, rank: u32) -> Option<f64> {
         let r = self.jobs.get(job)?.ranks.get(&rank)?;
         let gpu = self.nodes.get(r.node.as_deref()?)?.get(&r.gpu?)?;
-        Some(gpu.total as f64)
+        Some(self.rank_limit_bytes(job, rank, gpu.total) as f64)
     }
 }
 

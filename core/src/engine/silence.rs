@@ -47,6 +47,7 @@ impl Engine {
         for name in silent_jobs {
             if let Some(job) = self.jobs.remove(&name) {
                 self.outside.remove(&name);
+                self.limits.remove(&name);
                 self.forgot_jobs = true;
                 self.ranks.forget();
                 for &rank in job.ranks.keys() {

@@ -77,6 +77,7 @@ impl Engine {
                 outside_allocator_bytes: outside.and_then(|o| o.level()),
                 outside_allocator_baseline_bytes: outside.and_then(|o| o.baseline()),
                 alloc_retries: r.alloc.as_ref().map(|a| a.retries),
+                memory_limit: self.rank_ceiling(name, rank).as_ref().map(Into::into),
                 risk: gpu.map_or(Risk::None, |g| g.risk),
                 forecast: gpu.and_then(|g| g.forecast).map(Into::into),
                 leak_bytes_per_s: r.leak_rate.filter(|_| r.leak.is_on()),

@@ -86,6 +86,9 @@ impl Scenario {
                         inactive_split: Some(0),
                         alloc_retries: Some(0),
                         ooms: Some(0),
+                        device_total: None,
+                        cap: None,
+                        cap_source: None,
                     });
                 }
                 if s >= 3 {
@@ -416,6 +419,9 @@ fn after_silent_jobs(cfg: EngineConfig) -> Engine {
                 inactive_split: None,
                 alloc_retries: None,
                 ooms: None,
+                device_total: None,
+                cap: None,
+                cap_source: None,
             });
         }
     }
@@ -603,6 +609,9 @@ fn ranks_in_all_jobs_stay_within_the_limit_and_ended_jobs_make_room() {
             inactive_split: None,
             alloc_retries: None,
             ooms: None,
+            device_total: None,
+            cap: None,
+            cap_source: None,
         });
     };
     for rank in 0..4 {

@@ -112,6 +112,7 @@ mod tests {
 
     fn alloc(t_ms: u64, allocated: u64, reserved: u64) -> HookRecord {
         HookRecord::Alloc(AllocRecord {
+            limit: None,
             t_ms,
             job: "j".into(),
             rank: 1,

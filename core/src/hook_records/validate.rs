@@ -4,7 +4,9 @@
 //! no agent. Anything absurd is skipped and counted, never applied. The
 //! bounds are in [`crate::limits`].
 
-use gpumon_proto::{AllocStats, CollectiveArrival, HookRecord, StallRecord, MAX_STEP_COLLECTIVES};
+use gpumon_proto::{
+    AllocStats, CollectiveArrival, DeviceLimit, HookRecord, StallRecord, MAX_STEP_COLLECTIVES,
+};
 use thiserror::Error;
 
 use crate::limits::{
@@ -52,6 +54,22 @@ pub enum InvalidRecord {
         inactive_split: u64,
         /// `reserved`.
         reserved: u64,
+    },
+    /// A device limit of no bytes or more than any device has.
+    #[error("{what} {bytes} bytes is not a plausible device limit (1 byte to 1 PiB)")]
+    BadLimit {
+        /// `device_total` or `cap`.
+        what: &'static str,
+        /// Its value.
+        bytes: u64,
+    },
+    /// A cap above the device it caps.
+    #[error("cap > device_total ({cap} > {device_total})")]
+    CapOverDevice {
+        /// `cap`.
+        cap: u64,
+        /// `device_total`.
+        device_total: u64,
     },
     /// A snapshot whose statistics fail the checks above.
     #[error("stats: {0}")]
@@ -166,6 +184,25 @@ fn stats(s: &AllocStats) -> Result<(), InvalidRecord> {
     }
 }
 
+/// A device limit: each figure plausible, and a cap within its device.
+fn device_limit(l: &DeviceLimit) -> Result<(), InvalidRecord> {
+    let cap = l.cap.map(|c| c.bytes);
+    for (what, bytes) in [("device_total", l.device_total), ("cap", cap)] {
+        match bytes {
+            Some(bytes) if bytes == 0 || bytes > MAX_DEVICE_BYTES => {
+                return Err(InvalidRecord::BadLimit { what, bytes });
+            }
+            _ => {}
+        }
+    }
+    match (cap, l.device_total) {
+        (Some(cap), Some(device_total)) if cap > device_total => {
+            Err(InvalidRecord::CapOverDevice { cap, device_total })
+        }
+        _ => Ok(()),
+    }
+}
+
 fn stall_time(what: &'static str, ms: u64) -> Result<(), InvalidRecord> {
     if ms > MAX_STALL_MS {
         return Err(InvalidRecord::BadStallTime { what, ms });
@@ -219,7 +256,10 @@ pub fn check_record(r: &HookRecord) -> Result<(), InvalidRecord> {
         return Err(InvalidRecord::BadRank(rank));
     }
     match r {
-        HookRecord::Alloc(a) => stats(&a.stats),
+        HookRecord::Alloc(a) => {
+            stats(&a.stats)?;
+            a.limit.as_ref().map_or(Ok(()), device_limit)
+        }
         HookRecord::Step(s) => {
             duration(|| "duration_ms".to_owned(), s.duration_ms)?;
             if s.sections.len() > MAX_SECTIONS {

@@ -90,6 +90,9 @@ pub fn alloc_ref(a: &gpumon_proto::AllocRecord) -> AllocRef<'_> {
         inactive_split: a.stats.inactive_split,
         alloc_retries: a.stats.alloc_retries,
         ooms: a.stats.ooms,
+        device_total: a.limit.and_then(|l| l.device_total),
+        cap: a.limit.and_then(|l| l.cap).map(|c| c.bytes),
+        cap_source: a.limit.and_then(|l| l.cap).map(|c| c.source),
     }
 }
 

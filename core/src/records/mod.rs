@@ -10,8 +10,8 @@ mod record;
 mod record_ref;
 
 pub use record::{
-    AllocRecord, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord, RankRecord,
-    SettingValue, SettingsRecord, StallRecord, StepRecord, TraceRecord, WaitRecord,
+    AllocRecord, CapSource, CollectiveArrival, EventRecord, GpuRecord, GroupWait, ProcRecord,
+    RankRecord, SettingValue, SettingsRecord, StallRecord, StepRecord, TraceRecord, WaitRecord,
 };
 pub use record_ref::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-pub use gpumon_proto::{CollectiveArrival, GroupWait};
+pub use gpumon_proto::{CapSource, CollectiveArrival, GroupWait};
 use serde::{Deserialize, Serialize};
 
 /// One record; `t` is seconds since the trace start.
@@ -135,6 +135,16 @@ pub struct AllocRecord {
     /// `num_ooms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ooms: Option<u64>,
+    /// The device's memory as the process sees it, bytes (a MIG slice's
+    /// size on a MIG GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total: Option<u64>,
+    /// Bytes the allocator may reserve, when a cap is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<u64>,
+    /// What set the cap (with `cap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_source: Option<CapSource>,
 }
 
 /// `step`: one finished training step.

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use gpumon_proto::{CollectiveArrival, GroupWait};
+use gpumon_proto::{CapSource, CollectiveArrival, DeviceLimit, GroupWait, MemoryCap};
 
 use super::record::{
     AllocRecord, EventRecord, GpuRecord, ProcRecord, RankRecord, SettingsRecord, StallRecord,
@@ -130,6 +130,28 @@ pub struct AllocRef<'a> {
     pub alloc_retries: Option<u64>,
     /// `num_ooms`.
     pub ooms: Option<u64>,
+    /// The device's memory as the process sees it, bytes.
+    pub device_total: Option<u64>,
+    /// Bytes the allocator may reserve, when a cap is set.
+    pub cap: Option<u64>,
+    /// What set the cap.
+    pub cap_source: Option<CapSource>,
+}
+
+impl AllocRef<'_> {
+    /// What bounds the process's memory, when the record says: its device
+    /// as it sees it and the allocator's cap (a cap without its source, or
+    /// a source without its cap, is no cap).
+    pub fn limit(&self) -> Option<DeviceLimit> {
+        let cap = match (self.cap, self.cap_source) {
+            (Some(bytes), Some(source)) => Some(MemoryCap { bytes, source }),
+            _ => None,
+        };
+        (self.device_total.is_some() || cap.is_some()).then_some(DeviceLimit {
+            device_total: self.device_total,
+            cap,
+        })
+    }
 }
 
 /// `step`: one finished training step, borrowed.
@@ -227,7 +249,8 @@ impl RecordRef<'_> {
                 own: job, node
             })),
             RecordRef::Alloc(r) => TraceRecord::Alloc(owned!(r => AllocRecord {
-                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms,
+                    device_total, cap, cap_source;
                 own: job
             })),
             RecordRef::Step(r) => TraceRecord::Step(StepRecord {
@@ -272,7 +295,8 @@ impl<'a> From<&'a TraceRecord> for RecordRef<'a> {
                 borrow: job, node
             })),
             TraceRecord::Alloc(r) => RecordRef::Alloc(borrowed!(r => AllocRef {
-                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms;
+                copy: t, rank, allocated, reserved, peak_allocated, inactive_split, alloc_retries, ooms,
+                    device_total, cap, cap_source;
                 borrow: job
             })),
             TraceRecord::Step(r) => RecordRef::Step(StepRef {

@@ -100,6 +100,7 @@ impl TraceCommands {
                         ooms: a.ooms,
                         ..AllocStats::default()
                     },
+                    limit: a.limit(),
                 })),
             ),
             RecordRef::Step(s) => (

@@ -24,8 +24,8 @@ pub use apply::{AppliedBatch, Effects};
 pub use command::{Command, CommandResult, CommandV1, MAX_PUSHES_PER_BATCH};
 pub use from_trace::{settings_command, TraceCommands};
 pub use state::{
-    Replicated, ReplicatedV10, ReplicatedV4, ReplicatedV5, ReplicatedV6, ReplicatedV7,
-    ReplicatedV8, ReplicatedV9,
+    Replicated, ReplicatedV10, ReplicatedV11, ReplicatedV4, ReplicatedV5, ReplicatedV6,
+    ReplicatedV7, ReplicatedV8, ReplicatedV9,
 };
 
 #[cfg(test)]

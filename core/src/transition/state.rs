@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::actions::ActionBook;
 use crate::cluster::{Cluster, Limits};
 use crate::engine::hang::HangWatch;
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{legacy, Engine, EngineConfig};
 use crate::hook_records::{check_record, HookData, StepBounds, StepTimes};
 use crate::notify::NotifyBook;
 
@@ -76,13 +76,12 @@ impl Replicated {
     }
 }
 
-/// [`Replicated`] as snapshot format 10 laid it out: the straggler
-/// trackers before collectives listed one by one
-/// ([`crate::engine::legacy::EngineV10`]).
+/// [`Replicated`] as snapshot formats 8 to 11 laid it out: the same parts,
+/// with the engine `E` of the format ([`crate::engine::legacy`]).
 #[derive(Debug, Deserialize)]
-pub struct ReplicatedV10 {
+pub struct ReplicatedWith<E> {
     state: Cluster,
-    engine: crate::engine::legacy::EngineV10,
+    engine: E,
     actions: ActionBook,
     hook: HookData,
     steps: StepTimes,
@@ -90,13 +89,23 @@ pub struct ReplicatedV10 {
     hangs: HangWatch,
 }
 
-impl ReplicatedV10 {
-    /// The current layout, with no collective listed one by one yet.
+/// Format 8: the straggler trackers before collective waits.
+pub type ReplicatedV8 = ReplicatedWith<legacy::EngineV8>;
+/// Format 9: the engine before memory outside the allocator.
+pub type ReplicatedV9 = ReplicatedWith<legacy::EngineV9>;
+/// Format 10: the straggler trackers before collectives listed one by one.
+pub type ReplicatedV10 = ReplicatedWith<legacy::EngineV10>;
+/// Format 11: the engine before device limits.
+pub type ReplicatedV11 = ReplicatedWith<legacy::EngineV11>;
+
+impl<E: legacy::IntoEngine> ReplicatedWith<E> {
+    /// The current layout, with what the format's engine lacks starting
+    /// empty.
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
             cluster: old.state,
-            engine: old.engine.upgrade(),
+            engine: old.engine.into_engine(),
             actions: old.actions,
             hook: old.hook,
             steps: old.steps,
@@ -106,111 +115,30 @@ impl ReplicatedV10 {
     }
 }
 
-/// [`Replicated`] as snapshot format 9 laid it out: the engine before
-/// memory outside the allocator ([`crate::engine::legacy::EngineV9`]).
+/// [`Replicated`] as snapshot formats 6 and 7 laid it out: before hung
+/// jobs, with the engine `E` of the format.
 #[derive(Debug, Deserialize)]
-pub struct ReplicatedV9 {
+pub struct ReplicatedBeforeHangs<E> {
     state: Cluster,
-    engine: crate::engine::legacy::EngineV9,
-    actions: ActionBook,
-    hook: HookData,
-    steps: StepTimes,
-    notify: NotifyBook,
-    hangs: HangWatch,
-}
-
-impl ReplicatedV9 {
-    /// The current layout, with no rank's memory outside the allocator seen.
-    pub fn upgrade(self) -> Replicated {
-        let old = self;
-        Replicated {
-            cluster: old.state,
-            engine: old.engine.upgrade(),
-            actions: old.actions,
-            hook: old.hook,
-            steps: old.steps,
-            notify: old.notify,
-            hangs: old.hangs,
-        }
-    }
-}
-
-/// [`Replicated`] as snapshot format 8 laid it out: the straggler trackers
-/// before collective waits ([`crate::engine::legacy::EngineV8`]).
-#[derive(Debug, Deserialize)]
-pub struct ReplicatedV8 {
-    state: Cluster,
-    engine: crate::engine::legacy::EngineV8,
-    actions: ActionBook,
-    hook: HookData,
-    steps: StepTimes,
-    notify: NotifyBook,
-    hangs: HangWatch,
-}
-
-impl ReplicatedV8 {
-    /// The current layout.
-    pub fn upgrade(self) -> Replicated {
-        let old = self;
-        Replicated {
-            cluster: old.state,
-            engine: old.engine.upgrade(),
-            actions: old.actions,
-            hook: old.hook,
-            steps: old.steps,
-            notify: old.notify,
-            hangs: old.hangs,
-        }
-    }
-}
-
-/// [`Replicated`] as snapshot format 7 laid it out: before hung jobs (and
-/// collective waits).
-#[derive(Debug, Deserialize)]
-pub struct ReplicatedV7 {
-    state: Cluster,
-    engine: crate::engine::legacy::EngineV8,
+    engine: E,
     actions: ActionBook,
     hook: HookData,
     steps: StepTimes,
     notify: NotifyBook,
 }
 
-impl ReplicatedV7 {
+/// Format 6: the straggler trackers before peer groups.
+pub type ReplicatedV6 = ReplicatedBeforeHangs<legacy::EngineV6>;
+/// Format 7: before hung jobs (and collective waits).
+pub type ReplicatedV7 = ReplicatedBeforeHangs<legacy::EngineV8>;
+
+impl<E: legacy::IntoEngine> ReplicatedBeforeHangs<E> {
     /// The current layout, with no stall seen.
     pub fn upgrade(self) -> Replicated {
         let old = self;
         Replicated {
             cluster: old.state,
-            engine: old.engine.upgrade(),
-            actions: old.actions,
-            hook: old.hook,
-            steps: old.steps,
-            notify: old.notify,
-            hangs: HangWatch::default(),
-        }
-    }
-}
-
-/// [`Replicated`] as snapshot format 6 laid it out: the straggler trackers
-/// before peer groups ([`crate::engine::legacy::EngineV6`]).
-#[derive(Debug, Deserialize)]
-pub struct ReplicatedV6 {
-    state: Cluster,
-    engine: crate::engine::legacy::EngineV6,
-    actions: ActionBook,
-    hook: HookData,
-    steps: StepTimes,
-    notify: NotifyBook,
-}
-
-impl ReplicatedV6 {
-    /// The current layout.
-    pub fn upgrade(self) -> Replicated {
-        let old = self;
-        Replicated {
-            cluster: old.state,
-            engine: old.engine.upgrade(),
+            engine: old.engine.into_engine(),
             actions: old.actions,
             hook: old.hook,
             steps: old.steps,

@@ -83,6 +83,11 @@ pub struct RankSummary {
     /// Allocation retries so far (with the hook).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub alloc_retries: Option<u64>,
+    /// The limit its memory meets first, when its hook reports what bounds
+    /// it (a cap, a MIG slice): the forecast and the memory levels of its
+    /// GPU use it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_limit: Option<MemoryLimit>,
     /// OOM risk of its GPU.
     pub risk: Risk,
     /// Its GPU's OOM forecast, when memory grows.
@@ -120,6 +125,37 @@ pub struct RankSummary {
     /// When its process ended, seconds.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ended_t: Option<f64>,
+}
+
+/// The limit a rank's memory meets first, and what counts against it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemoryLimit {
+    /// Which limit.
+    pub kind: LimitKind,
+    /// What set it, for a cap.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cap_source: Option<crate::CapSource>,
+    /// The limit, bytes.
+    pub limit_bytes: u64,
+    /// What counts against it now, bytes: the GPU's used memory, the
+    /// rank's `reserved` for a cap, its process memory for a slice.
+    pub used_bytes: u64,
+    /// The limit in words.
+    pub description: String,
+}
+
+/// Which limit a rank's memory meets first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Its GPU's capacity.
+    Gpu,
+    /// The caching allocator's cap.
+    Cap,
+    /// Its device is a MIG slice of the GPU.
+    MigSlice,
 }
 
 /// One job at the time of the view.

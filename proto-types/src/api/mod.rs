@@ -45,7 +45,8 @@ pub use actions::{
 };
 pub use alerts::{Alert, AlertKind, AlertsBody, AlertsQuery, Severity};
 pub use analysis::{
-    DeviceSummary, JobForecast, JobSummary, Marker, OomForecast, RankSummary, Risk,
+    DeviceSummary, JobForecast, JobSummary, LimitKind, Marker, MemoryLimit, OomForecast,
+    RankSummary, Risk,
 };
 pub use cluster::{
     AgentView, ClusterView, GpuView, IngestCounters, NodeView, NodesView, ProcessView,

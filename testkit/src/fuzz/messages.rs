@@ -91,6 +91,7 @@ fn hook_records() -> Vec<HookRecord> {
     };
     vec![
         HookRecord::Alloc(AllocRecord {
+            limit: None,
             t_ms: 1_700_000_002_000,
             job: "run-7".into(),
             rank: 3,

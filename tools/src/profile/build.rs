@@ -173,6 +173,7 @@ fn rank_report(job: &str, r: &RankSummary, kept: Option<&RankSeries>) -> RankRep
         peak_used_bytes: r.peak_used_bytes,
         outside_allocator_bytes: r.outside_allocator_bytes,
         outside_allocator_baseline_bytes: r.outside_allocator_baseline_bytes,
+        memory_limit: r.memory_limit.clone(),
         ooms: kept.map_or(0, |k| k.ooms),
         steps: kept.map_or(r.steps, |k| k.steps.max(r.steps)),
         step_ms: kept.and_then(|k| k.step_ms.quantiles()),

@@ -33,7 +33,7 @@ pub fn recommendations(report: &ProfileReport) -> Vec<Recommendation> {
         };
         // A leak's growth is not the batch's: it gets its own advice.
         if !r.leak {
-            batch_size(report, r, total, &mut out);
+            batch_size(report, r, &Limit::of(r, total), &mut out);
         }
         cache_gap(r, total, &mut out);
         if let Some(rate) = r.leak_bytes_per_s.filter(|_| r.leak) {
@@ -106,6 +106,48 @@ fn gpu_total(report: &ProfileReport, r: &RankReport) -> Option<u64> {
         .filter(|&t| t > 0)
 }
 
+/// What a rank's batch must fit under: its GPU's capacity, or the limit
+/// its memory met first (a cap bounds `reserved` alone, so memory outside
+/// the allocator does not count against it).
+struct Limit {
+    bytes: u64,
+    outside_counts: bool,
+    /// The limit in words, after "the N% level of".
+    named: String,
+}
+
+impl Limit {
+    fn of(r: &RankReport, gpu_total: u64) -> Self {
+        use gpumon_proto::api::LimitKind;
+        match &r.memory_limit {
+            Some(l) if l.kind == LimitKind::Cap => Self {
+                bytes: l.limit_bytes,
+                outside_counts: false,
+                named: format!("its {} allocator cap", fmt_bytes(l.limit_bytes)),
+            },
+            Some(l) if l.kind == LimitKind::MigSlice => Self {
+                bytes: l.limit_bytes,
+                outside_counts: true,
+                named: format!("its {} MIG slice", fmt_bytes(l.limit_bytes)),
+            },
+            _ => Self {
+                bytes: gpu_total,
+                outside_counts: true,
+                named: fmt_bytes(gpu_total),
+            },
+        }
+    }
+}
+
+/// What counts against `limit` at the rank's peak: `reserved` for a cap,
+/// the process's memory otherwise.
+fn held_against(r: &RankReport, limit: &Limit) -> u64 {
+    match r.peak_reserved_bytes {
+        Some(reserved) if !limit.outside_counts => reserved,
+        _ => r.peak_used_bytes,
+    }
+}
+
 fn rec<const N: usize>(
     kind: &str,
     r: &RankReport,
@@ -126,7 +168,12 @@ fn rec<const N: usize>(
 
 /// The batch that keeps the rank under the warning level; checkpointing
 /// where activations dominate a tight rank.
-fn batch_size(report: &ProfileReport, r: &RankReport, total: u64, out: &mut Vec<Recommendation>) {
+fn batch_size(
+    report: &ProfileReport,
+    r: &RankReport,
+    limit: &Limit,
+    out: &mut Vec<Recommendation>,
+) {
     let (Some(peak), Some(floor)) = (r.peak_allocated_bytes, r.floor_allocated_bytes) else {
         return;
     };
@@ -136,14 +183,15 @@ fn batch_size(report: &ProfileReport, r: &RankReport, total: u64, out: &mut Vec<
     }
     let outside = r
         .peak_reserved_bytes
+        .filter(|_| limit.outside_counts)
         .map_or(0, |res| r.peak_used_bytes.saturating_sub(res));
     let warning = report.levels.gpu_warning_pct / 100.0;
-    let target = warning * total as f64;
+    let target = warning * limit.bytes as f64;
     let fraction = (target - outside as f64 - floor as f64) / activations as f64;
     let tight = r.ooms > 0
         || report.exit.oom
         || r.risk >= Risk::Warning
-        || r.peak_used_bytes as f64 >= target;
+        || held_against(r, limit) as f64 >= target;
     let numbers = [
         ("batch_fraction", fraction.max(0.0)),
         ("activation_bytes", activations as f64),
@@ -158,7 +206,7 @@ fn batch_size(report: &ProfileReport, r: &RankReport, total: u64, out: &mut Vec<
             r,
             format!(
                 "{who}: parameters, gradients and optimizer state alone ({}) leave no room under the {}% level of {}: shard them (FSDP or ZeRO), train in bf16, or use an 8-bit optimizer",
-                fmt_bytes(floor), report.levels.gpu_warning_pct, fmt_bytes(total)
+                fmt_bytes(floor), report.levels.gpu_warning_pct, limit.named
             ),
             numbers,
         ));
@@ -170,7 +218,7 @@ fn batch_size(report: &ProfileReport, r: &RankReport, total: u64, out: &mut Vec<
             r,
             format!(
                 "{who}: a batch of at most {:.0} % of the current one keeps it under the {}% level ({} of {}): activations took {} at peak over {} of parameters, gradients and optimizer state",
-                100.0 * fraction, report.levels.gpu_warning_pct, fmt_bytes(target as u64), fmt_bytes(total),
+                100.0 * fraction, report.levels.gpu_warning_pct, fmt_bytes(target as u64), limit.named,
                 fmt_bytes(activations), fmt_bytes(floor)
             ),
             numbers,
@@ -274,6 +322,36 @@ mod tests {
         assert!(
             kinds(&recs).contains(&"gradient_checkpointing"),
             "activations are 5/7 of the peak"
+        );
+    }
+
+    #[test]
+    fn a_capped_rank_s_batch_fits_under_its_cap_not_its_gpu() {
+        // 4 GiB held, 10 GiB of activations, 15 GiB reserved under a 16 GiB
+        // cap on an 80 GiB GPU: tight under its cap (80 % of 16 GiB), room
+        // to spare on the GPU. The memory outside the allocator (1 GiB)
+        // does not count against a cap.
+        let mut r = one_rank(4 * GIB, 14 * GIB, 15 * GIB, 16 * GIB, false);
+        r.ranks[0].memory_limit = Some(gpumon_proto::api::MemoryLimit {
+            kind: gpumon_proto::api::LimitKind::Cap,
+            cap_source: Some(gpumon_proto::CapSource::MemoryFraction),
+            limit_bytes: 16 * GIB,
+            used_bytes: 15 * GIB,
+            description: "the 16.0 GiB cap".into(),
+        });
+        let recs = recommendations(&r);
+        let batch = recs
+            .iter()
+            .find(|x| x.kind == "batch_size")
+            .expect("batch advice");
+        let f = batch.numbers["batch_fraction"];
+        let expected = (0.8 * 16.0 - 4.0) / 10.0;
+        assert!((f - expected).abs() < 1e-9, "{f}");
+        assert_eq!(batch.numbers["outside_allocator_bytes"], 0.0);
+        assert!(
+            batch.text.contains("its 16.0 GiB allocator cap"),
+            "{}",
+            batch.text
         );
     }
 

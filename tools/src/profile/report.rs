@@ -173,6 +173,12 @@ pub struct RankReport {
     /// The same after the rank's start-up.
     #[serde(default)]
     pub outside_allocator_baseline_bytes: Option<u64>,
+    /// The limit its memory met first at the end, when its hook reported
+    /// what bounds it (its allocator's cap, a MIG slice): the forecast,
+    /// the levels and the batch advice read it instead of the GPU's
+    /// capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<gpumon_proto::api::MemoryLimit>,
     /// OOM errors the allocator counted.
     pub ooms: u64,
     /// Steps finished.

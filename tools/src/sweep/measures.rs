@@ -217,6 +217,7 @@ mod tests {
             peak_used_bytes: 0,
             outside_allocator_bytes: None,
             outside_allocator_baseline_bytes: None,
+            memory_limit: None,
             ooms: 0,
             steps,
             step_ms: step.map(|(p50, p90)| Quantiles { p50, p90 }),

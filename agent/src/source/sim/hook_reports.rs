@@ -71,6 +71,7 @@ impl Tape {
     /// Appends an `alloc` record.
     pub(crate) fn alloc(&mut self, t_ms: u64, info: &RankInfo, a: AllocReading) {
         self.records.push(HookRecord::Alloc(AllocRecord {
+            limit: None,
             t_ms,
             job: info.job.clone(),
             rank: info.rank,

@@ -226,6 +226,14 @@ fn encode_rank_memory(s: &ClusterRows, enc: &mut DescriptorEncoder) -> fmt::Resu
         "Bytes of the process on its GPU outside the caching allocator: NVML's figure less reserved (CUDA context, NCCL buffers, library workspaces; with the hook and NVML)",
         BYTES,
         |r| r.outside_allocator_bytes,
+    )?;
+    per_rank(
+        enc,
+        s,
+        "gpumon_rank_memory_limit",
+        "The limit the rank's memory meets first: its allocator's cap, its MIG slice or its GPU's capacity (with a hook that reports what bounds it; the OOM forecast and the memory levels use it)",
+        BYTES,
+        |r| r.memory_limit_bytes,
     )
 }
 

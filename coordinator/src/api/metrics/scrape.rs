@@ -101,6 +101,8 @@ pub struct RankRow {
     pub allocated_bytes: Option<u64>,
     pub reserved_bytes: Option<u64>,
     pub outside_allocator_bytes: Option<u64>,
+    /// The limit its memory meets first, when its hook reports one.
+    pub memory_limit_bytes: Option<u64>,
     pub step_s: Option<f64>,
     pub step_mean_s: Option<f64>,
     /// Mean seconds per section, by name.
@@ -572,6 +574,9 @@ fn rank_row(
         allocated_bytes: engine.and_then(|e| e.allocated_bytes),
         reserved_bytes: engine.and_then(|e| e.reserved_bytes),
         outside_allocator_bytes: engine.and_then(|e| e.outside_allocator_bytes),
+        memory_limit_bytes: engine
+            .and_then(|e| e.memory_limit.as_ref())
+            .map(|l| l.limit_bytes),
         step_s: step
             .and_then(|s| secs(s.duration_ms))
             .or_else(|| engine.and_then(|e| e.last_step_ms).and_then(secs)),

@@ -18,9 +18,10 @@ use gpumon_core::engine::{AlertKind, EngineConfig, Severity, Subject};
 use gpumon_core::notify::{Notice, NotifiedEntry, NotifyKey, ReceiverId, ReceiverKind};
 use gpumon_core::transition::{Command, CommandV1};
 use gpumon_proto::{
-    ActionKind, AllocRecord, AllocStats, BytesStat, CollectiveArrival, CollectiveWait, EventRecord,
-    GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory, PodPlacement, ProcPlacement,
-    ProcWindow, PushBatch, PushBatchV2, RankInfo, StallRecord, StepRecord,
+    ActionKind, AllocRecord, AllocStats, BytesStat, CapSource, CollectiveArrival, CollectiveWait,
+    DeviceLimit, EventRecord, GpuInfo, GpuWindow, GroupWait, Hello, HookRecord, HostMemory,
+    MemoryCap, PodPlacement, ProcPlacement, ProcWindow, PushBatch, PushBatchV2, RankInfo,
+    StallRecord, StepRecord,
 };
 use openraft::{CommittedLeaderId, Membership};
 
@@ -75,6 +76,13 @@ fn hook_records(t_ms: u64) -> Vec<HookRecord> {
     };
     vec![
         HookRecord::Alloc(AllocRecord {
+            limit: Some(DeviceLimit {
+                device_total: Some(80 << 30),
+                cap: Some(MemoryCap {
+                    bytes: 40 << 30,
+                    source: CapSource::MemoryFraction,
+                }),
+            }),
             t_ms,
             job: "job-1".into(),
             rank: 0,
@@ -251,7 +259,7 @@ fn encode_version(version: u32, a: &Applied) -> Vec<u8> {
         version, CURRENT_VERSION,
         "the v{version} fixture is missing: restore it from git"
     );
-    let file = SnapshotFile::V11 {
+    let file = SnapshotFile::V12 {
         meta: meta_of(a),
         data: encode_applied(a).unwrap(),
     };
@@ -347,6 +355,11 @@ fn every_supported_format_loads_with_what_it_holds() {
             if version >= 11 { 1 } else { 0 },
             "v{version}: the collectives rank 0 listed in its open step"
         );
+        assert_eq!(
+            a.engine.limit_of("job-1", 0).is_some(),
+            version >= 12,
+            "v{version}: rank 0's device limit"
+        );
         let outside_kept = version >= 10;
         assert_eq!(
             a.engine.outside_of("job-1", 0).is_some(),
@@ -378,7 +391,7 @@ fn an_older_format_is_served_to_followers_in_the_current_one() {
 #[test]
 fn the_current_format_reads_and_writes_its_fixture_byte_for_byte() {
     let bytes = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
-    let SnapshotFile::V11 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
+    let SnapshotFile::V12 { data, .. } = postcard::from_bytes(&bytes).unwrap() else {
         panic!("the newest fixture is not format {CURRENT_VERSION}");
     };
     let applied = decode_applied(&data).expect("decodes");
@@ -414,7 +427,7 @@ fn unreadable_files_are_refused_naming_the_file() {
     let path = dir.path().join(SNAPSHOT_FILE);
     let whole = std::fs::read(fixture(CURRENT_VERSION)).unwrap();
     let mut unknown_version = whole.clone();
-    unknown_version[0] = 11;
+    unknown_version[0] = 12;
     for (what, bytes) in [
         ("truncated", &whole[..whole.len() / 2]),
         ("unknown version", &unknown_version[..]),
@@ -437,7 +450,7 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let applied = scenario();
     let data = encode_applied(&applied).unwrap();
     let id = seal_id("3-1-42-0", &data);
-    assert!(id.starts_with("3-1-42-0.v11."), "{id}");
+    assert!(id.starts_with("3-1-42-0.v12."), "{id}");
     assert_eq!(check_sealed(&id, &data), Ok(()));
     assert_eq!(
         check_sealed("3-1-42-0", &data),
@@ -450,9 +463,9 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     damaged[last] ^= 1;
     let err = check_sealed(&id, &damaged).unwrap_err();
     assert!(err.contains("damaged"), "{err}");
-    let other_format = id.replace(".v11.", ".v12.");
+    let other_format = id.replace(".v12.", ".v13.");
     let err = check_sealed(&other_format, &data).unwrap_err();
-    assert!(err.contains("format 12"), "{err}");
+    assert!(err.contains("format 13"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@ fn first_warning(used: impl Fn(f64) -> f64, until: f64) -> Option<(f64, OomForec
     let mut scratch = TrendScratch::default();
     let (p, fp) = (EarlyParams::default(), ForecastParams::default());
     (5..until as u32).map(f64::from).find_map(|t| {
-        w.add((t, 5.0), used(t), CAPACITY, &p, &fp, &mut scratch)
+        w.add((t, 5.0), used(t), Room::of(CAPACITY), &p, &fp, &mut scratch)
             .map(|f| (t, f))
     })
 }
@@ -68,7 +68,14 @@ fn the_watch_ends_and_forgets_its_points() {
     let mut scratch = TrendScratch::default();
     let (p, fp) = (EarlyParams::default(), ForecastParams::default());
     for t in 5..300 {
-        w.add((f64::from(t), 5.0), GIB, CAPACITY, &p, &fp, &mut scratch);
+        w.add(
+            (f64::from(t), 5.0),
+            GIB,
+            Room::of(CAPACITY),
+            &p,
+            &fp,
+            &mut scratch,
+        );
         assert!(w.points.len() <= MAX_POINTS);
     }
     assert!(w.points.is_empty());

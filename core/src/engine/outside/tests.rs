@@ -32,6 +32,9 @@ fn run(seconds: u32, reserved: impl Fn(f64) -> u64, outside: impl Fn(f64) -> u64
             inactive_split: None,
             alloc_retries: None,
             ooms: None,
+            device_total: None,
+            cap: None,
+            cap_source: None,
         });
         let used = held + outside(t);
         let procs = [ProcRecord { pid: 1000, used }];

@@ -86,6 +86,7 @@ fn worst_records(
         let job = format!("{prefix}-job-{j}");
         for rank in 0..ranks {
             out.push(HookRecord::Alloc(AllocRecord {
+                limit: None,
                 t_ms,
                 job: job.clone(),
                 rank,

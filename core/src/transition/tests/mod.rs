@@ -58,6 +58,7 @@ pub(super) fn window(index: u32, end_ms: u64, used: u64) -> GpuWindow {
 
 pub(super) fn alloc(t_ms: u64, rank: u32, allocated: u64) -> HookRecord {
     HookRecord::Alloc(AllocRecord {
+        limit: None,
         t_ms,
         job: "job-1".into(),
         rank,
@@ -342,6 +343,9 @@ fn a_trace_builds_the_state_its_live_pushes_build() {
             procs: Cow::Borrowed(&procs),
         });
         let alloc = RecordRef::Alloc(AllocRef {
+            device_total: None,
+            cap: None,
+            cap_source: None,
             t,
             job: Cow::Borrowed("job-1"),
             rank: 0,
@@ -369,6 +373,9 @@ fn a_trace_builds_the_state_its_live_pushes_build() {
 fn hook_records_of_a_rank_no_record_placed_come_from_a_node_of_their_own() {
     let mut commands = TraceCommands::default();
     let record = RecordRef::Alloc(AllocRef {
+        device_total: None,
+        cap: None,
+        cap_source: None,
         t: 1.2345,
         job: Cow::Borrowed("job-9"),
         rank: 3,
@@ -413,6 +420,9 @@ fn consecutive_records_of_one_node_and_kind_share_a_push_and_keep_their_order() 
         })
     };
     let alloc = RecordRef::Alloc(AllocRef {
+        device_total: None,
+        cap: None,
+        cap_source: None,
         t: 1.0,
         job: Cow::Borrowed("job-1"),
         rank: 0,

@@ -140,6 +140,7 @@ fn rank_report(rank: u32, p: &Profile, hook: bool) -> RankReport {
         peak_used_bytes: p.reserved(LENGTH) + GIB,
         outside_allocator_bytes: None,
         outside_allocator_baseline_bytes: None,
+        memory_limit: None,
         ooms: 0,
         steps: if hook { (LENGTH / p.step_s) as u64 } else { 0 },
         step_ms: hook.then(|| q(step_ms, step_ms * 1.08)),
