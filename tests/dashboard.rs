@@ -131,6 +131,10 @@ async fn the_dashboard_shows_every_rank_and_the_planted_alerts() {
             "the job page has no row for rank {rank}"
         );
     }
+    assert!(
+        find(&tags, |t| t.name == "td" && t.has_class("limit")).is_some(),
+        "the rank table says what limit each rank's memory meets first"
+    );
     let verdict = find(&tags, |t| t.has_class("step-verdict"))
         .expect("the job page says what bounds the job's step");
     let bound = verdict.attr("data-bound").unwrap_or("");

@@ -193,8 +193,21 @@ function flagChips(s, rankView, active) {
   return chips;
 }
 
+// The limit a rank's memory meets first, when its hook reports what bounds
+// it: the OOM forecast and the memory levels read it (docs/memory-limits.md).
+function limitCell(limit) {
+  if (!limit) return el("td", { class: "limit", text: "—", title: "its GPU's capacity (the hook reports no cap or slice)" });
+  const kind = { gpu: "GPU", cap: "cap", mig_slice: "MIG slice" }[limit.kind] || limit.kind;
+  return el("td", {
+    class: "limit" + (limit.kind !== "gpu" ? " warn" : ""),
+    data: { limitKind: limit.kind },
+    title: limit.description + "; " + fmtBytes(limit.used_bytes) + " counts against it",
+    text: fmtBytes(limit.limit_bytes) + " " + kind,
+  });
+}
+
 function rankTable(ranks, rankViews, summaries, steps, active, now) {
-  const head = ["rank", "node / GPU", "used", "peak", "allocated / reserved", "outside allocator", "risk", "OOM forecast", "step", "slowdown", "flags"];
+  const head = ["rank", "node / GPU", "used", "peak", "allocated / reserved", "outside allocator", "limit", "risk", "OOM forecast", "step", "slowdown", "flags"];
   const rows = ranks.map((rank) => {
     const v = rankViews.get(rank);
     const s = summaries.get(rank);
@@ -224,6 +237,7 @@ function rankTable(ranks, rankViews, summaries, steps, active, now) {
           (s && s.outside_allocator_baseline_bytes != null ? "; after start-up " + fmtBytes(s.outside_allocator_baseline_bytes) : ""),
         text: s && s.outside_allocator_bytes != null ? fmtBytes(s.outside_allocator_bytes) : "—",
       }),
+      limitCell(s && s.memory_limit),
       el("td", null, s ? badge(s.risk, "sev-" + s.risk) : "—"),
       el("td", { text: f && Number.isFinite(f.predicted_oom_t)
         ? fmtClock(f.predicted_oom_t) + (Number.isFinite(now) ? " (in " + fmtDur(f.predicted_oom_t - now) + ")" : "") : "—" }),
