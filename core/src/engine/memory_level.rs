@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::alerts::{AlertKind, Severity, Subject};
 use super::Engine;
+use crate::not_state::NotState;
 use crate::units::Bytes;
 
 /// The levels, in percent of a GPU's capacity (or of a host's RAM).
@@ -180,7 +181,7 @@ impl Engine {
         }
         if let Some(wrote) = remember {
             if let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) {
-                track.level_messages = LevelMessages(Some(wrote));
+                track.level_messages = NotState(LevelMessages(Some(wrote)));
             }
         }
     }
@@ -199,8 +200,8 @@ pub(crate) struct LevelFigures {
 /// with, and those subjects. NVML's used memory seldom moves while the
 /// caching allocator keeps its segments, and a GPU held at a level with
 /// the same figures and subjects has messages that already read what
-/// writing them again would give. Not state: not serialized and equal to
-/// any other (a restored replica writes the same text once more).
+/// writing them again would give. Not state (held as a [`NotState`]: a
+/// restored replica writes the same text once more).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LevelMessages(Option<(LevelFigures, Vec<Subject>)>);
 
@@ -211,12 +212,6 @@ impl LevelMessages {
         self.0
             .as_ref()
             .is_some_and(|(f, s)| f == figures && s == subjects)
-    }
-}
-
-impl PartialEq for LevelMessages {
-    fn eq(&self, _other: &Self) -> bool {
-        true
     }
 }
 

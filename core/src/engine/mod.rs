@@ -66,6 +66,7 @@ pub use latch::{Edge, Latch};
 pub use tracks::Marker;
 
 use crate::derived_count::DerivedCount;
+use crate::not_state::NotState;
 use crate::settings::{Settings, SettingsChange};
 use crate::shared::Shared;
 use outside::OutsideWatch;
@@ -116,7 +117,7 @@ pub struct Engine {
     /// Memory outside the caching allocator, per rank (snapshot format 10).
     outside: OutsideWatch,
     #[serde(skip)]
-    scratch: Scratch,
+    scratch: NotState<Scratch>,
     /// Whether a job was forgotten since [`Engine::take_forgot_jobs`] last
     /// asked (the replicated state forgets its records of it too).
     #[serde(skip)]
@@ -124,7 +125,7 @@ pub struct Engine {
     /// Rank tracks in all jobs, for the bound on them (`max_ranks_per_job`
     /// holds in all jobs together too); derived, never serialized.
     #[serde(skip)]
-    ranks: DerivedCount,
+    ranks: NotState<DerivedCount>,
 }
 
 impl PartialEq for Engine {
@@ -154,9 +155,9 @@ impl Engine {
             counters: EngineCounters::default(),
             pending_links: Vec::new(),
             outside: OutsideWatch::new(),
-            scratch: Scratch::default(),
+            scratch: NotState::default(),
             forgot_jobs: false,
-            ranks: DerivedCount::default(),
+            ranks: NotState::default(),
         }
     }
 
