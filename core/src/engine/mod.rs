@@ -67,7 +67,7 @@ pub use tracks::Marker;
 
 use crate::derived_count::DerivedCount;
 use crate::not_state::NotState;
-use crate::settings::{Settings, SettingsChange};
+use crate::settings::{Settings, SettingsChange, SettingsError};
 use crate::shared::Shared;
 use outside::OutsideWatch;
 use tracks::{GpuTracks, JobTrack};
@@ -174,7 +174,7 @@ impl Engine {
 
     /// Applies a live settings change whole, from the next observation on,
     /// or refuses it (see [`Settings::apply`]).
-    pub fn change_settings(&mut self, change: &SettingsChange) -> Result<(), String> {
+    pub fn change_settings(&mut self, change: &SettingsChange) -> Result<(), SettingsError> {
         self.cfg.apply(change)
     }
 
