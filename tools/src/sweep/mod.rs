@@ -12,6 +12,7 @@
 //! sweep was stopped), 2 on bad usage.
 
 mod csv;
+mod error;
 pub(crate) mod grid;
 mod html;
 pub(crate) mod measures;
