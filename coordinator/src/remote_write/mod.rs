@@ -25,6 +25,7 @@
 
 pub mod collect;
 pub mod config;
+mod config_error;
 pub mod encode;
 mod error_log;
 pub mod proto;
@@ -33,6 +34,7 @@ mod sender;
 pub mod stats;
 
 pub use config::RemoteWriteConfig;
+pub use config_error::{RemoteWriteConfigError, UrlError};
 pub use stats::{RemoteWriteCounts, RemoteWriteStats};
 
 use tokio::sync::watch;
