@@ -274,7 +274,7 @@ impl Tasks {
                 )
             })
             .transpose()
-            .map_err(StartError::Config)?;
+            .map_err(|e| StartError::Config(e.to_string()))?;
         Ok(Tasks {
             snapshots,
             expiry,

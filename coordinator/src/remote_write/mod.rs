@@ -35,6 +35,7 @@ pub mod stats;
 
 pub use config::RemoteWriteConfig;
 pub use config_error::{RemoteWriteConfigError, UrlError};
+pub use sender::SenderError;
 pub use stats::{RemoteWriteCounts, RemoteWriteStats};
 
 use tokio::sync::watch;
@@ -51,7 +52,7 @@ pub fn spawn(
     state_machine: StateMachine,
     stats: RemoteWriteStats,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, String> {
+) -> Result<JoinHandle<()>, SenderError> {
     let sender = sender::Sender::new(config, proposer, state_machine, stats)?;
     Ok(tokio::spawn(sender.run(stop)))
 }
