@@ -7,7 +7,7 @@ use std::time::Duration;
 use gpumon_runtime::loopback::is_loopback_url;
 use gpumon_runtime::secrets::Secret;
 
-pub use crate::config_error::{ConfigError, SourceError};
+pub use crate::config_error::{ConfigError, MetricsListenError, SourceError};
 use crate::hook_endpoint::HookAddr;
 use crate::source::sim::Scenario;
 
@@ -27,13 +27,13 @@ pub const DEFAULT_METRICS_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9401);
 
 /// `--metrics-listen`: `IP:PORT`, or `none` for no endpoint.
-pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, MetricsListenError> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    s.parse().map(Some).map_err(|_| {
-        format!("metrics address {s:?} is not IP:PORT (e.g. {DEFAULT_METRICS_LISTEN}) or none")
+    s.parse().map(Some).map_err(|_| MetricsListenError {
+        given: s.to_owned(),
     })
 }
 
@@ -250,7 +250,7 @@ mod tests {
             AgentConfig::new("n").metrics_listen.map(|a| a.port()),
             Some(9401)
         );
-        let err = parse_metrics_listen("localhost").unwrap_err();
+        let err = parse_metrics_listen("localhost").unwrap_err().to_string();
         assert!(err.contains("\"localhost\" is not IP:PORT"), "{err}");
     }
 

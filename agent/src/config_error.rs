@@ -1,9 +1,11 @@
 //! Why an agent's configuration is refused at start-up ([`ConfigError`]),
-//! or a `--source` is not one ([`SourceError`]): the setting and its value,
-//! as the usage error says it.
+//! or a `--source` or `--metrics-listen` is not one ([`SourceError`],
+//! [`MetricsListenError`]): the setting and its value, as the usage error
+//! says it.
 
 use thiserror::Error;
 
+use crate::config::DEFAULT_METRICS_LISTEN;
 use crate::hook_endpoint::HookAddr;
 
 /// A refused agent configuration.
@@ -60,6 +62,14 @@ pub enum ConfigError {
         /// The address.
         addr: HookAddr,
     },
+}
+
+/// A `--metrics-listen` that is neither `IP:PORT` nor `none`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("metrics address {given:?} is not IP:PORT (e.g. {DEFAULT_METRICS_LISTEN}) or none")]
+pub struct MetricsListenError {
+    /// The address given.
+    pub given: String,
 }
 
 /// A `--source` that names no source.
