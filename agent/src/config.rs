@@ -7,6 +7,7 @@ use std::time::Duration;
 use gpumon_runtime::loopback::is_loopback_url;
 use gpumon_runtime::secrets::Secret;
 
+pub use crate::config_error::{ConfigError, MetricsListenError, SourceError};
 use crate::hook_endpoint::HookAddr;
 use crate::source::sim::Scenario;
 
@@ -26,13 +27,13 @@ pub const DEFAULT_METRICS_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9401);
 
 /// `--metrics-listen`: `IP:PORT`, or `none` for no endpoint.
-pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, MetricsListenError> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    s.parse().map(Some).map_err(|_| {
-        format!("metrics address {s:?} is not IP:PORT (e.g. {DEFAULT_METRICS_LISTEN}) or none")
+    s.parse().map(Some).map_err(|_| MetricsListenError {
+        given: s.to_owned(),
     })
 }
 
@@ -48,18 +49,21 @@ pub enum SourceSpec {
 }
 
 impl FromStr for SourceSpec {
-    type Err = String;
+    type Err = SourceError;
 
     /// `nvml`, `none`, `sim` (steady) or `sim:SCENARIO`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SourceError> {
         match s.split_once(':') {
             None if s == "nvml" => Ok(Self::Nvml),
             None if s == "none" => Ok(Self::None),
             None if s == "sim" => Ok(Self::Sim(Scenario::Steady)),
-            Some(("sim", scenario)) => scenario.parse().map(Self::Sim),
-            _ => Err(format!(
-                "unknown source {s:?}: use nvml, none, sim or sim:SCENARIO"
-            )),
+            Some(("sim", scenario)) => scenario
+                .parse()
+                .map(Self::Sim)
+                .map_err(SourceError::Scenario),
+            _ => Err(SourceError::Unknown {
+                given: s.to_owned(),
+            }),
         }
     }
 }
@@ -157,45 +161,38 @@ impl AgentConfig {
     }
 
     /// Checks the values; the error says which one and why.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.coordinators.is_empty() {
-            return Err("at least one coordinator URL is needed (--coordinators)".into());
+            return Err(ConfigError::NoCoordinators);
         }
         for url in &self.coordinators {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "coordinator URL {url:?} must start with http:// or https://"
-                ));
+                return Err(ConfigError::Scheme { url: url.clone() });
             }
             if self.token.is_none() && !self.insecure && !is_loopback_url(url) {
-                return Err(format!(
-                    "coordinator {url} is on another host: give this agent its token (--agent-token-file), or --insecure to push without one"
-                ));
+                return Err(ConfigError::NoToken { url: url.clone() });
             }
         }
         let sample_ms = self.sample_interval.as_millis();
         if !(10..=60_000).contains(&sample_ms) {
-            return Err(format!(
-                "sample interval {sample_ms} ms is outside 10..=60000 ms"
-            ));
+            return Err(ConfigError::SampleInterval { sample_ms });
         }
         if self.window < self.sample_interval || self.window > Duration::from_secs(600) {
-            return Err(format!(
-                "window {} ms must be at least the sample interval ({sample_ms} ms) and at most 600000 ms",
-                self.window.as_millis()
-            ));
+            return Err(ConfigError::Window {
+                window_ms: self.window.as_millis(),
+                sample_ms,
+            });
         }
         if self.max_buffered_batches == 0 {
-            return Err("max_buffered_batches must be at least 1".into());
+            return Err(ConfigError::BufferedBatches);
         }
         if self.max_batch_bytes < 4096 {
-            return Err(format!(
-                "max_batch_bytes {} is below the 4096-byte minimum",
-                self.max_batch_bytes
-            ));
+            return Err(ConfigError::BatchBytes {
+                bytes: self.max_batch_bytes,
+            });
         }
         if self.agent_id.is_empty() || self.node_name.is_empty() {
-            return Err("agent id and node name must not be empty".into());
+            return Err(ConfigError::EmptyNames);
         }
         if let Some(addr) = &self.hook_listen {
             // Any HookAddr is loopback or a short enough socket path by
@@ -207,7 +204,7 @@ impl AgentConfig {
                 (None, None) => false,
             };
             if !valid {
-                return Err(format!("hook address {addr} is not a usable hook endpoint"));
+                return Err(ConfigError::HookAddr { addr: addr.clone() });
             }
         }
         Ok(())
@@ -233,8 +230,13 @@ mod tests {
         assert!("sim:nope"
             .parse::<SourceSpec>()
             .unwrap_err()
+            .to_string()
             .contains("leak"));
-        assert!("cuda".parse::<SourceSpec>().unwrap_err().contains("nvml"));
+        assert!("cuda"
+            .parse::<SourceSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("nvml"));
     }
 
     #[test]
@@ -248,7 +250,7 @@ mod tests {
             AgentConfig::new("n").metrics_listen.map(|a| a.port()),
             Some(9401)
         );
-        let err = parse_metrics_listen("localhost").unwrap_err();
+        let err = parse_metrics_listen("localhost").unwrap_err().to_string();
         assert!(err.contains("\"localhost\" is not IP:PORT"), "{err}");
     }
 
@@ -256,10 +258,14 @@ mod tests {
     fn rejects_a_window_shorter_than_the_sample_interval() {
         let mut c = AgentConfig::new("n");
         c.window = Duration::from_millis(100);
-        assert!(c.validate().unwrap_err().contains("window 100 ms"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("window 100 ms"));
         c.window = Duration::from_secs(2);
         c.coordinators = vec!["127.0.0.1:7070".into()];
-        assert!(c.validate().unwrap_err().contains("http://"));
+        assert!(c.validate().unwrap_err().to_string().contains("http://"));
     }
 
     #[test]

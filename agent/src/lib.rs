@@ -21,6 +21,7 @@
 //! ```
 
 pub mod config;
+mod config_error;
 pub mod discovery;
 pub mod hook_endpoint;
 pub mod host;

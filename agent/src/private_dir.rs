@@ -15,7 +15,7 @@
 //! ([`create_file`]).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Sticky bit: in a world-writable directory, only an entry's owner may
 /// remove or rename it.
@@ -24,12 +24,15 @@ const STICKY: u32 = 0o1000;
 /// Creates `dir` (and missing parents) `0700` unless it exists, then checks
 /// it as [`check_dir`] does with `may_be_root_owned` false: it must be the
 /// current user's and no one else's to write in.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
+pub fn ensure_private_dir(dir: &Path) -> Result<(), DirError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|source| DirError::Create {
+            dir: dir.to_owned(),
+            source,
+        })?;
     check_dir(dir, false)
 }
 
@@ -37,37 +40,95 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
 /// directory, owned by the current user (or by root when
 /// `may_be_root_owned`), not writable by others unless sticky, nor by its
 /// group when it is the user's own.
-pub fn check_dir(dir: &Path, may_be_root_owned: bool) -> Result<(), String> {
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+pub fn check_dir(dir: &Path, may_be_root_owned: bool) -> Result<(), DirError> {
+    let owned = || dir.to_owned();
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Read {
+        dir: owned(),
+        source,
+    })?;
     if meta.file_type().is_symlink() {
-        return Err(format!(
-            "{} is a symbolic link; gpumon keeps its socket and files only in a real directory of yours: remove it",
-            dir.display()
-        ));
+        return Err(DirError::Symlink { dir: owned() });
     }
     if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(DirError::NotDir { dir: owned() });
     }
     let me = rustix::process::geteuid().as_raw();
     let owner = meta.uid();
     if owner != me && !(may_be_root_owned && owner == 0) {
-        return Err(format!(
-            "{} belongs to uid {owner}, not to you (uid {me}): another user may have made it to take gpumon's socket; remove it, or set XDG_RUNTIME_DIR to a directory of yours",
-            dir.display()
-        ));
+        return Err(DirError::Owner {
+            dir: owned(),
+            owner,
+            me,
+        });
     }
     let mode = meta.mode() & 0o7777;
     let others_write = mode & 0o002 != 0 && mode & STICKY == 0;
     let group_write = owner == me && owner != 0 && mode & 0o020 != 0 && mode & STICKY == 0;
     if others_write || group_write {
-        return Err(format!(
-            "{} may be written by other users (mode {mode:o}); run: chmod 700 {}",
-            dir.display(),
-            dir.display()
-        ));
+        return Err(DirError::Writable { dir: owned(), mode });
     }
     Ok(())
+}
+
+/// Why a directory may not hold gpumon's socket or files.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// It could not be created.
+    #[error("cannot create {}: {source}", .dir.display())]
+    Create {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its metadata could not be read.
+    #[error("cannot read {}: {source}", .dir.display())]
+    Read {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is a symbolic link.
+    #[error(
+        "{} is a symbolic link; gpumon keeps its socket and files only in a real directory of yours: remove it",
+        .dir.display()
+    )]
+    Symlink {
+        /// The path.
+        dir: PathBuf,
+    },
+    /// It is not a directory.
+    #[error("{} is not a directory", .dir.display())]
+    NotDir {
+        /// The path.
+        dir: PathBuf,
+    },
+    /// Another user owns it.
+    #[error(
+        "{} belongs to uid {owner}, not to you (uid {me}): another user may have made it to take gpumon's socket; remove it, or set XDG_RUNTIME_DIR to a directory of yours",
+        .dir.display()
+    )]
+    Owner {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// The current user's uid.
+        me: u32,
+    },
+    /// Others may write in it.
+    #[error(
+        "{} may be written by other users (mode {mode:o}); run: chmod 700 {}",
+        .dir.display(),
+        .dir.display()
+    )]
+    Writable {
+        /// The directory.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 /// Creates (or truncates) the file `path` in a private directory, mode
@@ -106,7 +167,7 @@ mod tests {
         std::fs::create_dir(&elsewhere).unwrap();
         let link = tmp.path().join("gpumon-1000");
         std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
-        let err = ensure_private_dir(&link).unwrap_err();
+        let err = ensure_private_dir(&link).unwrap_err().to_string();
         assert!(
             err.contains("symbolic link") && err.contains("gpumon-1000"),
             "{err}"
@@ -115,7 +176,7 @@ mod tests {
         let open = tmp.path().join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = ensure_private_dir(&open).unwrap_err();
+        let err = ensure_private_dir(&open).unwrap_err().to_string();
         assert!(
             err.contains("mode 777") && err.contains("chmod 700"),
             "{err}"
@@ -123,7 +184,7 @@ mod tests {
 
         // World-writable but sticky, as /tmp: fine for a socket.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(check_dir(&open, true), Ok(()));
+        assert!(check_dir(&open, true).is_ok());
     }
 
     #[test]
@@ -136,7 +197,7 @@ mod tests {
             return;
         }
         std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
-        let err = ensure_private_dir(&theirs).unwrap_err();
+        let err = ensure_private_dir(&theirs).unwrap_err().to_string();
         assert!(err.contains("belongs to uid 4242"), "{err}");
     }
 

@@ -193,7 +193,9 @@ impl Sampler {
     /// Checks the configuration, binds the hook endpoint (when configured)
     /// and opens the source.
     pub async fn start(config: AgentConfig) -> Result<Sampler, AgentError> {
-        config.validate().map_err(AgentError::Config)?;
+        config
+            .validate()
+            .map_err(|e| AgentError::Config(e.to_string()))?;
         let hooks = Hooks::start(&config).await?;
         let hub = hooks.as_ref().map(|h| h.hub.clone());
         let (source, attribute) = match make_source(&config, wall_ms(), hub.as_ref()) {

@@ -6,7 +6,7 @@ use gpumon_coordinator::notify::NotifyConfig;
 use gpumon_coordinator::peers::parse_peers;
 use gpumon_coordinator::{Coordinator, CoordinatorConfig, Credentials, Formation, StartError};
 use gpumon_core::notify::{NotifyFile, ReceiverKind};
-use gpumon_runtime::config::{resolve_limits, CoordinatorFile, FileConfig, LimitsFile};
+use gpumon_runtime::config::{resolve_limits, CoordinatorFile, FileConfig, LimitError, LimitsFile};
 use gpumon_runtime::secrets::{read_agent_tokens, read_secret, Secret};
 
 use gpumon_net::ServerTls;
@@ -168,7 +168,7 @@ fn apply_limits(
     flags: &LimitsFile,
     file: &LimitsFile,
     config: &mut CoordinatorConfig,
-) -> Result<(), String> {
+) -> Result<(), LimitError> {
     resolve_limits(flags, file, &mut config.limits, &mut config.engine)
 }
 
@@ -250,7 +250,9 @@ mod tests {
         if let Some(v) = engine_max_gpus {
             config.engine.max_gpus = v;
         }
-        apply_limits(flags, file, &mut config).map(|()| config)
+        apply_limits(flags, file, &mut config)
+            .map(|()| config)
+            .map_err(|e| e.to_string())
     }
 
     #[test]

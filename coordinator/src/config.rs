@@ -9,6 +9,7 @@ use gpumon_net::ServerTls;
 
 pub use crate::api::RankSeries;
 
+pub use crate::config_error::ConfigError;
 use crate::credentials::Credentials;
 use crate::notify::NotifyConfig;
 use crate::peers::{check_addr, Peers};
@@ -135,39 +136,29 @@ impl CoordinatorConfig {
     /// The engine forgets a silent job no later than the view forgets its
     /// node: otherwise the engine would keep analysing jobs on nodes the
     /// cluster view no longer lists.
-    fn check_forgetting(&self) -> Result<(), String> {
+    fn check_forgetting(&self) -> Result<(), ConfigError> {
         let silent_s = self.engine.silent_s;
         if !(silent_s.is_finite() && silent_s >= 0.0) {
-            return Err(format!(
-                "[engine] silent_s ({silent_s}) must be zero (never forget) or a positive number of seconds"
-            ));
+            return Err(ConfigError::SilentS { silent_s });
         }
         let expire_s = self.expire_after.as_secs_f64();
         if expire_s > 0.0 && (silent_s == 0.0 || silent_s > expire_s) {
-            return Err(format!(
-                "[engine] silent_s ({silent_s} s{}) outlasts expire_after_s ({expire_s} s): the engine would keep analysing jobs on nodes the cluster view has forgotten; set silent_s at most expire_after_s",
-                if silent_s == 0.0 { ", never" } else { "" }
-            ));
+            return Err(ConfigError::SilentOutlastsExpiry { silent_s, expire_s });
         }
         Ok(())
     }
 
     /// Checks the values; the error says which one and why.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.id == 0 {
-            return Err("--id must be a positive integer (Raft node ids start at 1)".into());
+            return Err(ConfigError::ZeroId);
         }
-        if self.max_push_bytes < 1024 {
-            return Err(format!(
-                "max_push_bytes {} is below the 1024-byte minimum",
-                self.max_push_bytes
-            ));
+        let bytes = self.max_push_bytes;
+        if bytes < 1024 {
+            return Err(ConfigError::PushBytesLow { bytes });
         }
-        if self.max_push_bytes > MAX_ENTRY_BYTES {
-            return Err(format!(
-                "max_push_bytes {} is above {MAX_ENTRY_BYTES} bytes, the largest log entry: a push is one entry, and an entry must fit a Raft RPC body ({MAX_RAFT_RPC_BYTES} bytes) to reach the followers",
-                self.max_push_bytes
-            ));
+        if bytes > MAX_ENTRY_BYTES {
+            return Err(ConfigError::PushBytesHigh { bytes });
         }
         self.planner.validate()?;
         self.notify.validate()?;
@@ -180,55 +171,52 @@ impl CoordinatorConfig {
             && e.warmup_s.is_finite()
             && e.warmup_s >= 0.0)
         {
-            return Err(format!(
-                "[engine] window_s ({}) must be positive and warmup_s ({}) zero or more",
-                e.window_s, e.warmup_s
-            ));
+            return Err(ConfigError::Window {
+                window_s: e.window_s,
+                warmup_s: e.warmup_s,
+            });
         }
         self.check_forgetting()?;
         if self.max_pushes_in_flight == 0 {
-            return Err("max_pushes_in_flight must be at least 1".into());
+            return Err(ConfigError::PushesInFlight);
         }
         self.connections.check()?;
         if self.snapshot_every_entries == 0 {
-            return Err("snapshot_every_entries must be at least 1".into());
+            return Err(ConfigError::SnapshotEvery);
         }
         if self.limits.history_windows == 0 {
-            return Err("history_windows must be at least 1".into());
+            return Err(ConfigError::HistoryWindows);
         }
         if self.snapshot_chunk_bytes < 1024 {
-            return Err("snapshot_chunk_bytes must be at least 1024".into());
+            return Err(ConfigError::ChunkLow);
         }
         if self.snapshot_chunk_bytes > (MAX_RAFT_RPC_BYTES / 2) as u64 {
-            return Err(format!(
-                "snapshot_chunk_bytes {} is above {} bytes: a chunk travels in one Raft RPC, whose body may be {MAX_RAFT_RPC_BYTES} bytes at most",
-                self.snapshot_chunk_bytes,
-                MAX_RAFT_RPC_BYTES / 2
-            ));
+            return Err(ConfigError::ChunkHigh {
+                bytes: self.snapshot_chunk_bytes,
+            });
         }
         if self.peer_ca_file.is_some() && self.tls.is_none() {
-            return Err("a peer CA file (--tls-ca-file) needs TLS on this replica (--tls-cert-file, --tls-key-file): a cluster speaks one scheme".into());
+            return Err(ConfigError::PeerCaWithoutTls);
         }
         if let Some(a) = &self.advertise {
-            check_addr(a).map_err(|e| format!("--advertise: {e}"))?;
+            check_addr(a).map_err(ConfigError::Advertise)?;
         }
         self.credentials.validate(&self.listen)?;
         if let Formation::Peers(peers) = &self.formation {
             let Some(own) = peers.get(&self.id) else {
-                let ids: Vec<String> = peers.keys().map(u64::to_string).collect();
-                return Err(format!(
-                    "--id {} is not in --peers (ids {}); a replica that joins an existing cluster starts with --join instead",
-                    self.id,
-                    ids.join(", ")
-                ));
+                return Err(ConfigError::NotInPeers {
+                    id: self.id,
+                    ids: peers.keys().copied().collect(),
+                });
             };
             let port = |a: &str| a.rsplit_once(':').map(|(_, p)| p.to_owned());
             let listen_port = port(&self.listen);
             if listen_port.as_deref() != Some("0") && listen_port != port(own) {
-                return Err(format!(
-                    "--listen {} and this replica's --peers entry {}={own} name different ports; peers could never reach it",
-                    self.listen, self.id
-                ));
+                return Err(ConfigError::ListenPort {
+                    listen: self.listen.clone(),
+                    id: self.id,
+                    own: own.clone(),
+                });
             }
         }
         Ok(())
@@ -244,7 +232,7 @@ mod tests {
         let mut c = CoordinatorConfig::new(1, std::env::temp_dir());
         assert_eq!(c.validate(), Ok(()));
         c.max_push_bytes = MAX_ENTRY_BYTES + 1;
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("max_push_bytes 16777217")
                 && err.contains("Raft RPC body (67108864 bytes)"),
@@ -253,7 +241,7 @@ mod tests {
         c.max_push_bytes = MAX_ENTRY_BYTES;
         assert_eq!(c.validate(), Ok(()));
         c.snapshot_chunk_bytes = MAX_RAFT_RPC_BYTES as u64;
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("snapshot_chunk_bytes 67108864") && err.contains("67108864 bytes at most"),
             "{err}"
@@ -265,7 +253,7 @@ mod tests {
         let mut c = CoordinatorConfig::new(1, std::env::temp_dir());
         assert!(c.engine.silent_s <= c.expire_after.as_secs_f64());
         c.expire_after = std::time::Duration::from_secs(120);
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("silent_s (300 s)") && err.contains("expire_after_s (120 s)"),
             "{err}"
@@ -273,7 +261,11 @@ mod tests {
         c.engine.silent_s = 120.0;
         assert_eq!(c.validate(), Ok(()));
         c.engine.silent_s = 0.0;
-        assert!(c.validate().unwrap_err().contains("silent_s (0 s, never)"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("silent_s (0 s, never)"));
         // Expiry off: the view never forgets, so the engine may do either.
         c.expire_after = std::time::Duration::ZERO;
         assert_eq!(c.validate(), Ok(()));
@@ -281,6 +273,7 @@ mod tests {
         assert!(c
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("[engine] silent_s (NaN)"));
     }
 }

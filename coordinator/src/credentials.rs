@@ -43,9 +43,9 @@ impl Default for Credentials {
 impl Credentials {
     /// Refuses an open replica on a non-loopback `listen` address (unless
     /// `insecure`), and closed reads without an admin token.
-    pub fn validate(&self, listen: &str) -> Result<(), String> {
+    pub fn validate(&self, listen: &str) -> Result<(), CredentialsError> {
         if !self.open_reads && self.admin_token.is_none() {
-            return Err("closed reads (open_reads = false) need an admin token (--admin-token-file) to read with".into());
+            return Err(CredentialsError::ClosedReadsWithoutToken);
         }
         if self.insecure || is_loopback_authority(listen) {
             return Ok(());
@@ -61,9 +61,30 @@ impl Credentials {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(format!(
-            "--listen {listen} is reachable from other hosts, and anyone who reaches it could forge pushes and Raft messages: give {} (or --insecure to run open on a trusted network)",
-            missing.join(", ")
-        ))
+        Err(CredentialsError::Open {
+            listen: listen.to_owned(),
+            missing,
+        })
     }
+}
+
+/// Why a replica may not start with these credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsError {
+    /// Reads are closed and nothing can open them.
+    #[error(
+        "closed reads (open_reads = false) need an admin token (--admin-token-file) to read with"
+    )]
+    ClosedReadsWithoutToken,
+    /// A non-loopback address without every secret, and not `--insecure`.
+    #[error(
+        "--listen {listen} is reachable from other hosts, and anyone who reaches it could forge pushes and Raft messages: give {} (or --insecure to run open on a trusted network)",
+        .missing.join(", ")
+    )]
+    Open {
+        /// The address.
+        listen: String,
+        /// The flags of the missing secrets.
+        missing: Vec<&'static str>,
+    },
 }

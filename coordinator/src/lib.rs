@@ -22,6 +22,7 @@
 
 mod api;
 pub mod config;
+mod config_error;
 pub mod credentials;
 mod expiry_task;
 mod node;

@@ -274,7 +274,7 @@ impl Tasks {
                 )
             })
             .transpose()
-            .map_err(StartError::Config)?;
+            .map_err(|e| StartError::Config(e.to_string()))?;
         Ok(Tasks {
             snapshots,
             expiry,
@@ -352,7 +352,9 @@ impl Coordinator {
     /// Opens storage, starts Raft and serves the API; a fresh single-node
     /// cluster initializes itself (once: a restart finds its membership in the log).
     pub async fn start(config: CoordinatorConfig) -> Result<Self, StartError> {
-        config.validate().map_err(StartError::Config)?;
+        config
+            .validate()
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let (log_store, state_machine) = open_storage(&config)?;
         let bound = Bound::bind(&config).await?;
 

@@ -1,7 +1,8 @@
 //! A count kept beside a bounded map so that a bound costs no scan per
 //! record: derived from the map, never serialized (the snapshot layout stays
 //! the map's), counted again on first use after a restore, and always equal
-//! to another, as it says nothing the map does not.
+//! to another, as it says nothing the map does not: its holders keep it as
+//! a [`NotState`](crate::not_state::NotState).
 
 /// The count; `None` until counted.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,11 +22,5 @@ impl DerivedCount {
     /// The count must be taken again.
     pub(crate) fn forget(&mut self) {
         self.0 = None;
-    }
-}
-
-impl PartialEq for DerivedCount {
-    fn eq(&self, _: &Self) -> bool {
-        true
     }
 }

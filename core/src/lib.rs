@@ -47,6 +47,7 @@ pub mod engine;
 pub mod hook_records;
 pub mod job_scale;
 pub mod limits;
+mod not_state;
 pub mod notify;
 pub mod records;
 pub mod settings;

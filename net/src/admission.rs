@@ -59,18 +59,34 @@ impl Default for ConnectionLimits {
 impl ConnectionLimits {
     /// `Err` names the setting that cannot work: a zero cap, or a
     /// per-source cap above the total.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LimitsError> {
         if self.max_connections == 0 || self.max_per_source == 0 {
-            return Err("max_connections and max_connections_per_source must be at least 1".into());
+            return Err(LimitsError::Zero);
         }
         if self.max_per_source > self.max_connections {
-            return Err(format!(
-                "max_connections_per_source ({}) must not exceed max_connections ({})",
-                self.max_per_source, self.max_connections
-            ));
+            return Err(LimitsError::SourceAboveTotal {
+                per_source: self.max_per_source,
+                total: self.max_connections,
+            });
         }
         Ok(())
     }
+}
+
+/// Connection limits that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// A cap of 0.
+    #[error("max_connections and max_connections_per_source must be at least 1")]
+    Zero,
+    /// The per-source cap above the total.
+    #[error("max_connections_per_source ({per_source}) must not exceed max_connections ({total})")]
+    SourceAboveTotal {
+        /// `max_connections_per_source`.
+        per_source: usize,
+        /// `max_connections`.
+        total: usize,
+    },
 }
 
 /// Where a connection comes from, for the per-source cap.
@@ -271,12 +287,12 @@ mod tests {
             max_connections: 0,
             max_per_source: 0,
         };
-        assert!(zero.check().unwrap_err().contains("at least 1"));
+        assert!(zero.check().unwrap_err().to_string().contains("at least 1"));
         let over = ConnectionLimits {
             max_connections: 10,
             max_per_source: 11,
         };
-        let why = over.check().unwrap_err();
+        let why = over.check().unwrap_err().to_string();
         assert!(why.contains("max_connections_per_source (11)"), "{why}");
     }
 

@@ -16,7 +16,7 @@ mod client;
 mod files;
 mod listener;
 
-pub use admission::{Admissions, ConnectionLimits, MAX_HANDSHAKES};
+pub use admission::{Admissions, ConnectionLimits, LimitsError, MAX_HANDSHAKES};
 pub use client::{client_builder, client_builder_with, plain_client_builder, ClientTls};
 pub use files::{Identity, TlsError};
 pub use listener::{ApiListener, ApiStream, ServerTls, HANDSHAKE_TIMEOUT};

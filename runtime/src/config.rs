@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 use gpumon_core::actions::PlannerConfig;
 use gpumon_core::cluster::Limits;
-use gpumon_core::engine::memory_level::MemoryLevelParams;
+use gpumon_core::engine::memory_level::{LevelsError, MemoryLevelParams};
 use gpumon_core::engine::EngineConfig;
 use gpumon_core::notify::NotifyFile;
 use thiserror::Error;
@@ -219,12 +219,12 @@ pub fn resolve_limits(
     file: &LimitsFile,
     limits: &mut Limits,
     engine: &mut EngineConfig,
-) -> Result<(), String> {
+) -> Result<(), LimitError> {
     let defaults = EngineConfig::default();
-    let pick = |flag: Option<usize>, key: Option<usize>, name: &str, fallback: usize| {
+    let pick = |flag: Option<usize>, key: Option<usize>, name: &'static str, fallback: usize| {
         let v = flag.or(key).unwrap_or(fallback);
         if v == 0 {
-            return Err(format!("--{name} must be at least 1"));
+            return Err(LimitError::Zero { flag: name });
         }
         Ok(v)
     };
@@ -266,15 +266,57 @@ pub fn resolve_limits(
         ),
     ] {
         if set != default && set != limit {
-            return Err(format!(
-                "[engine] {engine_key} = {set} disagrees with the limit {limit}; set it once, as [limits] {flag}"
-            ));
+            return Err(LimitError::Disagrees {
+                engine_key,
+                set,
+                limit,
+                flag,
+            });
         }
     }
     engine.max_gpus = limits.max_gpus;
     engine.max_ranks_per_job = limits.max_ranks;
     engine.max_jobs = max_jobs;
     Ok(())
+}
+
+/// Why the `[limits]` and the engine's bounds do not resolve.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LimitError {
+    /// A limit of 0.
+    #[error("--{flag} must be at least 1")]
+    Zero {
+        /// The flag, e.g. `max-gpus`.
+        flag: &'static str,
+    },
+    /// An engine key set to another number than its limit.
+    #[error(
+        "[engine] {engine_key} = {set} disagrees with the limit {limit}; set it once, as [limits] {flag}"
+    )]
+    Disagrees {
+        /// The engine's key.
+        engine_key: &'static str,
+        /// Its value.
+        set: usize,
+        /// The limit.
+        limit: usize,
+        /// The `[limits]` key.
+        flag: &'static str,
+    },
+}
+
+/// Why a config file's text is not gpumon's TOML.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ParseError {
+    /// Not TOML of this schema; toml's explanation, with line and column.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// The GPU memory levels do not hold together.
+    #[error("[engine.memory_levels]: {0}")]
+    MemoryLevels(LevelsError),
+    /// The host memory levels do not hold together.
+    #[error("[engine.host_memory_levels]: {0}")]
+    HostMemoryLevels(LevelsError),
 }
 
 /// Why the file could not be used.
@@ -289,12 +331,12 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid gpumon TOML.
-    #[error("invalid config file {path}: {message}")]
+    #[error("invalid config file {path}: {reason}")]
     Parse {
         /// The file.
         path: PathBuf,
-        /// toml's explanation, with line and column.
-        message: String,
+        /// What is wrong with its text.
+        reason: ParseError,
     },
 }
 
@@ -305,24 +347,24 @@ impl FileConfig {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse(&text).map_err(|message| ConfigError::Parse {
+        Self::parse(&text).map_err(|reason| ConfigError::Parse {
             path: path.to_owned(),
-            message,
+            reason,
         })
     }
 
     /// Parses TOML text.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut file: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let mut file: Self = toml::from_str(text)?;
         host_level_defaults(text, &mut file.engine.host_memory_levels);
         file.engine
             .memory_levels
             .check()
-            .map_err(|e| format!("[engine.memory_levels]: {e}"))?;
+            .map_err(ParseError::MemoryLevels)?;
         file.engine
             .host_memory_levels
             .check()
-            .map_err(|e| format!("[engine.host_memory_levels]: {e}"))?;
+            .map_err(ParseError::HostMemoryLevels)?;
         Ok(file)
     }
 }
@@ -365,7 +407,9 @@ mod tests {
         let c = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 70.0\n").unwrap();
         assert_eq!(c.engine.memory_levels.warning_pct, 70.0);
         assert_eq!(c.engine.memory_levels.critical_pct, 95.0);
-        let err = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 97.0\n").unwrap_err();
+        let err = FileConfig::parse("[engine.memory_levels]\nwarning_pct = 97.0\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("[engine.memory_levels]") && err.contains("97"),
             "{err}"
@@ -387,13 +431,16 @@ mod tests {
             c.engine.memory_levels.warning_pct, 80.0,
             "the GPU's levels are apart"
         );
-        let err =
-            FileConfig::parse("[engine.host_memory_levels]\ncritical_pct = 120.0\n").unwrap_err();
+        let err = FileConfig::parse("[engine.host_memory_levels]\ncritical_pct = 120.0\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("[engine.host_memory_levels]") && err.contains("120"),
             "{err}"
         );
-        let err = FileConfig::parse("[engine.host_memory_levels]\nwarn = 1.0\n").unwrap_err();
+        let err = FileConfig::parse("[engine.host_memory_levels]\nwarn = 1.0\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("warn"), "unknown keys are refused: {err}");
     }
 
@@ -432,7 +479,9 @@ mod tests {
         assert_eq!(c.engine.forecast.horizon_s, defaults.forecast.horizon_s);
         assert_eq!(c.actions.horizon_s, 60.0);
         assert_eq!(c.actions.ttl_s, PlannerConfig::default().ttl_s);
-        let err = FileConfig::parse("[engine.forecast]\nmin_pts = 4\n").unwrap_err();
+        let err = FileConfig::parse("[engine.forecast]\nmin_pts = 4\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("min_pts"), "{err}");
     }
 
@@ -448,13 +497,17 @@ mod tests {
         assert_eq!(rw.labels.unwrap()["cluster"], "a");
         assert_eq!(rw.max_samples_per_request, None);
         assert!(FileConfig::default().remote_write.url.is_none());
-        let err = FileConfig::parse("[remote_write]\nurls = \"x\"\n").unwrap_err();
+        let err = FileConfig::parse("[remote_write]\nurls = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("urls"), "{err}");
     }
 
     #[test]
     fn refuses_unknown_keys_naming_them() {
-        let err = FileConfig::parse("[agent]\nsample_interval = 250\n").unwrap_err();
+        let err = FileConfig::parse("[agent]\nsample_interval = 250\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sample_interval"), "{err}");
     }
 

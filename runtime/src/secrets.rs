@@ -49,15 +49,12 @@ impl fmt::Debug for Secret {
 impl Secret {
     /// A secret from its text; refused when shorter than [`MIN_SECRET_BYTES`]
     /// or holding whitespace or control characters.
-    pub fn new(text: &str) -> Result<Self, String> {
+    pub fn new(text: &str) -> Result<Self, BadSecret> {
         if text.len() < MIN_SECRET_BYTES {
-            return Err(format!(
-                "is {} bytes; a secret has at least {MIN_SECRET_BYTES}",
-                text.len()
-            ));
+            return Err(BadSecret::Short { len: text.len() });
         }
         if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("holds whitespace or control characters".into());
+            return Err(BadSecret::Characters);
         }
         Ok(Self(text.to_owned()))
     }
@@ -79,6 +76,21 @@ impl Secret {
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
     }
+}
+
+/// Why a text is not a usable secret; the text follows "the secret" or
+/// "the token" in a [`SecretError`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BadSecret {
+    /// Shorter than [`MIN_SECRET_BYTES`].
+    #[error("is {len} bytes; a secret has at least {MIN_SECRET_BYTES}")]
+    Short {
+        /// Its length, bytes.
+        len: usize,
+    },
+    /// It holds whitespace or control characters.
+    #[error("holds whitespace or control characters")]
+    Characters,
 }
 
 /// Why a secret file cannot be used.

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use gpumon_net::{ClientTls, Identity};
+use gpumon_net::{ClientTls, Identity, TlsError};
 
 pub mod bench;
 pub use bench::{BenchArgs, BenchCommand, IngestArgs};
@@ -175,7 +175,7 @@ impl ClientTlsArgs {
     pub fn resolve(
         &self,
         file: (Option<&PathBuf>, Option<&PathBuf>, Option<&PathBuf>),
-    ) -> Result<ClientTls, String> {
+    ) -> Result<ClientTls, TlsFlagsError> {
         let ca_file = self.tls_ca_file.clone().or(file.0.cloned());
         let cert = self.tls_cert_file.clone().or(file.1.cloned());
         let key = self.tls_key_file.clone().or(file.2.cloned());
@@ -183,19 +183,33 @@ impl ClientTlsArgs {
             ca_file,
             identity: identity(cert, key)?,
         };
-        tls.config().map_err(|e| e.to_string())?;
+        tls.config()?;
         Ok(tls)
     }
 }
 
 /// A certificate and key given together, or neither.
-pub fn identity(cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Option<Identity>, String> {
+pub fn identity(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<Identity>, TlsFlagsError> {
     match (cert, key) {
         (Some(cert_file), Some(key_file)) => Ok(Some(Identity {
             cert_file,
             key_file,
         })),
         (None, None) => Ok(None),
-        _ => Err("--tls-cert-file and --tls-key-file go together: give both or neither".into()),
+        _ => Err(TlsFlagsError::Unpaired),
     }
+}
+
+/// Why the TLS flags cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsFlagsError {
+    /// A certificate without its key, or the reverse.
+    #[error("--tls-cert-file and --tls-key-file go together: give both or neither")]
+    Unpaired,
+    /// The files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }

@@ -12,6 +12,8 @@
 
 use std::borrow::Cow;
 
+use super::skip::Skip;
+
 use gpumon_core::limits::{MAX_DEVICE_BYTES, MAX_LABEL_BYTES};
 use gpumon_core::records::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
 use gpumon_core::records::{
@@ -26,7 +28,7 @@ pub(super) const MIN_T: f64 = -60.0;
 pub(super) const MAX_FAST_SECTIONS: usize = 32;
 
 /// Most keys one `settings` record sets and resets together.
-const MAX_SETTINGS_KEYS: usize = 256;
+pub(super) const MAX_SETTINGS_KEYS: usize = 256;
 
 /// Which record type the current [`Fields`] hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -316,11 +318,11 @@ impl Fields {
 
     /// Rejects impossible records and drops impossible optional gauges, with
     /// the rules and messages the owned reader always had.
-    pub(super) fn sanitize(&mut self, kind: Kind, scratch: &mut Scratch) -> Result<(), String> {
+    pub(super) fn sanitize(&mut self, kind: Kind, scratch: &mut Scratch) -> Result<(), Skip> {
         let f = self;
         let t = f.t.unwrap_or(f64::NAN);
         if !t.is_finite() || t < MIN_T {
-            return Err(format!("time {t} is not a plausible trace time"));
+            return Err(Skip::Time { t });
         }
         let finite =
             |v: Option<Option<f64>>| Some(v.flatten().filter(|v| v.is_finite() && *v >= 0.0));
@@ -328,10 +330,10 @@ impl Fields {
             Kind::Gpu => {
                 let (total, used) = (f.total.unwrap_or(0), f.used.unwrap_or(0));
                 if total == 0 || total > MAX_DEVICE_BYTES {
-                    return Err(format!("gpu total {total} bytes is zero or above 1 PiB"));
+                    return Err(Skip::GpuTotal { total });
                 }
                 if used > total {
-                    return Err(format!("gpu used {used} bytes exceeds total {total}"));
+                    return Err(Skip::GpuUsed { used, total });
                 }
                 let within = |v: Option<Option<u64>>| Some(v.flatten().filter(|v| *v <= used));
                 f.used_min = within(f.used_min);
@@ -344,16 +346,17 @@ impl Fields {
             Kind::Alloc => {
                 let (allocated, reserved) = (f.allocated.unwrap_or(0), f.reserved.unwrap_or(0));
                 if reserved > MAX_DEVICE_BYTES || allocated > reserved {
-                    return Err(format!(
-                        "alloc allocated {allocated} above reserved {reserved}"
-                    ));
+                    return Err(Skip::Alloc {
+                        allocated,
+                        reserved,
+                    });
                 }
                 f.drop_impossible_limit();
             }
             Kind::Step => {
                 let duration_ms = f.duration_ms.unwrap_or(f64::NAN);
                 if !duration_ms.is_finite() || duration_ms < 0.0 {
-                    return Err(format!("step duration {duration_ms} ms is impossible"));
+                    return Err(Skip::StepDuration { duration_ms });
                 }
                 scratch
                     .sections
@@ -362,7 +365,7 @@ impl Fields {
             Kind::Rank => {
                 let (rank, world_size) = (f.rank.unwrap_or(0), f.world_size.unwrap_or(0));
                 if rank >= world_size {
-                    return Err(format!("rank {rank} of world size {world_size}"));
+                    return Err(Skip::Rank { rank, world_size });
                 }
             }
             Kind::Event => {}
@@ -371,10 +374,10 @@ impl Fields {
                 let keys = s.set.len() + s.reset.len();
                 let longest = s.set.keys().chain(&s.reset).map(String::len).max();
                 if keys > MAX_SETTINGS_KEYS || longest.unwrap_or(0) > MAX_LABEL_BYTES {
-                    return Err(format!(
-                        "settings: {keys} keys (at most {MAX_SETTINGS_KEYS}) or a key name of {} bytes (at most {MAX_LABEL_BYTES})",
-                        longest.unwrap_or(0)
-                    ));
+                    return Err(Skip::Settings {
+                        keys,
+                        longest: longest.unwrap_or(0),
+                    });
                 }
             }
             Kind::Stall => {
@@ -385,10 +388,10 @@ impl Fields {
                     && waited.is_finite()
                     && waited >= 0.0)
                 {
-                    return Err(format!(
-                        "stall quiet_s {} or waited_s {waited} is impossible",
-                        s.quiet_s
-                    ));
+                    return Err(Skip::Stall {
+                        quiet_s: s.quiet_s,
+                        waited_s: waited,
+                    });
                 }
             }
         }

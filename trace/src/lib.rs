@@ -49,6 +49,7 @@ mod parse;
 mod reader;
 pub mod replay;
 mod scan;
+mod skip;
 mod writer;
 
 pub use gpumon_core::records::{

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::fields::{self, Fields, Kind, Scratch, Verdict};
+use super::skip::Skip;
 use super::TRACE_VERSION;
 use super::{parse, scan};
 use gpumon_core::records::RecordRef;
@@ -27,8 +28,6 @@ const MAX_UNKNOWN_NAMES: usize = 32;
 const MAX_EXAMPLES: usize = 8;
 /// Buffer size of the file and of the decompressed stream, bytes.
 const INPUT_BUF_BYTES: usize = 256 << 10;
-/// Why a record without `type` is skipped.
-const NO_TYPE: &str = "a record without a \"type\"";
 
 /// Why a trace cannot be read on.
 #[derive(Debug, Error)]
@@ -74,7 +73,7 @@ pub struct ReadStats {
 }
 
 impl ReadStats {
-    fn skip(&mut self, line: u64, reason: String) {
+    fn skip(&mut self, line: u64, reason: Skip) {
         self.invalid += 1;
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(format!("line {line}: {reason}"));
@@ -286,7 +285,7 @@ impl<R: BufRead> TraceReader<R> {
                     continue;
                 }
                 Some(Verdict::NoType) => {
-                    self.stats.skip(line, NO_TYPE.to_owned());
+                    self.stats.skip(line, Skip::NoType);
                     continue;
                 }
                 None => match self.careful()? {
@@ -328,7 +327,7 @@ impl<R: BufRead> TraceReader<R> {
                 self.stats.unknown(other);
                 return Ok(None);
             }
-            None => Err(NO_TYPE.to_owned()),
+            None => Err(Skip::NoType),
         };
         match parsed {
             Ok(record) => Ok(Some(self.fields.load(record, &mut self.scratch))),
@@ -348,8 +347,8 @@ impl<R: BufRead> Iterator for TraceReader<R> {
     }
 }
 
-fn typed<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
-    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+fn typed<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Skip> {
+    Ok(serde_json::from_slice(bytes)?)
 }
 
 /// The current line: kept as a `String` when it is UTF-8 (nearly always), so

@@ -30,8 +30,11 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWrite
 
 use super::exit;
 use super::hub::HookHub;
-use super::identity;
+use super::hub_error::HubError;
+use super::identity::{self, IdentityError};
 use super::protocol::{self, Op, Request, MAX_LINE_BYTES};
+use super::protocol_error::ProtocolError;
+use super::record_error::ReportError;
 use super::records::check_report;
 use super::tcp_owner::{self, PeerSocket};
 use gpumon_runtime::clock::wall_ms;
@@ -269,11 +272,11 @@ impl Connection {
     fn handle(&mut self, line: &[u8]) -> Vec<u8> {
         let Request { op, body } = match protocol::parse_request(line) {
             Ok(request) => request,
-            Err(reason) => return self.refuse("?", reason),
+            Err(reason) => return self.refuse("?", reason.to_string()),
         };
         let result = match (op, &self.guard.session) {
             (Op::Register, _) => self.register(&body),
-            (_, None) => Err("register first".to_owned()),
+            (_, None) => Err(Refusal::NotRegistered),
             (Op::Report, Some(s)) => {
                 let (id, job, rank) = (s.id, s.job.clone(), s.rank);
                 self.report(id, &job, rank, body.get("records"))
@@ -292,17 +295,18 @@ impl Connection {
             (Op::Ack, Some(s)) => {
                 let id = s.id;
                 protocol::parse_ack(&body)
-                    .and_then(|ack| self.shared.hub.ack(id, ack, wall_ms()))
+                    .map_err(Refusal::from)
+                    .and_then(|ack| Ok(self.shared.hub.ack(id, ack, wall_ms())?))
                     .map(|()| json!({}))
             }
         };
         match result {
             Ok(fields) => protocol::ok(fields),
-            Err(reason) => self.refuse(op.name(), reason),
+            Err(reason) => self.refuse(op.name(), reason.to_string()),
         }
     }
 
-    fn register(&mut self, body: &serde_json::Map<String, Value>) -> Result<Value, String> {
+    fn register(&mut self, body: &serde_json::Map<String, Value>) -> Result<Value, Refusal> {
         let mut claim = protocol::parse_registration(body)?;
         let peer_pid = self.peer.vouched_pid(&self.shared.proc_root, claim.pid);
         identity::verify(&self.shared.proc_root, peer_pid, &mut claim)?;
@@ -334,7 +338,7 @@ impl Connection {
         job: &str,
         rank: u32,
         records: Option<&Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Refusal> {
         let now = wall_ms();
         let report = check_report(records, job, rank, now)?;
         let (accepted, skipped) = (report.records.len(), report.skipped);
@@ -360,6 +364,26 @@ impl Connection {
         }
         protocol::refusal(&reason)
     }
+}
+
+/// Why a request is refused; its text is the `ok: false` answer's.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The request or its fields.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The process is not who it claims to be.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The hub's sessions and actions.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    /// The report's records, whole.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// Anything but `register` before a session.
+    #[error("register first")]
+    NotRegistered,
 }
 
 #[cfg(test)]

@@ -7,21 +7,26 @@
 use gpumon_core::limits::prefix_within;
 use serde_json::{Map, Value};
 
+use super::field_error::FieldError;
+
 /// A required non-negative integer (bytes, counts, step numbers).
-pub(super) fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
-    opt_bytes(obj, key)?.ok_or_else(|| format!("missing field {key}"))
+pub(super) fn bytes(obj: &Map<String, Value>, key: &str) -> Result<u64, FieldError> {
+    opt_bytes(obj, key)?.ok_or_else(|| FieldError::missing(key))
 }
 
 /// An optional non-negative integer: absent and `null` are `None`.
-pub(super) fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
+pub(super) fn opt_bytes(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, FieldError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .map(Some)
-            .ok_or_else(|| format!("{key} must be a non-negative integer, not {}", shown(v))),
+            .ok_or_else(|| FieldError::wrong(key, NON_NEGATIVE, shown(v))),
     }
 }
+
+/// What [`bytes`] and [`opt_bytes`] take, as their errors say it.
+pub(super) const NON_NEGATIVE: &str = "a non-negative integer";
 
 /// The JSON type of a value, for messages.
 pub(crate) fn kind_of(v: &Value) -> &'static str {

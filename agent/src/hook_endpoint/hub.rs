@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use super::alerts::{AlertQueue, HookAlert, PostedAlert};
 use super::fields::cut;
+use super::hub_error::HubError;
 use super::records::{AllocReading, CheckedReport};
 use super::relay::{hook_alert, Relayed};
 
@@ -223,7 +224,7 @@ impl HookHub {
         claim: Registration,
         pid_verified: bool,
         now_ms: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, HubError> {
         let key = (claim.job.clone(), claim.rank);
         let held = {
             let st = self.lock();
@@ -238,19 +239,18 @@ impl HookHub {
                 self.end_session(old, now_ms);
                 self.lock().stats.sessions_taken_back += 1;
             }
-            Some((old, _)) => {
-                let (job, rank) = (&claim.job, claim.rank);
-                return Err(format!(
-                    "rank {rank} of job {job:?} is already registered by session {old}; one session per rank"
-                ));
+            Some((session, _)) => {
+                return Err(HubError::RankTaken {
+                    rank: claim.rank,
+                    job: claim.job,
+                    session,
+                });
             }
             None => {}
         }
         let mut st = self.lock();
         if st.sessions.len() >= MAX_SESSIONS {
-            return Err(format!(
-                "this agent already holds its maximum of {MAX_SESSIONS} sessions"
-            ));
+            return Err(HubError::Full);
         }
         st.next_session += 1;
         let id = st.next_session;
@@ -281,17 +281,17 @@ impl HookHub {
     /// Replaces a live session's registration details (a second `register`
     /// on the same connection, e.g. once CUDA is initialised and the device
     /// is known). Job and rank must stay the same.
-    pub fn update(&self, session: u64, claim: Registration) -> Result<(), String> {
+    pub fn update(&self, session: u64, claim: Registration) -> Result<(), HubError> {
         let mut st = self.lock();
         let Some(s) = st.sessions.get_mut(&session) else {
-            return Err(format!("session {session} has ended"));
+            return Err(HubError::Ended { session });
         };
         let old = &s.info.registration;
         if (old.job.as_str(), old.rank) != (claim.job.as_str(), claim.rank) {
-            return Err(format!(
-                "this connection is registered as rank {} of job {:?}; open another connection for another rank",
-                old.rank, old.job
-            ));
+            return Err(HubError::OtherRank {
+                rank: old.rank,
+                job: old.job.clone(),
+            });
         }
         s.info.registration = claim;
         drop(st);
@@ -414,17 +414,14 @@ impl HookHub {
 
     /// Ends the action `ack.id` of `session` and queues its ack. `Err` (the
     /// sentence to answer) when the session was not given that action.
-    pub fn ack(&self, session: u64, ack: AckReport, now_ms: u64) -> Result<(), String> {
+    pub fn ack(&self, session: u64, ack: AckReport, now_ms: u64) -> Result<(), HubError> {
         let mut st = self.lock();
         let pos = st
             .sessions
             .get(&session)
             .and_then(|s| s.actions.iter().position(|a| a.id == ack.id));
         let Some(pos) = pos else {
-            return Err(format!(
-                "action {} was not given to this session (or is already acknowledged)",
-                ack.id
-            ));
+            return Err(HubError::UnknownAction { id: ack.id });
         };
         if let Some(s) = st.sessions.get_mut(&session) {
             s.actions.remove(pos);
@@ -649,7 +646,10 @@ mod tests {
     fn one_session_per_rank_and_a_session_cap() {
         let hub = HookHub::new("a", "n");
         let s = hub.register(claim("j", 0), false, 1).unwrap();
-        let e = hub.register(claim("j", 0), false, 2).unwrap_err();
+        let e = hub
+            .register(claim("j", 0), false, 2)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("already registered by session 1;") && !e.contains("100"),
             "{e}"
@@ -661,7 +661,10 @@ mod tests {
             hub.register(claim("k", r), false, 5).unwrap();
         }
         assert_eq!(hub.stats().sessions_live, MAX_SESSIONS as u64);
-        let e = hub.register(claim("k", 0), false, 6).unwrap_err();
+        let e = hub
+            .register(claim("k", 0), false, 6)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("maximum of 1024 sessions"), "{e}");
     }
 
@@ -696,7 +699,7 @@ mod tests {
         });
         hub.update(s, with_device.clone()).unwrap();
         assert_eq!(hub.sessions()[0].registration, with_device);
-        let e = hub.update(s, claim("j", 1)).unwrap_err();
+        let e = hub.update(s, claim("j", 1)).unwrap_err().to_string();
         assert!(e.contains("registered as rank 0"), "{e}");
     }
 
@@ -763,6 +766,7 @@ mod tests {
         assert!(hub
             .ack(s, done, 13)
             .unwrap_err()
+            .to_string()
             .contains("action 1 was not given"));
         assert!(hub.poll(s).is_empty());
         hub.offer_actions(vec![action(1, "j", 0)], 14);

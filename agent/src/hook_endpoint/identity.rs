@@ -46,17 +46,17 @@ pub(crate) fn verify(
     proc_root: &Path,
     peer_pid: Option<u32>,
     claim: &mut Registration,
-) -> Result<(), String> {
+) -> Result<(), IdentityError> {
     let claimed_pid = claim.pid;
     let itself = peer_pid.is_some_and(|p| p != 0);
     if let Some(peer) = peer_pid.filter(|&p| p != 0) {
         if claim.pid != peer {
             let inner = ns_pids(proc_root, peer).and_then(|pids| pids.last().copied());
             if inner != Some(claim.pid) {
-                return Err(format!(
-                    "pid {} is not the connecting process (the kernel says pid {peer}); register with os.getpid()",
-                    claim.pid
-                ));
+                return Err(IdentityError::NotThePeer {
+                    pid: claim.pid,
+                    peer,
+                });
             }
             claim.pid = peer;
         }
@@ -65,16 +65,20 @@ pub(crate) fn verify(
         Ok(Some(env)) => {
             let job_differs = env.job != UNKNOWN_JOB && env.job != claim.job;
             if (job_differs || env.rank != claim.rank) && itself {
-                return Err(format!(
-                    "the environment of pid {} names rank {} of job {:?}, not rank {} of job {:?}",
-                    claim.pid, env.rank, env.job, claim.rank, claim.job
-                ));
+                return Err(IdentityError::EnvironmentNames {
+                    pid: claim.pid,
+                    env_rank: env.rank,
+                    env_job: env.job,
+                    rank: claim.rank,
+                    job: claim.job.clone(),
+                });
             }
             if job_differs || env.rank != claim.rank {
-                return Err(format!(
-                    "the environment of pid {} does not name rank {} of job {:?}",
-                    claim.pid, claim.rank, claim.job
-                ));
+                return Err(IdentityError::EnvironmentDiffers {
+                    pid: claim.pid,
+                    rank: claim.rank,
+                    job: claim.job.clone(),
+                });
             }
         }
         Ok(None) => {
@@ -82,22 +86,81 @@ pub(crate) fn verify(
             let own = |pid: u32| claim.job == standalone_job(pid);
             let shape = (claim.rank, claim.local_rank, claim.world_size);
             if !(own(claimed_pid) || own(claim.pid)) || shape != (0, 0, 1) {
-                return Err(format!(
-                    "pid {} has neither launcher variables nor {STANDALONE_JOB_VAR}: it may \
-                     register only as rank 0 (local rank 0) of a world of 1 in job {:?}, not \
-                     rank {} (local rank {}) of {} in job {:?}",
-                    claim.pid,
-                    standalone_job(claimed_pid),
-                    claim.rank,
-                    claim.local_rank,
-                    claim.world_size,
-                    claim.job
-                ));
+                return Err(IdentityError::NotStandalone {
+                    pid: claim.pid,
+                    own_job: standalone_job(claimed_pid),
+                    rank: claim.rank,
+                    local_rank: claim.local_rank,
+                    world_size: claim.world_size,
+                    job: claim.job.clone(),
+                });
             }
         }
         Err(_) => {}
     }
     Ok(())
+}
+
+/// Why a `register` is refused for who it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum IdentityError {
+    /// The claimed PID is not the peer's, in any namespace.
+    #[error(
+        "pid {pid} is not the connecting process (the kernel says pid {peer}); register with os.getpid()"
+    )]
+    NotThePeer {
+        /// The PID claimed.
+        pid: u32,
+        /// The peer's PID, as the kernel says it.
+        peer: u32,
+    },
+    /// The process's environment names another job or rank (said to the
+    /// process itself only).
+    #[error(
+        "the environment of pid {pid} names rank {env_rank} of job {env_job:?}, not rank {rank} of job {job:?}"
+    )]
+    EnvironmentNames {
+        /// The process.
+        pid: u32,
+        /// The rank its environment names.
+        env_rank: u32,
+        /// The job its environment names.
+        env_job: String,
+        /// The rank claimed.
+        rank: u32,
+        /// The job claimed.
+        job: String,
+    },
+    /// The process's environment does not name the claimed job and rank.
+    #[error("the environment of pid {pid} does not name rank {rank} of job {job:?}")]
+    EnvironmentDiffers {
+        /// The process.
+        pid: u32,
+        /// The rank claimed.
+        rank: u32,
+        /// The job claimed.
+        job: String,
+    },
+    /// A process without launcher variables claims more than its own job.
+    #[error(
+        "pid {pid} has neither launcher variables nor {STANDALONE_JOB_VAR}: it may \
+         register only as rank 0 (local rank 0) of a world of 1 in job {own_job:?}, not \
+         rank {rank} (local rank {local_rank}) of {world_size} in job {job:?}"
+    )]
+    NotStandalone {
+        /// The process.
+        pid: u32,
+        /// The job it may register in.
+        own_job: String,
+        /// The rank claimed.
+        rank: u32,
+        /// The local rank claimed.
+        local_rank: u32,
+        /// The world size claimed.
+        world_size: u32,
+        /// The job claimed.
+        job: String,
+    },
 }
 
 /// The `NSpid` line of `<proc_root>/<pid>/status`: the PID in each nested
@@ -154,7 +217,9 @@ mod tests {
         let mut c = claim(7, "j", 0);
         verify(root.path(), Some(500), &mut c).unwrap();
         assert_eq!(c.pid, 500, "the session keeps the agent's view");
-        let e = verify(root.path(), Some(500), &mut claim(8, "j", 0)).unwrap_err();
+        let e = verify(root.path(), Some(500), &mut claim(8, "j", 0))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("pid 8 is not the connecting process (the kernel says pid 500)"),
             "{e}"
@@ -177,7 +242,9 @@ mod tests {
             &mut claim(600, "llama-7b-sft-20240611", 3),
         )
         .unwrap();
-        let e = verify(root.path(), Some(600), &mut claim(600, "other", 3)).unwrap_err();
+        let e = verify(root.path(), Some(600), &mut claim(600, "other", 3))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(
                 "names rank 3 of job \"llama-7b-sft-20240611\", not rank 3 of job \"other\""
@@ -189,10 +256,13 @@ mod tests {
             None,
             &mut claim(600, "llama-7b-sft-20240611", 2),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("does not name rank 2"), "{e}");
         // A peer the kernel cannot name is not told whose pid it is.
-        let e = verify(root.path(), None, &mut claim(600, "other", 3)).unwrap_err();
+        let e = verify(root.path(), None, &mut claim(600, "other", 3))
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("llama"), "{e}");
         // Without RUN_ID the job is MASTER_ADDR:MASTER_PORT.
         proc_dir(root.path(), 601, NO_RUN_ID, None);
@@ -231,7 +301,9 @@ mod tests {
         let mut c = alone(9, "pid-9");
         verify(root.path(), Some(700), &mut c).unwrap();
         assert_eq!(c.pid, 700);
-        let e = verify(root.path(), Some(700), &mut alone(700, "run-7")).unwrap_err();
+        let e = verify(root.path(), Some(700), &mut alone(700, "run-7"))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("neither launcher variables nor GPUMON_JOB")
                 && e.contains("job \"pid-700\", not rank 0 (local rank 0) of 1 in job \"run-7\""),
@@ -251,9 +323,13 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         proc_dir(root.path(), 710, b"GPUMON_JOB=profile-1\0", None);
         verify(root.path(), Some(710), &mut alone(710, "profile-1")).unwrap();
-        let e = verify(root.path(), Some(710), &mut alone(710, "pid-710")).unwrap_err();
+        let e = verify(root.path(), Some(710), &mut alone(710, "pid-710"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("names rank 0 of job \"profile-1\""), "{e}");
-        let e = verify(root.path(), Some(710), &mut claim(710, "profile-1", 1)).unwrap_err();
+        let e = verify(root.path(), Some(710), &mut claim(710, "profile-1", 1))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not rank 1"), "{e}");
     }
 

@@ -40,10 +40,14 @@ mod addr;
 mod alerts;
 mod connection;
 mod exit;
+mod field_error;
 mod fields;
 mod hub;
+mod hub_error;
 mod identity;
 mod protocol;
+mod protocol_error;
+mod record_error;
 mod records;
 mod relay;
 mod server;
@@ -62,6 +66,7 @@ pub use hub::{
     MAX_ACK_TEXT_BYTES, MAX_FINISHED_ACTIONS, MAX_PENDING_ACTIONS_PER_SESSION, MAX_QUEUED_ACKS,
     MAX_QUEUED_RECORDS, MAX_SESSIONS,
 };
+pub use hub_error::HubError;
 pub use protocol::{HOOK_PROTOCOL_VERSION, MAX_LINE_BYTES};
 pub use records::{AllocReading, MAX_CLOCK_SKEW_MS, MAX_REASONS, MAX_RECORDS_PER_REPORT};
 pub use relay::MAX_RELAYED_ALERTS;

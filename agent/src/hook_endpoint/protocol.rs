@@ -11,8 +11,10 @@ use gpumon_core::limits::MAX_NAME_BYTES;
 use gpumon_proto::ActionOutcome;
 use serde_json::{json, Map, Value};
 
-use super::fields::{cut, kind_of, shown};
+use super::field_error::FieldError;
+use super::fields::{cut, kind_of, opt_bytes, shown, NON_NEGATIVE};
 use super::hub::{AckReport, HookDevice, Registration, MAX_ACK_TEXT_BYTES};
+use super::protocol_error::ProtocolError;
 use crate::discovery::MAX_WORLD_SIZE;
 
 /// The hook protocol version this agent speaks.
@@ -50,29 +52,17 @@ pub(crate) struct Request {
 }
 
 /// Parses one line: UTF-8, a JSON object, `"v": 1`, a known `op`.
-pub(crate) fn parse_request(line: &[u8]) -> Result<Request, String> {
-    let text = std::str::from_utf8(line).map_err(|e| format!("the line is not UTF-8: {e}"))?;
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| format!("the line is not JSON: {e}"))?;
+pub(crate) fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
+    let text = std::str::from_utf8(line)?;
+    let value: Value = serde_json::from_str(text)?;
     let Value::Object(body) = value else {
-        return Err(format!(
-            "a request must be a JSON object, not {}",
-            kind_of(&value)
-        ));
+        let got = kind_of(&value).to_owned();
+        return Err(FieldError::wrong("a request", "a JSON object", got).into());
     };
     match body.get("v") {
         Some(v) if v.as_u64() == Some(HOOK_PROTOCOL_VERSION) => {}
-        Some(v) => {
-            return Err(format!(
-                "hook protocol version {} is not supported: this agent speaks version {HOOK_PROTOCOL_VERSION} (\"v\": {HOOK_PROTOCOL_VERSION}); upgrade the gpumon package or the agent so they match",
-                shown(v)
-            ))
-        }
-        None => {
-            return Err(format!(
-                "missing field v: this agent speaks hook protocol version {HOOK_PROTOCOL_VERSION} (\"v\": {HOOK_PROTOCOL_VERSION})"
-            ))
-        }
+        Some(v) => return Err(ProtocolError::Version { got: shown(v) }),
+        None => return Err(ProtocolError::NoVersion),
     }
     let op = match body.get("op") {
         Some(Value::String(op)) => match op.as_str() {
@@ -81,64 +71,66 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<Request, String> {
             "poll" => Op::Poll,
             "ack" => Op::Ack,
             _ => {
-                return Err(format!(
-                    "unknown op {}: register, report, poll or ack",
-                    shown(&Value::String(op.clone()))
-                ))
+                return Err(ProtocolError::UnknownOp {
+                    got: shown(&Value::String(op.clone())),
+                })
             }
         },
-        Some(other) => return Err(format!("op must be a string, not {}", shown(other))),
-        None => return Err("missing field op".into()),
+        Some(other) => return Err(FieldError::wrong("op", "a string", shown(other)).into()),
+        None => return Err(FieldError::missing("op").into()),
     };
     Ok(Request { op, body })
 }
 
 /// The fields of a `register`.
-pub(crate) fn parse_registration(body: &Map<String, Value>) -> Result<Registration, String> {
+pub(crate) fn parse_registration(body: &Map<String, Value>) -> Result<Registration, ProtocolError> {
     let pid = u32_field(body, "pid")?;
     let job = match body.get("job") {
         Some(Value::String(job)) => job.clone(),
-        Some(other) => return Err(format!("job must be a string, not {}", shown(other))),
-        None => return Err("missing field job".into()),
+        Some(other) => return Err(FieldError::wrong("job", "a string", shown(other)).into()),
+        None => return Err(FieldError::missing("job").into()),
     };
     if job.is_empty() {
-        return Err("job is empty".into());
+        return Err(ProtocolError::EmptyJob);
     }
     if job.len() > MAX_NAME_BYTES {
-        return Err(format!(
-            "job is {} bytes; the limit is {MAX_NAME_BYTES}",
-            job.len()
-        ));
+        let (len, limit) = (job.len(), MAX_NAME_BYTES);
+        return Err(FieldError::TooLong {
+            key: "job",
+            len,
+            limit,
+        }
+        .into());
     }
     let rank = u32_field(body, "rank")?;
     let local_rank = u32_field(body, "local_rank")?;
     let world_size = u32_field(body, "world_size")?;
     if world_size == 0 || world_size > MAX_WORLD_SIZE {
-        return Err(format!(
-            "world_size {world_size} is outside 1..={MAX_WORLD_SIZE}"
-        ));
+        return Err(ProtocolError::WorldSize { world_size });
     }
-    if rank >= world_size {
-        return Err(format!("rank {rank} is not below world_size {world_size}"));
-    }
-    if local_rank >= world_size {
-        return Err(format!(
-            "local_rank {local_rank} is not below world_size {world_size}"
-        ));
+    for (key, rank) in [("rank", rank), ("local_rank", local_rank)] {
+        if rank >= world_size {
+            return Err(ProtocolError::RankOutside {
+                key,
+                rank,
+                world_size,
+            });
+        }
     }
     if let Some(v) = body.get("hook_version") {
         if !(v.is_string() || v.is_null()) {
-            return Err(format!("hook_version must be a string, not {}", shown(v)));
+            return Err(FieldError::wrong("hook_version", "a string", shown(v)).into());
         }
     }
     let device = match body.get("device") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(d)) => Some(parse_device(d).map_err(|e| format!("device.{e}"))?),
+        Some(Value::Object(d)) => Some(parse_device(d).map_err(|e| FieldError::In {
+            key: "device",
+            inner: Box::new(e),
+        })?),
         Some(other) => {
-            return Err(format!(
-                "device must be an object or null, not {}",
-                kind_of(other)
-            ))
+            let got = kind_of(other).to_owned();
+            return Err(FieldError::wrong("device", "an object or null", got).into());
         }
     };
     Ok(Registration {
@@ -151,38 +143,31 @@ pub(crate) fn parse_registration(body: &Map<String, Value>) -> Result<Registrati
     })
 }
 
-fn parse_device(d: &Map<String, Value>) -> Result<HookDevice, String> {
+fn parse_device(d: &Map<String, Value>) -> Result<HookDevice, FieldError> {
     let index = u32_field(d, "index")?;
     let uuid = match d.get("uuid") {
         None | Some(Value::Null) => None,
         Some(Value::String(u)) if u.is_empty() => None,
         Some(Value::String(u)) if u.len() <= MAX_UUID_BYTES => Some(u.clone()),
         Some(Value::String(u)) => {
-            return Err(format!(
-                "uuid is {} bytes; the limit is {MAX_UUID_BYTES}",
-                u.len()
-            ))
+            return Err(FieldError::TooLong {
+                key: "uuid",
+                len: u.len(),
+                limit: MAX_UUID_BYTES,
+            })
         }
-        Some(other) => {
-            return Err(format!(
-                "uuid must be a string or null, not {}",
-                shown(other)
-            ))
-        }
+        Some(other) => return Err(FieldError::wrong("uuid", "a string or null", shown(other))),
     };
     let name = match d.get("name") {
         None | Some(Value::Null) => "unknown GPU".to_owned(),
         Some(Value::String(n)) => cut(n.clone(), MAX_NAME_BYTES),
-        Some(other) => return Err(format!("name must be a string, not {}", shown(other))),
+        Some(other) => return Err(FieldError::wrong("name", "a string", shown(other))),
     };
     let total_bytes = match d.get("total_bytes") {
         None | Some(Value::Null) => 0,
-        Some(v) => v.as_u64().ok_or_else(|| {
-            format!(
-                "total_bytes must be a non-negative integer, not {}",
-                shown(v)
-            )
-        })?,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| FieldError::wrong("total_bytes", NON_NEGATIVE, shown(v)))?,
     };
     Ok(HookDevice {
         index,
@@ -193,36 +178,24 @@ fn parse_device(d: &Map<String, Value>) -> Result<HookDevice, String> {
 }
 
 /// The fields of an `ack`.
-pub(crate) fn parse_ack(body: &Map<String, Value>) -> Result<AckReport, String> {
+pub(crate) fn parse_ack(body: &Map<String, Value>) -> Result<AckReport, ProtocolError> {
     let id = match body.get("id") {
         Some(v) => v
             .as_u64()
-            .ok_or_else(|| format!("id must be a non-negative integer, not {}", shown(v)))?,
-        None => return Err("missing field id".into()),
+            .ok_or_else(|| FieldError::wrong("id", NON_NEGATIVE, shown(v)))?,
+        None => return Err(FieldError::missing("id").into()),
     };
-    let text = |key: &str| -> Result<Option<String>, String> {
+    let text = |key: &str| -> Result<Option<String>, FieldError> {
         match body.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(cut(s.clone(), MAX_ACK_TEXT_BYTES))),
-            Some(other) => Err(format!(
-                "{key} must be a string or null, not {}",
-                shown(other)
-            )),
+            Some(other) => Err(FieldError::wrong(key, "a string or null", shown(other))),
         }
     };
-    let opt_u64 = |key: &str| -> Result<Option<u64>, String> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| format!("{key} must be a non-negative integer, not {}", shown(v))),
-        }
-    };
+    let opt_u64 = |key: &str| opt_bytes(body, key);
     let outcome = match body.get("state").and_then(Value::as_str) {
         Some("done") => ActionOutcome::Done {
-            freed_bytes: opt_u64("freed_bytes")?
-                .ok_or("freed_bytes is required when state is done")?,
+            freed_bytes: opt_u64("freed_bytes")?.ok_or(ProtocolError::NoFreedBytes)?,
             at_step: opt_u64("at_step")?,
         },
         Some("failed") => ActionOutcome::Failed {
@@ -232,7 +205,7 @@ pub(crate) fn parse_ack(body: &Map<String, Value>) -> Result<AckReport, String> 
             let got = body
                 .get("state")
                 .map_or_else(|| "nothing".to_owned(), shown);
-            return Err(format!("state must be \"done\" or \"failed\", not {got}"));
+            return Err(FieldError::wrong("state", "\"done\" or \"failed\"", got).into());
         }
     };
     Ok(AckReport {
@@ -242,18 +215,13 @@ pub(crate) fn parse_ack(body: &Map<String, Value>) -> Result<AckReport, String> 
     })
 }
 
-fn u32_field(body: &Map<String, Value>, key: &str) -> Result<u32, String> {
+fn u32_field(body: &Map<String, Value>, key: &str) -> Result<u32, FieldError> {
     match body.get(key) {
         Some(v) => v
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| {
-                format!(
-                    "{key} must be an integer in 0..=4294967295, not {}",
-                    shown(v)
-                )
-            }),
-        None => Err(format!("missing field {key}")),
+            .ok_or_else(|| FieldError::wrong(key, "an integer in 0..=4294967295", shown(v))),
+        None => Err(FieldError::missing(key)),
     }
 }
 
@@ -290,7 +258,7 @@ mod tests {
     fn requests_need_json_objects_version_1_and_a_known_op() {
         let r = parse_request(br#"{"v": 1, "op": "poll", "extra": [1]}"#).unwrap();
         assert_eq!(r.op, Op::Poll);
-        let err = |line: &[u8]| parse_request(line).unwrap_err();
+        let err = |line: &[u8]| parse_request(line).unwrap_err().to_string();
         assert!(err(b"\xff").contains("not UTF-8"));
         assert!(err(b"{").contains("not JSON"));
         assert!(err(b"[1]").contains("JSON object, not an array"));
@@ -325,7 +293,7 @@ mod tests {
         let with = |key: &str, v: Value| {
             let mut b = body(good.clone());
             b.insert(key.into(), v);
-            parse_registration(&b).unwrap_err()
+            parse_registration(&b).unwrap_err().to_string()
         };
         assert!(with("pid", json!(-1)).contains("pid must be an integer"));
         assert!(with("job", json!("")).contains("job is empty"));
@@ -340,6 +308,7 @@ mod tests {
         b.remove("rank");
         assert!(parse_registration(&b)
             .unwrap_err()
+            .to_string()
             .contains("missing field rank"));
         let mut b = body(good);
         b.insert("device".into(), json!({"index": 0, "uuid": null}));
@@ -380,7 +349,7 @@ mod tests {
                 reason: "failed".into()
             }
         );
-        let err = |v: Value| parse_ack(&body(v)).unwrap_err();
+        let err = |v: Value| parse_ack(&body(v)).unwrap_err().to_string();
         assert!(err(json!({"id": 1, "state": "done"})).contains("freed_bytes is required"));
         assert!(err(json!({"id": 1, "state": "maybe"})).contains("\"maybe\""));
         assert!(err(json!({"state": "done"})).contains("missing field id"));

@@ -21,7 +21,9 @@ use gpumon_proto::{
 };
 use serde_json::{Map, Value};
 
+use super::field_error::FieldError;
 use super::fields::{bytes, kind_of, opt_bytes, shown, shown_str};
+use super::record_error::{RecordError, ReportError};
 
 /// Most records in one report.
 pub const MAX_RECORDS_PER_REPORT: usize = 1024;
@@ -66,23 +68,28 @@ pub(crate) fn check_report(
     job: &str,
     rank: u32,
     now_ms: u64,
-) -> Result<CheckedReport, String> {
+) -> Result<CheckedReport, ReportError> {
     let records = match records {
         Some(Value::Array(records)) => records,
-        Some(other) => return Err(format!("records must be an array, not {}", kind_of(other))),
-        None => return Err("missing field records".into()),
+        Some(other) => {
+            let got = kind_of(other).to_owned();
+            return Err(FieldError::wrong("records", "an array", got).into());
+        }
+        None => return Err(FieldError::missing("records").into()),
     };
     if records.len() > MAX_RECORDS_PER_REPORT {
-        return Err(format!(
-            "a report holds at most {MAX_RECORDS_PER_REPORT} records; this one has {}: send them in several reports",
-            records.len()
-        ));
+        return Err(ReportError::TooMany {
+            count: records.len(),
+        });
     }
-    for (i, record) in records.iter().enumerate() {
+    for (index, record) in records.iter().enumerate() {
         if let Some(claim) = foreign_subject(record, job, rank) {
-            return Err(format!(
-                "record {i} is for another job ({claim}); this session is rank {rank} of job {job:?}: register a session per process"
-            ));
+            return Err(ReportError::Foreign {
+                index,
+                claim,
+                rank,
+                job: job.to_owned(),
+            });
         }
     }
     let mut out = CheckedReport::default();
@@ -122,22 +129,24 @@ fn foreign_subject(record: &Value, job: &str, rank: u32) -> Option<String> {
 
 type Checked = (HookRecord, Option<AllocReading>);
 
-fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, String> {
+fn check_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, RecordError> {
     let (record, alloc) = read_record(record, job, rank, now_ms)?;
-    check_fields(&record).map_err(|e| e.to_string())?;
+    check_fields(&record)?;
     Ok((record, alloc))
 }
 
 /// The record as sent, each field of its JSON type, and what the agent
 /// keeps of an `alloc` record.
-fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, String> {
+fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Checked, RecordError> {
     let Value::Object(obj) = record else {
-        return Err(format!("must be an object, not {}", kind_of(record)));
+        return Err(RecordError::NotObject {
+            got: kind_of(record),
+        });
     };
     let kind = match obj.get("type") {
         Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => return Err(format!("type must be a string, not {}", shown(other))),
-        None => return Err("missing field type".into()),
+        Some(other) => return Err(FieldError::wrong("type", "a string", shown(other)).into()),
+        None => return Err(FieldError::missing("type").into()),
     };
     let t_ms = time(obj, now_ms)?;
     let job = job.to_owned();
@@ -148,7 +157,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             let device_total = opt_bytes(obj, "device_total")?;
             if let (Some(used), Some(total)) = (device_used, device_total) {
                 if used > total {
-                    return Err(format!("device_used ({used}) > device_total ({total})"));
+                    return Err(RecordError::DeviceOverTotal { used, total });
                 }
             }
             let reading = AllocReading {
@@ -193,7 +202,7 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
                 None | Some(Value::Null) => None,
                 Some(Value::String(d)) => Some(d.clone()),
                 Some(other) => {
-                    return Err(format!("detail must be a string, not {}", shown(other)))
+                    return Err(FieldError::wrong("detail", "a string", shown(other)).into())
                 }
             };
             let record = EventRecord {
@@ -211,9 +220,10 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             let stats = match obj.get("stats") {
                 Some(Value::Object(stats)) => alloc_stats(stats)?,
                 Some(other) => {
-                    return Err(format!("stats must be an object, not {}", kind_of(other)))
+                    let got = kind_of(other).to_owned();
+                    return Err(FieldError::wrong("stats", "an object", got).into());
                 }
-                None => return Err("missing field stats".into()),
+                None => return Err(FieldError::missing("stats").into()),
             };
             let record = EventRecord {
                 t_ms,
@@ -230,32 +240,32 @@ fn read_record(record: &Value, job: &str, rank: u32, now_ms: u64) -> Result<Chec
             None,
         ),
         other => {
-            return Err(format!(
-                "unknown type {}: alloc, step, event, snapshot or stall",
-                shown(&Value::String(other.to_owned()))
-            ))
+            return Err(RecordError::UnknownType {
+                got: shown(&Value::String(other.to_owned())),
+            })
         }
     })
 }
 
 /// `t` (seconds since the epoch, a float) as ms, within the allowed skew.
-fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, String> {
+fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, RecordError> {
     let t = match obj.get("t") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
-        Some(other) => return Err(format!("t must be a number, not {}", shown(other))),
-        None => return Err("missing field t".into()),
+        Some(other) => return Err(FieldError::wrong("t", "a number", shown(other)).into()),
+        None => return Err(FieldError::missing("t").into()),
     };
     if !t.is_finite() || t < 0.0 {
-        return Err(format!("t {t} is not a time"));
+        return Err(FieldError::NotA {
+            key: "t".to_owned(),
+            value: t,
+            what: "a time",
+        }
+        .into());
     }
     let t_ms = (t * 1000.0).round();
     // Compared in f64 so a huge t cannot wrap; ms precision is plenty here.
     if (t_ms - now_ms as f64).abs() > MAX_CLOCK_SKEW_MS as f64 {
-        return Err(format!(
-            "t {t} is more than {} s from the agent's clock ({:.3})",
-            MAX_CLOCK_SKEW_MS / 1000,
-            now_ms as f64 / 1000.0
-        ));
+        return Err(RecordError::Skew { t, now_ms });
     }
     Ok(t_ms as u64)
 }
@@ -266,25 +276,36 @@ fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, String> {
 fn device_limit(
     obj: &Map<String, Value>,
     device_total: Option<u64>,
-) -> Result<Option<DeviceLimit>, String> {
+) -> Result<Option<DeviceLimit>, RecordError> {
     let bytes = opt_bytes(obj, "cap")?;
     let source = match obj.get("cap_source") {
         None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(CapSource::parse(name).ok_or_else(|| {
-            format!("cap_source {name:?} is not memory_fraction, alloc_conf or allocator")
-        })?),
-        Some(other) => return Err(format!("cap_source must be a string, not {}", shown(other))),
+        Some(Value::String(name)) => {
+            Some(
+                CapSource::parse(name).ok_or_else(|| RecordError::UnknownCapSource {
+                    got: shown_str(name),
+                })?,
+            )
+        }
+        Some(other) => {
+            return Err(FieldError::Type {
+                key: "cap_source".into(),
+                want: "a string",
+                got: shown(other),
+            }
+            .into())
+        }
     };
     let cap = match (bytes, source) {
         (Some(bytes), Some(source)) => Some(MemoryCap { bytes, source }),
         (None, None) => None,
-        _ => return Err("cap and cap_source come together".into()),
+        _ => return Err(RecordError::CapWithoutSource),
     };
     Ok((device_total.is_some() || cap.is_some()).then_some(DeviceLimit { device_total, cap }))
 }
 
 /// The allocator fields shared by `alloc` records and snapshots' `stats`.
-fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
+fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, FieldError> {
     Ok(AllocStats {
         allocated: bytes(obj, "allocated")?,
         reserved: bytes(obj, "reserved")?,
@@ -299,34 +320,30 @@ fn alloc_stats(obj: &Map<String, Value>) -> Result<AllocStats, String> {
 
 /// A step's peer group: the lowest rank of the ranks it is compared with,
 /// so never above its own.
-fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, String> {
+fn peer_group(obj: &Map<String, Value>, rank: u32) -> Result<Option<u32>, RecordError> {
     match opt_bytes(obj, "group")? {
-        Some(g) if g > u64::from(rank) => Err(format!(
-            "group {g} is above the rank {rank}: a group is the lowest rank of its ranks"
-        )),
+        Some(group) if group > u64::from(rank) => Err(RecordError::GroupAboveRank { group, rank }),
         g => Ok(g.map(|g| g as u32)),
     }
 }
 
 /// A required duration in ms (its range is the record check's).
-fn millis(v: Option<&Value>, what: &str) -> Result<f64, String> {
+fn millis(v: Option<&Value>, what: &str) -> Result<f64, FieldError> {
     match v {
         Some(Value::Number(n)) => Ok(n.as_f64().unwrap_or(f64::NAN)),
-        Some(other) => Err(format!("{what} must be a number, not {}", shown(other))),
-        None => Err(format!("missing field {what}")),
+        Some(other) => Err(FieldError::wrong(what, "a number", shown(other))),
+        None => Err(FieldError::missing(what)),
     }
 }
 
 /// `sections`: an object of name → ms (absent or `null`: none), sorted by name.
-fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
+fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, FieldError> {
     let sections = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(sections)) => sections,
         Some(other) => {
-            return Err(format!(
-                "sections must be an object, not {}",
-                kind_of(other)
-            ))
+            let got = kind_of(other).to_owned();
+            return Err(FieldError::wrong("sections", "an object", got));
         }
     };
     let mut out = Vec::with_capacity(sections.len());
@@ -342,17 +359,17 @@ fn sections(v: Option<&Value>) -> Result<Vec<(String, f64)>, String> {
 
 /// `waits`: `[[group, calls, ms], ...]` (absent or `null`: none); the
 /// record check bounds how many and their values.
-fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, String> {
+fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, RecordError> {
     let waits = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(waits)) => waits,
-        Some(other) => return Err(format!("waits must be an array, not {}", kind_of(other))),
+        Some(other) => {
+            let got = kind_of(other).to_owned();
+            return Err(FieldError::wrong("waits", "an array", got).into());
+        }
     };
     if waits.len() > MAX_WAIT_GROUPS {
-        return Err(format!(
-            "{} process groups in waits; the limit is {MAX_WAIT_GROUPS}",
-            waits.len()
-        ));
+        return Err(RecordError::TooManyWaits { count: waits.len() });
     }
     waits
         .iter()
@@ -362,11 +379,8 @@ fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, String> {
                     .as_u64()
                     .and_then(|c| u32::try_from(c).ok())
                     .ok_or_else(|| {
-                        format!(
-                            "the calls of waits {} must be a count, not {}",
-                            shown_str(group),
-                            shown(calls)
-                        )
+                        let key = format!("the calls of waits {}", shown_str(group));
+                        FieldError::wrong(key, "a count", shown(calls))
                     })?;
                 let wait_ms = millis(Some(ms), &format!("waits {}", shown_str(group)))?;
                 Ok(GroupWait {
@@ -375,42 +389,39 @@ fn group_waits(v: Option<&Value>) -> Result<Vec<GroupWait>, String> {
                     wait_ms,
                 })
             }
-            _ => Err(format!(
-                "each of waits must be [group, calls, ms], not {}",
-                shown(w)
+            _ => Err(FieldError::wrong(
+                "each of waits",
+                "[group, calls, ms]",
+                shown(w),
             )),
         })
-        .collect()
+        .collect::<Result<_, FieldError>>()
+        .map_err(RecordError::from)
 }
 
 /// `collectives`: `[[group, seq, op, entered_ms, left_ms, wait_ms], ...]`
 /// (absent or `null`: none); the record check bounds their values.
-fn step_collectives(v: Option<&Value>) -> Result<Vec<CollectiveArrival>, String> {
+fn step_collectives(v: Option<&Value>) -> Result<Vec<CollectiveArrival>, RecordError> {
     let list = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
         Some(other) => {
-            return Err(format!(
-                "collectives must be an array, not {}",
-                kind_of(other)
-            ))
+            let got = kind_of(other).to_owned();
+            return Err(FieldError::wrong("collectives", "an array", got).into());
         }
     };
     if list.len() > MAX_STEP_COLLECTIVES {
-        return Err(format!(
-            "{} collectives listed; the limit is {MAX_STEP_COLLECTIVES}",
-            list.len()
-        ));
+        return Err(RecordError::TooManyCollectives { count: list.len() });
     }
     list.iter()
         .map(|c| match c.as_array().map(Vec::as_slice) {
             Some([Value::String(group), seq, Value::String(op), entered, left, wait]) => {
                 let seq = seq.as_u64().ok_or_else(|| {
-                    format!(
-                        "the number of a collective of process group {} must be a count, not {}",
-                        shown_str(group),
-                        shown(seq)
-                    )
+                    let key = format!(
+                        "the number of a collective of process group {}",
+                        shown_str(group)
+                    );
+                    FieldError::wrong(key, "a count", shown(seq))
                 })?;
                 let what = |field: &str| format!("{field} of collective #{seq}");
                 Ok(CollectiveArrival {
@@ -422,32 +433,35 @@ fn step_collectives(v: Option<&Value>) -> Result<Vec<CollectiveArrival>, String>
                     wait_ms: millis(Some(wait), &what("wait_ms"))?,
                 })
             }
-            _ => Err(format!(
-                "each of collectives must be [group, seq, op, entered_ms, left_ms, wait_ms], not {}",
-                shown(c)
+            _ => Err(FieldError::wrong(
+                "each of collectives",
+                "[group, seq, op, entered_ms, left_ms, wait_ms]",
+                shown(c),
             )),
         })
-        .collect()
+        .collect::<Result<_, FieldError>>()
+        .map_err(RecordError::from)
 }
 
 /// A step's `clock`: `cuda`, `cpu`, or absent/`null` (`cpu`). Checked but
 /// not forwarded: [`StepRecord`] has no field for it.
-fn check_clock(v: Option<&Value>) -> Result<(), String> {
+fn check_clock(v: Option<&Value>) -> Result<(), FieldError> {
     match v {
         None | Some(Value::Null) => Ok(()),
         Some(Value::String(c)) if STEP_CLOCKS.contains(&c.as_str()) => Ok(()),
-        Some(other) => Err(format!(
-            "clock must be \"cuda\" or \"cpu\", not {}",
-            shown(other)
+        Some(other) => Err(FieldError::wrong(
+            "clock",
+            "\"cuda\" or \"cpu\"",
+            shown(other),
         )),
     }
 }
 
-fn name(obj: &Map<String, Value>) -> Result<String, String> {
+fn name(obj: &Map<String, Value>) -> Result<String, FieldError> {
     match obj.get("name") {
         Some(Value::String(name)) => Ok(name.clone()),
-        Some(other) => Err(format!("name must be a string, not {}", shown(other))),
-        None => Err("missing field name".into()),
+        Some(other) => Err(FieldError::wrong("name", "a string", shown(other))),
+        None => Err(FieldError::missing("name")),
     }
 }
 
@@ -461,7 +475,7 @@ mod tests {
     const T: f64 = 1_763_700_000.25;
 
     fn check(records: Value) -> Result<CheckedReport, String> {
-        check_report(Some(&records), "run-7", 3, NOW_MS)
+        check_report(Some(&records), "run-7", 3, NOW_MS).map_err(|e| e.to_string())
     }
 
     fn alloc(allocated: u64, reserved: u64) -> Value {
@@ -863,6 +877,7 @@ mod tests {
     fn the_report_itself_must_be_sane() {
         assert!(check_report(None, "j", 0, NOW_MS)
             .unwrap_err()
+            .to_string()
             .contains("records"));
         assert!(check(json!({})).unwrap_err().contains("must be an array"));
         let too_many = Value::Array(vec![alloc(1, 2); MAX_RECORDS_PER_REPORT + 1]);

@@ -7,7 +7,9 @@ use gpumon_core::engine::hang::PROCESS_EXIT;
 use gpumon_proto::{CollectiveWait, StallRecord};
 use serde_json::{Map, Value};
 
-use super::fields::{bytes, opt_bytes, shown};
+use super::field_error::FieldError;
+use super::fields::{bytes, opt_bytes, shown, NON_NEGATIVE};
+use super::record_error::RecordError;
 
 /// The record, stamped with the session's job and rank.
 pub(super) fn read_stall(
@@ -15,25 +17,19 @@ pub(super) fn read_stall(
     t_ms: u64,
     job: String,
     rank: u32,
-) -> Result<StallRecord, String> {
+) -> Result<StallRecord, RecordError> {
     let source = match obj.get("source") {
         None | Some(Value::Null) => "none".to_owned(),
-        Some(Value::String(s)) if s == PROCESS_EXIT => {
-            return Err(format!(
-                "source {PROCESS_EXIT:?} is the agent's own word; a hook cannot send it"
-            ))
-        }
+        Some(Value::String(s)) if s == PROCESS_EXIT => return Err(RecordError::AgentsSource),
         Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(format!("source must be a string, not {}", shown(other))),
+        Some(other) => return Err(FieldError::wrong("source", "a string", shown(other)).into()),
     };
     let waiting = match obj.get("waiting") {
         None | Some(Value::Null) => None,
         Some(Value::Object(w)) => Some(wait(w)?),
         Some(other) => {
-            return Err(format!(
-                "waiting must be an object or null, not {}",
-                shown(other)
-            ))
+            let got = shown(other);
+            return Err(FieldError::wrong("waiting", "an object or null", got).into());
         }
     };
     Ok(StallRecord {
@@ -49,7 +45,7 @@ pub(super) fn read_stall(
     })
 }
 
-fn wait(w: &Map<String, Value>) -> Result<CollectiveWait, String> {
+fn wait(w: &Map<String, Value>) -> Result<CollectiveWait, FieldError> {
     Ok(CollectiveWait {
         group: string(w, "group")?,
         desc: opt_string(w, "desc")?.unwrap_or_default(),
@@ -65,53 +61,54 @@ fn wait(w: &Map<String, Value>) -> Result<CollectiveWait, String> {
 }
 
 /// `entered`: a list of `[group, seq]` pairs (absent or `null`: none).
-fn entered(v: Option<&Value>) -> Result<Vec<(String, u64)>, String> {
+fn entered(v: Option<&Value>) -> Result<Vec<(String, u64)>, FieldError> {
     let list = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
-        Some(other) => return Err(format!("entered must be a list, not {}", shown(other))),
+        Some(other) => return Err(FieldError::wrong("entered", "a list", shown(other))),
     };
     list.iter()
         .map(|pair| match pair.as_array().map(Vec::as_slice) {
-            Some([Value::String(group), seq]) => {
-                seq.as_u64().map(|seq| (group.clone(), seq)).ok_or_else(|| {
-                    format!(
-                        "entered: seq must be a non-negative integer, not {}",
-                        shown(seq)
-                    )
-                })
-            }
-            _ => Err(format!(
-                "entered: each entry must be [group, seq], not {}",
-                shown(pair)
+            Some([Value::String(group), seq]) => seq
+                .as_u64()
+                .map(|seq| (group.clone(), seq))
+                .ok_or_else(|| FieldError::wrong("entered: seq", NON_NEGATIVE, shown(seq))),
+            _ => Err(FieldError::wrong(
+                "entered: each entry",
+                "[group, seq]",
+                shown(pair),
             )),
         })
         .collect()
 }
 
 /// Seconds (a non-negative number) as whole ms; the record check bounds them.
-fn seconds_as_ms(v: Option<&Value>, what: &str) -> Result<u64, String> {
+fn seconds_as_ms(v: Option<&Value>, what: &str) -> Result<u64, FieldError> {
     let s = match v {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
-        Some(other) => return Err(format!("{what} must be a number, not {}", shown(other))),
-        None => return Err(format!("missing field {what}")),
+        Some(other) => return Err(FieldError::wrong(what, "a number", shown(other))),
+        None => return Err(FieldError::missing(what)),
     };
     if !(s.is_finite() && s >= 0.0) {
-        return Err(format!("{what} {s} is not a duration"));
+        return Err(FieldError::NotA {
+            key: what.to_owned(),
+            value: s,
+            what: "a duration",
+        });
     }
     // Saturating: the record check refuses anything above 30 days.
     Ok((s * 1000.0).round().min(u64::MAX as f64) as u64)
 }
 
-fn string(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
-    opt_string(obj, key)?.ok_or_else(|| format!("missing field {key}"))
+fn string(obj: &Map<String, Value>, key: &str) -> Result<String, FieldError> {
+    opt_string(obj, key)?.ok_or_else(|| FieldError::missing(key))
 }
 
-fn opt_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+fn opt_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, FieldError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{key} must be a string, not {}", shown(other))),
+        Some(other) => Err(FieldError::wrong(key, "a string", shown(other))),
     }
 }
 
@@ -177,7 +174,9 @@ mod tests {
             ),
         ];
         for (v, want) in bad {
-            let err = read_stall(&obj(v.clone()), 1, "j".into(), 0).unwrap_err();
+            let err = read_stall(&obj(v.clone()), 1, "j".into(), 0)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{v}: {err}");
         }
     }

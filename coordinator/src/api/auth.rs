@@ -33,6 +33,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gpumon_runtime::secrets::{AgentToken, Secret};
 
+use super::auth_error::AuthError;
 use super::log_gate::LogGate;
 use super::{ApiContext, ApiError};
 use crate::credentials::Credentials;
@@ -96,7 +97,7 @@ pub struct AgentBinding(pub Option<Arc<[String]>>);
 impl AgentBinding {
     /// Whether a message from agent `agent_id` on `node` may come with
     /// this binding; the error says what the token may push as.
-    pub fn allows(&self, agent_id: &str, node: &str) -> Result<(), String> {
+    pub fn allows(&self, agent_id: &str, node: &str) -> Result<(), AuthError> {
         let Some(names) = &self.0 else {
             return Ok(());
         };
@@ -109,10 +110,11 @@ impl AgentBinding {
         } else {
             ("agent id", agent_id)
         };
-        Err(format!(
-            "this agent token may push as {} only, not as {what} {name:?}",
-            names.join(", ")
-        ))
+        Err(AuthError::OtherAgent {
+            allowed: names.clone(),
+            what,
+            name: name.to_owned(),
+        })
     }
 }
 
@@ -142,7 +144,7 @@ pub async fn require(
             if let Some(left_out) = state.inner.refused.add(access) {
                 tracing::warn!(peer = %peer.ip(), path = request.uri().path(), access = access.name(), %reason, left_out, "refused a request (one line per 10 s per kind of access; left_out: those not logged since the last)");
             }
-            ApiError::Unauthorized(reason).into_response()
+            ApiError::Unauthorized(reason.to_string()).into_response()
         }
     }
 }
@@ -154,7 +156,7 @@ fn check(
     access: Access,
     peer: SocketAddr,
     given: Option<&str>,
-) -> Result<AgentBinding, String> {
+) -> Result<AgentBinding, AuthError> {
     if access == Access::Agent {
         return match &credentials.agent_tokens {
             Some(tokens) => agent_token(tokens, given),
@@ -165,15 +167,16 @@ fn check(
 }
 
 /// The binding of the agent token `given`, if it is one of `tokens`.
-fn agent_token(tokens: &[AgentToken], given: Option<&str>) -> Result<AgentBinding, String> {
+fn agent_token(tokens: &[AgentToken], given: Option<&str>) -> Result<AgentBinding, AuthError> {
+    const WHAT: &str = "agent token";
     let Some(given) = given else {
-        return Err("this request needs `Authorization: Bearer <agent token>`".into());
+        return Err(AuthError::Missing { what: WHAT });
     };
     tokens
         .iter()
         .find(|t| t.secret.matches(given.as_bytes()))
         .map(|t| AgentBinding(t.agents.clone()))
-        .ok_or_else(|| "wrong agent token".into())
+        .ok_or(AuthError::Wrong { what: WHAT })
 }
 
 /// [`check`] for the routes whose credential is a secret alone.
@@ -182,13 +185,11 @@ fn check_secret(
     access: Access,
     peer: SocketAddr,
     given: Option<&str>,
-) -> Result<(), String> {
-    let one_of = |accepted: &[Secret], what: &str| match given {
+) -> Result<(), AuthError> {
+    let one_of = |accepted: &[Secret], what: &'static str| match given {
         Some(g) if accepted.iter().any(|s| s.matches(g.as_bytes())) => Ok(()),
-        Some(_) => Err(format!("wrong {what}")),
-        None => Err(format!(
-            "this request needs `Authorization: Bearer <{what}>`"
-        )),
+        Some(_) => Err(AuthError::Wrong { what }),
+        None => Err(AuthError::Missing { what }),
     };
     let admin = credentials.admin_token.as_slice();
     match access {
@@ -204,10 +205,7 @@ fn check_secret(
             if peer.ip().is_loopback() {
                 Ok(())
             } else {
-                Err(format!(
-                    "admin requests from {} need an admin token; start the coordinators with --admin-token-file",
-                    peer.ip()
-                ))
+                Err(AuthError::AdminNotLocal { ip: peer.ip() })
             }
         }
         Access::Admin => one_of(admin, "admin token"),
@@ -257,12 +255,12 @@ mod tests {
         let c = closed();
         let bound = check(&c, Access::Agent, REMOTE, Some("agent-token-of-node-a-01")).unwrap();
         assert_eq!(bound.allows("node-a", "node-a"), Ok(()));
-        let err = bound.allows("node-b", "node-b").unwrap_err();
+        let err = bound.allows("node-b", "node-b").unwrap_err().to_string();
         assert!(
             err.contains("node-a only, not as agent id \"node-b\""),
             "{err}"
         );
-        let err = bound.allows("node-a", "node-b").unwrap_err();
+        let err = bound.allows("node-a", "node-b").unwrap_err().to_string();
         assert!(err.contains("not as node \"node-b\""), "{err}");
         let any = check(&c, Access::Agent, REMOTE, Some("agent-token-of-node-b-02")).unwrap();
         assert_eq!(
@@ -300,7 +298,9 @@ mod tests {
             assert!(check(&open, access, REMOTE, None).is_ok(), "{access:?}");
         }
         assert!(check(&open, Access::Admin, LOCAL, None).is_ok());
-        let err = check(&open, Access::Admin, REMOTE, None).unwrap_err();
+        let err = check(&open, Access::Admin, REMOTE, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("10.0.0.9"), "{err}");
     }
 

@@ -86,7 +86,7 @@ pub async fn ingest(
             if let Some(left_out) = inner.rejected.log.pass(wall_ms()) {
                 tracing::warn!(agent_id, node, reason = %why, left_out, "refused a push for another agent");
             }
-            return Err(ApiError::Forbidden(why));
+            return Err(ApiError::Forbidden(why.to_string()));
         }
     }
     let version = msg.version();

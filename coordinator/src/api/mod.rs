@@ -13,6 +13,7 @@
 mod actions;
 mod alerts;
 mod auth;
+mod auth_error;
 mod config;
 mod consistency;
 mod dashboard;

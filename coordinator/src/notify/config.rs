@@ -9,6 +9,8 @@ use std::time::Duration;
 use gpumon_core::engine::Severity;
 use gpumon_core::notify::{NotifyFile, ReceiverId, ReceiverKind};
 
+use super::config_error::NotifyConfigError as Error;
+
 /// How often the leader looks for due notifications, ms.
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;
 /// Time allowed for one POST, ms.
@@ -85,30 +87,34 @@ impl Receiver {
         format!("--notify-{k} (or [notify] {k})")
     }
 
-    fn validate(&self) -> Result<(), String> {
-        let url = reqwest::Url::parse(&self.url).map_err(|e| {
-            format!(
-                "{} {:?} is not a URL ({e}); expected http(s)://HOST[:PORT]/PATH",
-                self.flag(),
-                self.url
-            )
+    fn validate(&self) -> Result<(), Error> {
+        let url = reqwest::Url::parse(&self.url).map_err(|reason| Error::NotUrl {
+            flag: self.flag(),
+            url: self.url.clone(),
+            reason,
         })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "{} {}: scheme {:?} is neither http nor https",
-                self.flag(),
-                self.redacted(),
-                url.scheme()
-            ));
+            return Err(Error::Scheme {
+                flag: self.flag(),
+                redacted: self.redacted(),
+                scheme: url.scheme().to_owned(),
+            });
         }
         if url.host_str().is_none_or(str::is_empty) {
-            return Err(format!("{} {:?} names no host", self.flag(), self.url));
+            return Err(Error::NoHost {
+                flag: self.flag(),
+                url: self.url.clone(),
+            });
         }
         // What the sender will do with it, so a URL it cannot use is refused
         // now rather than failing every send.
         crate::outbound::target(&self.endpoint())
             .map(drop)
-            .map_err(|e| format!("{} {}: {e}", self.flag(), self.redacted()))
+            .map_err(|e| Error::Unusable {
+                flag: self.flag(),
+                redacted: self.redacted(),
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -204,34 +210,30 @@ impl NotifyConfig {
     }
 
     /// Checks URLs and numbers; the error names the flag or key and the value.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if self.receivers.len() > MAX_RECEIVERS {
-            return Err(format!(
-                "{} notification receivers exceed the maximum of {MAX_RECEIVERS}",
-                self.receivers.len()
-            ));
+            return Err(Error::TooManyReceivers {
+                count: self.receivers.len(),
+            });
         }
         for (i, r) in self.receivers.iter().enumerate() {
             r.validate()?;
             if self.receivers[..i].contains(r) {
-                return Err(format!(
-                    "--notify-{} lists the same URL twice ({})",
-                    r.kind.as_str(),
-                    r.redacted()
-                ));
+                return Err(Error::SameUrl {
+                    kind: r.kind.as_str(),
+                    redacted: r.redacted(),
+                });
             }
         }
         if let Some(d) = &self.dashboard_url {
             let ok = reqwest::Url::parse(d)
                 .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
             if !ok {
-                return Err(format!(
-                    "--dashboard-url {d:?} is not an http(s) URL such as http://gpumon.example:7070"
-                ));
+                return Err(Error::DashboardUrl { url: d.clone() });
             }
         }
         if self.repeat_interval_ms == 0 {
-            return Err("[notify] repeat_interval_s must be positive".into());
+            return Err(Error::RepeatInterval);
         }
         let positive = [
             ("interval_ms", self.interval_ms),
@@ -241,11 +243,11 @@ impl NotifyConfig {
             ("max_attempts", u64::from(self.max_attempts)),
             ("queue_capacity", self.queue_capacity as u64),
         ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("notify {name} must be positive"));
+        if let Some(&(name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(Error::NotPositive { name });
         }
         if self.backoff_max_ms < self.backoff_initial_ms {
-            return Err("notify backoff_max_ms must be at least backoff_initial_ms".into());
+            return Err(Error::Backoff);
         }
         Ok(())
     }
@@ -278,14 +280,16 @@ mod tests {
             .is_ok());
         let err = with(ReceiverKind::Webhook, "not a url")
             .validate()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("--notify-webhook") && err.contains("not a url"),
             "{err}"
         );
         let err = with(ReceiverKind::Alertmanager, "ftp://am:21")
             .validate()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("--notify-alertmanager") && err.contains("ftp"),
             "{err}"
@@ -295,7 +299,8 @@ mod tests {
             "ftp://hooks.example/services/T/B/secret",
         )
         .validate()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("--notify-slack") && err.contains("ftp") && !err.contains("secret"),
             "{err}"

@@ -22,6 +22,7 @@
 //! one outbound HTTP client (`crate::outbound`), which remote write uses too.
 
 pub mod config;
+mod config_error;
 pub mod counters;
 pub mod payload;
 mod worker;
@@ -40,6 +41,7 @@ use tokio::time::Instant;
 use crate::raft::state_machine::StateMachine;
 use crate::service::Proposer;
 pub use config::{NotifyConfig, Receiver};
+pub use config_error::NotifyConfigError;
 pub use counters::{NotifyCounts, NotifyStats};
 use payload::Message;
 use worker::{Hold, Holds, Worker};

@@ -43,6 +43,10 @@ use openraft::{LogId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use super::applied::Applied;
+use decode_error::DecodeError;
+pub use decode_error::SealError;
+
+mod decode_error;
 
 type Node = openraft::BasicNode;
 type Meta = SnapshotMeta<u64, Node>;
@@ -168,7 +172,7 @@ pub fn load(
         meta,
         version,
         current,
-    } = decode(file, path, limits, engine_config).map_err(fail)?;
+    } = decode(file, path, limits, engine_config).map_err(|e| fail(e.to_string()))?;
     // A file in the current format is served as it is; an older one in the
     // current format's encoding.
     let data = match current {
@@ -201,11 +205,10 @@ fn decode(
     path: &Path,
     limits: Limits,
     engine_config: &EngineConfig,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, DecodeError> {
     let mut applied = Applied::empty(limits, engine_config);
-    let decode_err = |version: u32| {
-        move |e: postcard::Error| format!("format {version} data does not decode: {e}")
-    };
+    let decode_err =
+        |version: u32| move |source: postcard::Error| DecodeError::Data { version, source };
     let (meta, version) = match file {
         SnapshotFile::V1 { meta, data } => {
             let old: AppliedV1 = postcard::from_bytes(&data).map_err(decode_err(1))?;
@@ -322,9 +325,9 @@ fn open_sealed<R: serde::de::DeserializeOwned>(
     meta: &Meta,
     data: &[u8],
     version: u32,
-) -> Result<AppliedOf<R>, String> {
+) -> Result<AppliedOf<R>, DecodeError> {
     check_seal(&meta.snapshot_id, data, version)?;
-    postcard::from_bytes(data).map_err(|e| format!("format {version} data does not decode: {e}"))
+    postcard::from_bytes(data).map_err(|source| DecodeError::Data { version, source })
 }
 
 /// A snapshot id sealed with the format and a checksum of `data`:
@@ -341,12 +344,12 @@ pub fn seal_id_with(base: &str, checksum: &str) -> String {
 
 /// Checks a sealed id against `data`: the format this build reads and the
 /// checksum. An id without a seal (written by an older build) passes.
-pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), String> {
+pub fn check_sealed(id: &str, data: &[u8]) -> Result<(), SealError> {
     check_seal(id, data, CURRENT_VERSION)
 }
 
 /// [`check_sealed`] for data in format `expected`.
-fn check_seal(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
+fn check_seal(id: &str, data: &[u8], expected: u32) -> Result<(), SealError> {
     let mut parts = id.rsplitn(3, '.');
     let (Some(sum), Some(version), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         return Ok(());
@@ -358,15 +361,19 @@ fn check_seal(id: &str, data: &[u8], expected: u32) -> Result<(), String> {
         return Ok(());
     };
     if version != expected {
-        return Err(format!(
-            "snapshot {id} is in format {version}; this build reads format {expected} here (upgrade every replica to one build)"
-        ));
+        return Err(SealError::OtherFormat {
+            id: id.to_owned(),
+            version,
+            expected,
+        });
     }
     let got = super::digest::checksum(data);
     if got != sum {
-        return Err(format!(
-            "snapshot {id} is damaged: its data has checksum {got}, its id says {sum}"
-        ));
+        return Err(SealError::Damaged {
+            id: id.to_owned(),
+            got,
+            sum: sum.to_owned(),
+        });
     }
     Ok(())
 }

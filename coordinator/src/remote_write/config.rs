@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use gpumon_runtime::secrets::Secret;
 
+use super::config_error::RemoteWriteConfigError as Error;
+
 /// Default time between sends.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 /// Default time allowed for one request.
@@ -61,49 +63,46 @@ impl RemoteWriteConfig {
     }
 
     /// Checks the values; the error names the flag and says why.
-    pub fn validate(&self) -> Result<(), String> {
-        let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| format!("--remote-write-url {:?} is not a URL ({e})", self.url))?;
+    pub fn validate(&self) -> Result<(), Error> {
+        let url = reqwest::Url::parse(&self.url).map_err(|reason| Error::NotUrl {
+            url: self.url.clone(),
+            reason,
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
-            return Err(format!(
-                "--remote-write-url {:?}: expected http(s)://HOST[:PORT]/PATH",
-                self.url
-            ));
+            return Err(Error::Form {
+                url: self.url.clone(),
+            });
         }
         let has_credentials = !url.username().is_empty() || url.password().is_some();
         if has_credentials && self.bearer_token.is_some() {
-            return Err("--remote-write-url carries credentials and --remote-write-bearer-token-file is given: use one".into());
+            return Err(Error::TwoCredentials);
         }
         let (min, max) = (Duration::from_millis(100), Duration::from_secs(3600));
         if !(min..=max).contains(&self.interval) {
-            return Err(format!(
-                "--remote-write-interval-s {:?} is outside 0.1 to 3600 seconds",
-                self.interval.as_secs_f64()
-            ));
+            return Err(Error::Interval {
+                secs: self.interval.as_secs_f64(),
+            });
         }
         if !(min..=Duration::from_secs(600)).contains(&self.timeout) {
-            return Err(format!(
-                "--remote-write-timeout-s {:?} is outside 0.1 to 600 seconds",
-                self.timeout.as_secs_f64()
-            ));
+            return Err(Error::Timeout {
+                secs: self.timeout.as_secs_f64(),
+            });
         }
         if !(1..=1_000_000).contains(&self.max_samples_per_request) {
-            return Err(format!(
-                "--remote-write-max-samples-per-request {} is outside 1 to 1000000",
-                self.max_samples_per_request
-            ));
+            return Err(Error::SamplesPerRequest {
+                value: self.max_samples_per_request,
+            });
         }
         if self.max_queued_samples < self.max_samples_per_request {
-            return Err(format!(
-                "--remote-write-max-queued-samples {} is below one request ({})",
-                self.max_queued_samples, self.max_samples_per_request
-            ));
+            return Err(Error::QueueBelowRequest {
+                queued: self.max_queued_samples,
+                per_request: self.max_samples_per_request,
+            });
         }
         if self.labels.len() > MAX_EXTRA_LABELS {
-            return Err(format!(
-                "--remote-write-label: {} labels, at most {MAX_EXTRA_LABELS}",
-                self.labels.len()
-            ));
+            return Err(Error::TooManyLabels {
+                count: self.labels.len(),
+            });
         }
         self.labels
             .iter()
@@ -115,27 +114,26 @@ impl RemoteWriteConfig {
 /// the sender sets, nor reserved `__`), with a non-empty bounded value.
 /// The name starts lower-case or with `_`, so byte order, which receivers
 /// check labels against, still puts `__name__` first.
-fn check_label(name: &str, value: &str) -> Result<(), String> {
+fn check_label(name: &str, value: &str) -> Result<(), Error> {
     let mut chars = name.chars();
     let well_formed = chars
         .next()
         .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !well_formed {
-        return Err(format!(
-            "--remote-write-label {name:?}: a label name here is [a-z_][a-zA-Z0-9_]*"
-        ));
+        return Err(Error::LabelName {
+            name: name.to_owned(),
+        });
     }
     if name.starts_with("__") || OWN_LABELS.contains(&name) {
-        return Err(format!(
-            "--remote-write-label {name:?}: reserved (the sender sets {} and Prometheus __*)",
-            OWN_LABELS.join(", ")
-        ));
+        return Err(Error::LabelReserved {
+            name: name.to_owned(),
+        });
     }
     if value.is_empty() || value.len() > MAX_LABEL_VALUE_BYTES {
-        return Err(format!(
-            "--remote-write-label {name}: the value must be 1 to {MAX_LABEL_VALUE_BYTES} bytes"
-        ));
+        return Err(Error::LabelValue {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -149,7 +147,7 @@ mod tests {
     fn with(tune: impl FnOnce(&mut RemoteWriteConfig)) -> Result<(), String> {
         let mut c = RemoteWriteConfig::new("http://127.0.0.1:9090/api/v1/write");
         tune(&mut c);
-        c.validate()
+        c.validate().map_err(|e| e.to_string())
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 pub mod collect;
 pub mod config;
+mod config_error;
 pub mod encode;
 mod error_log;
 pub mod proto;
@@ -33,6 +34,8 @@ mod sender;
 pub mod stats;
 
 pub use config::RemoteWriteConfig;
+pub use config_error::{RemoteWriteConfigError, UrlError};
+pub use sender::SenderError;
 pub use stats::{RemoteWriteCounts, RemoteWriteStats};
 
 use tokio::sync::watch;
@@ -49,7 +52,7 @@ pub fn spawn(
     state_machine: StateMachine,
     stats: RemoteWriteStats,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, String> {
+) -> Result<JoinHandle<()>, SenderError> {
     let sender = sender::Sender::new(config, proposer, state_machine, stats)?;
     Ok(tokio::spawn(sender.run(stop)))
 }

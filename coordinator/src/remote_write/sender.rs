@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use gpumon_net::ClientTls;
+use gpumon_net::{ClientTls, TlsError};
 use gpumon_runtime::clock::wall_ms;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
@@ -56,13 +56,12 @@ impl Sender {
         proposer: Proposer,
         state_machine: StateMachine,
         stats: RemoteWriteStats,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SenderError> {
         let tls = ClientTls {
             ca_file: config.ca_file.clone(),
             identity: None,
         };
-        let client =
-            OutboundClient::new(config.timeout, &tls).map_err(|e| format!("remote-write: {e}"))?;
+        let client = OutboundClient::new(config.timeout, &tls)?;
         let headers = headers(&config)?;
         Ok(Self {
             queue: Queue::new(config.max_queued_samples),
@@ -229,7 +228,7 @@ impl Sender {
 }
 
 /// The headers of every request (remote-write 1.0), with the bearer token.
-fn headers(config: &RemoteWriteConfig) -> Result<HeaderMap, String> {
+fn headers(config: &RemoteWriteConfig) -> Result<HeaderMap, SenderError> {
     let mut h = HeaderMap::new();
     h.insert(CONTENT_ENCODING, HeaderValue::from_static("snappy"));
     h.insert(
@@ -242,11 +241,22 @@ fn headers(config: &RemoteWriteConfig) -> Result<HeaderMap, String> {
     );
     if let Some(token) = &config.bearer_token {
         let mut v = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-            .map_err(|_| "remote-write: the bearer token is not a valid header value".to_owned())?;
+            .map_err(|_| SenderError::Token)?;
         v.set_sensitive(true);
         h.insert(AUTHORIZATION, v);
     }
     Ok(h)
+}
+
+/// Why the sender cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SenderError {
+    /// The CA file cannot be used.
+    #[error("remote-write: {0}")]
+    Tls(#[from] TlsError),
+    /// The bearer token cannot go in a header.
+    #[error("remote-write: the bearer token is not a valid header value")]
+    Token,
 }
 
 /// The URL's origin, for logs: no credentials, path or query.

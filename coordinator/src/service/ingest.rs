@@ -48,7 +48,7 @@ impl Service {
                     .read()
                     .cluster
                     .admits_hello(&hello)
-                    .map_err(PushError::Full)?;
+                    .map_err(|e| PushError::Full(e.to_string()))?;
                 (0, None, CommandV1::Hello(hello))
             }
             AgentMessage::V1(AgentMessageV1::Push(batch)) => {
@@ -143,7 +143,7 @@ impl Service {
         applied
             .cluster
             .admits(&batch.agent_id, &batch.windows)
-            .map_err(PushError::Full)
+            .map_err(|e| PushError::Full(e.to_string()))
     }
 }
 

@@ -31,7 +31,7 @@ impl Service {
         if req.id == 0 {
             return Err(ServiceError::Invalid("Raft node ids start at 1".into()));
         }
-        check_addr(&req.addr).map_err(ServiceError::Invalid)?;
+        check_addr(&req.addr).map_err(|e| ServiceError::Invalid(e.to_string()))?;
         self.ensure_leader()?;
         let membership = self.membership();
         let current = membership.membership();

@@ -19,7 +19,7 @@ impl Service {
             .engine
             .settings()
             .check(&change)
-            .map_err(ServiceError::Invalid)?;
+            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
         self.ensure_leader()?;
         let result = self
             .write(

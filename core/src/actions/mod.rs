@@ -21,4 +21,4 @@ pub use book::{
     RankPlace, MAX_ACTIONS_KEPT,
 };
 pub use dumps::plan_dumps;
-pub use planner::{plan_releases, PlannerConfig};
+pub use planner::{plan_releases, PlannerConfig, PlannerConfigError};

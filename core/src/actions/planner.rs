@@ -60,29 +60,50 @@ impl PlannerConfig {
     }
 
     /// Checks the values; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PlannerConfigError> {
         let positive = [("horizon_s", self.horizon_s), ("ttl_s", self.ttl_s)];
-        for (name, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!(
-                    "[actions] {name} must be a positive number of seconds, not {v}"
-                ));
+        for (name, value) in positive {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(PlannerConfigError::NotPositive { name, value });
             }
         }
         if !(self.min_interval_s.is_finite() && self.min_interval_s >= 0.0) {
-            return Err(format!(
-                "[actions] min_interval_s must be zero or more seconds, not {}",
-                self.min_interval_s
-            ));
+            return Err(PlannerConfigError::MinInterval {
+                value: self.min_interval_s,
+            });
         }
         if !(50..=600_000).contains(&self.interval_ms) {
-            return Err(format!(
-                "[actions] interval_ms {} is outside 50..=600000",
-                self.interval_ms
-            ));
+            return Err(PlannerConfigError::Interval {
+                value: self.interval_ms,
+            });
         }
         Ok(())
     }
+}
+
+/// Why an `[actions]` table cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlannerConfigError {
+    /// `horizon_s` or `ttl_s` is not a positive number.
+    #[error("[actions] {name} must be a positive number of seconds, not {value}")]
+    NotPositive {
+        /// The key.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// `min_interval_s` is negative or not a number.
+    #[error("[actions] min_interval_s must be zero or more seconds, not {value}")]
+    MinInterval {
+        /// Its value.
+        value: f64,
+    },
+    /// `interval_ms` is outside 50..=600000.
+    #[error("[actions] interval_ms {value} is outside 50..=600000")]
+    Interval {
+        /// Its value.
+        value: u64,
+    },
 }
 
 /// The releases to issue now; `t` is the data time the book will apply them at.
@@ -256,6 +277,6 @@ mod tests {
             ttl_s: f64::NAN,
             ..PlannerConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("ttl_s"));
+        assert!(bad.validate().unwrap_err().to_string().contains("ttl_s"));
     }
 }

@@ -73,37 +73,35 @@ impl Cluster {
     }
 
     /// Whether a hello fits the limits (its agent and GPUs).
-    pub fn admits_hello(&self, hello: &gpumon_proto::Hello) -> Result<(), String> {
+    pub fn admits_hello(&self, hello: &gpumon_proto::Hello) -> Result<(), OverLimit> {
         self.admits_agent(&hello.agent_id)?;
         self.admits_gpus(hello.gpus.iter().map(|g| g.uuid.as_str()))
     }
 
-    fn admits_agent(&self, agent_id: &str) -> Result<(), String> {
+    fn admits_agent(&self, agent_id: &str) -> Result<(), OverLimit> {
         if !self.agents.contains_key(agent_id) && self.agents.len() >= self.limits.max_agents {
-            return Err(format!(
-                "the cluster tracks {} agents, its limit; a new agent waits until one expires",
-                self.limits.max_agents
-            ));
+            return Err(OverLimit::Agents {
+                max: self.limits.max_agents,
+            });
         }
         Ok(())
     }
 
-    fn admits_gpus<'a>(&self, uuids: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    fn admits_gpus<'a>(&self, uuids: impl Iterator<Item = &'a str>) -> Result<(), OverLimit> {
         let new: BTreeSet<&str> = uuids.filter(|u| !self.gpus.contains_key(*u)).collect();
         if self.gpus.len() + new.len() > self.limits.max_gpus {
-            return Err(format!(
-                "the cluster tracks {} of its {} GPUs; {} new ones wait until stale ones expire",
-                self.gpus.len(),
-                self.limits.max_gpus,
-                new.len()
-            ));
+            return Err(OverLimit::Gpus {
+                tracked: self.gpus.len(),
+                max: self.limits.max_gpus,
+                new: new.len(),
+            });
         }
         Ok(())
     }
 
     /// Whether a push by `agent_id` with `windows` fits the limits; the
     /// error names the limit it would break.
-    pub fn admits(&self, agent_id: &str, windows: &[GpuWindow]) -> Result<(), String> {
+    pub fn admits(&self, agent_id: &str, windows: &[GpuWindow]) -> Result<(), OverLimit> {
         let limits = self.limits;
         self.admits_agent(agent_id)?;
         self.admits_gpus(windows.iter().map(|w| w.gpu.uuid.as_str()))?;
@@ -121,12 +119,47 @@ impl Cluster {
         // rank on each push was a fifth of a busy leader's time.
         let live = self.ranks.values().filter(|r| r.ended_ms.is_none()).count();
         if live + new_ranks.len() > limits.max_ranks {
-            return Err(format!(
-                "the cluster tracks {live} live ranks of its {}; {} new ones wait until jobs end",
-                limits.max_ranks,
-                new_ranks.len()
-            ));
+            return Err(OverLimit::Ranks {
+                live,
+                max: limits.max_ranks,
+                new: new_ranks.len(),
+            });
         }
         Ok(())
     }
+}
+
+/// The limit a hello or push would break.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverLimit {
+    /// A new agent, with the agents at their limit.
+    #[error("the cluster tracks {max} agents, its limit; a new agent waits until one expires")]
+    Agents {
+        /// The most agents tracked.
+        max: usize,
+    },
+    /// New GPUs past the limit.
+    #[error(
+        "the cluster tracks {tracked} of its {max} GPUs; {new} new ones wait until stale ones expire"
+    )]
+    Gpus {
+        /// GPUs tracked now.
+        tracked: usize,
+        /// The most GPUs tracked.
+        max: usize,
+        /// New GPUs the message brings.
+        new: usize,
+    },
+    /// New live ranks past the limit.
+    #[error(
+        "the cluster tracks {live} live ranks of its {max}; {new} new ones wait until jobs end"
+    )]
+    Ranks {
+        /// Live ranks now.
+        live: usize,
+        /// The most live ranks.
+        max: usize,
+        /// New ranks the push brings.
+        new: usize,
+    },
 }

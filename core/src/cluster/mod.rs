@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use crate::shared::Shared;
 
 pub use apply::{ClusterEvent, PushApplied};
-pub use expiry::Expired;
+pub use expiry::{Expired, OverLimit};
 pub use export::GpuSeries;
 pub use history::History;
 pub use host::{check_host, InvalidHost};

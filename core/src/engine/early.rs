@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::forecast::{project, ForecastParams, OomForecast, Room};
 use super::trend::{fit_rising_with_s, mann_kendall_s, pairs_sign, slope, TrendScratch};
+use crate::not_state::NotState;
 
 /// Points kept per GPU while it is watched.
 pub const MAX_POINTS: usize = 256;
@@ -86,14 +87,14 @@ pub struct EarlyWatch {
     /// The latest evaluation's verdict.
     holds: bool,
     #[serde(skip)]
-    sliding: SlidingS,
+    sliding: NotState<SlidingS>,
 }
 
 /// Mann–Kendall's `S` of the window tested last, with that window: each
 /// second the window drops a point or so at its start and gains one at its
 /// end, and `S` follows in O(n) instead of O(n²) (most of the watch's cost,
-/// as most seconds end at the test). Not state: not serialized and equal to
-/// any other (a restored watch computes `S` whole once, to the same value).
+/// as most seconds end at the test). Not state (held as a [`NotState`]: a
+/// restored watch computes `S` whole once, to the same value).
 #[derive(Debug, Clone, Default)]
 struct SlidingS(Option<(Vec<(f64, f64)>, i64)>);
 
@@ -111,12 +112,6 @@ impl SlidingS {
         last.extend_from_slice(window);
         *kept = s;
         s
-    }
-}
-
-impl PartialEq for SlidingS {
-    fn eq(&self, _other: &Self) -> bool {
-        true
     }
 }
 
@@ -162,7 +157,7 @@ impl EarlyWatch {
     ) -> Option<OomForecast> {
         if p.watch_s <= 0.0 || t - active_since > p.watch_s {
             self.points = VecDeque::new();
-            self.sliding = SlidingS::default();
+            self.sliding = NotState::default();
             self.holds = false;
             return None;
         }

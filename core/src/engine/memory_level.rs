@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::alerts::{AlertKind, Severity, Subject};
 use super::limits::{Binding, Ceiling};
 use super::Engine;
+use crate::not_state::NotState;
 use crate::units::Bytes;
 
 /// The levels, in percent of a GPU's capacity (or of a host's RAM).
@@ -41,6 +42,27 @@ impl Default for MemoryLevelParams {
     }
 }
 
+/// Why memory levels cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LevelsError {
+    /// Not `0 < warning <= critical <= 100`.
+    #[error("memory levels must satisfy 0 < warning_pct ({warning}) <= critical_pct ({critical}) <= 100")]
+    Order {
+        /// `warning_pct`.
+        warning: f64,
+        /// `critical_pct`.
+        critical: f64,
+    },
+    /// The margin is not in `[0, warning)`.
+    #[error("clear_margin_pct ({margin}) must be at least 0 and below warning_pct ({warning})")]
+    Margin {
+        /// `clear_margin_pct`.
+        margin: f64,
+        /// `warning_pct`.
+        warning: f64,
+    },
+}
+
 impl MemoryLevelParams {
     /// The default levels of host RAM: warning at 75 %, critical at 90 %,
     /// lower than a GPU's, as the kernel's OOM killer and swapping start
@@ -55,17 +77,14 @@ impl MemoryLevelParams {
 
     /// Why these levels cannot be used, if they cannot:
     /// `0 < warning <= critical <= 100` and a margin in `[0, warning)`.
-    pub fn check(&self) -> Result<(), String> {
-        let (w, c, m) = (self.warning_pct, self.critical_pct, self.clear_margin_pct);
-        if !(w > 0.0 && w <= c && c <= 100.0) {
-            return Err(format!(
-                "memory levels must satisfy 0 < warning_pct ({w}) <= critical_pct ({c}) <= 100"
-            ));
+    pub fn check(&self) -> Result<(), LevelsError> {
+        let (warning, critical, margin) =
+            (self.warning_pct, self.critical_pct, self.clear_margin_pct);
+        if !(warning > 0.0 && warning <= critical && critical <= 100.0) {
+            return Err(LevelsError::Order { warning, critical });
         }
-        if !(0.0..w).contains(&m) {
-            return Err(format!(
-                "clear_margin_pct ({m}) must be at least 0 and below warning_pct ({w})"
-            ));
+        if !(0.0..warning).contains(&margin) {
+            return Err(LevelsError::Margin { margin, warning });
         }
         Ok(())
     }
@@ -174,7 +193,7 @@ impl Engine {
         }
         if let Some(wrote) = remember {
             if let Some(track) = self.nodes.get_mut(node).and_then(|n| n.get_mut(&gpu)) {
-                track.level_messages = LevelMessages(Some(wrote));
+                track.level_messages = NotState(LevelMessages(Some(wrote)));
             }
         }
     }
@@ -194,8 +213,8 @@ pub(crate) struct LevelFigures {
 /// with, and those subjects. NVML's used memory seldom moves while the
 /// caching allocator keeps its segments, and a GPU held at a level with
 /// the same figures and subjects has messages that already read what
-/// writing them again would give. Not state: not serialized and equal to
-/// any other (a restored replica writes the same text once more).
+/// writing them again would give. Not state (held as a [`NotState`]: a
+/// restored replica writes the same text once more).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LevelMessages(Option<(LevelFigures, Vec<Subject>)>);
 
@@ -206,12 +225,6 @@ impl LevelMessages {
         self.0
             .as_ref()
             .is_some_and(|(f, s)| f == figures && s == subjects)
-    }
-}
-
-impl PartialEq for LevelMessages {
-    fn eq(&self, _other: &Self) -> bool {
-        true
     }
 }
 

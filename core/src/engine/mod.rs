@@ -67,7 +67,8 @@ pub use latch::{Edge, Latch};
 pub use tracks::Marker;
 
 use crate::derived_count::DerivedCount;
-use crate::settings::{Settings, SettingsChange};
+use crate::not_state::NotState;
+use crate::settings::{Settings, SettingsChange, SettingsError};
 use crate::shared::Shared;
 use limits::LimitWatch;
 use outside::OutsideWatch;
@@ -120,7 +121,7 @@ pub struct Engine {
     /// What bounds each rank's memory besides its GPU (snapshot format 12).
     limits: LimitWatch,
     #[serde(skip)]
-    scratch: Scratch,
+    scratch: NotState<Scratch>,
     /// Whether a job was forgotten since [`Engine::take_forgot_jobs`] last
     /// asked (the replicated state forgets its records of it too).
     #[serde(skip)]
@@ -128,7 +129,7 @@ pub struct Engine {
     /// Rank tracks in all jobs, for the bound on them (`max_ranks_per_job`
     /// holds in all jobs together too); derived, never serialized.
     #[serde(skip)]
-    ranks: DerivedCount,
+    ranks: NotState<DerivedCount>,
 }
 
 impl PartialEq for Engine {
@@ -160,9 +161,9 @@ impl Engine {
             pending_links: Vec::new(),
             outside: OutsideWatch::new(),
             limits: LimitWatch::new(),
-            scratch: Scratch::default(),
+            scratch: NotState::default(),
             forgot_jobs: false,
-            ranks: DerivedCount::default(),
+            ranks: NotState::default(),
         }
     }
 
@@ -179,7 +180,7 @@ impl Engine {
 
     /// Applies a live settings change whole, from the next observation on,
     /// or refuses it (see [`Settings::apply`]).
-    pub fn change_settings(&mut self, change: &SettingsChange) -> Result<(), String> {
+    pub fn change_settings(&mut self, change: &SettingsChange) -> Result<(), SettingsError> {
         self.cfg.apply(change)
     }
 

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::envelope::EnvelopePoint;
 use super::robust_stats::{median_in_place, Scratch};
+use crate::not_state::NotState;
 
 /// Spikes remembered per series for the margin.
 pub const MAX_SPIKES: usize = 8;
@@ -83,7 +84,7 @@ pub struct RegimeSeries {
     regimes: u32,
     last_shift: Option<(f64, bool)>,
     #[serde(skip)]
-    scratch: Scratch,
+    scratch: NotState<Scratch>,
 }
 
 impl Default for RegimeSeries {
@@ -102,7 +103,7 @@ impl RegimeSeries {
             regime_start: None,
             regimes: 0,
             last_shift: None,
-            scratch: Scratch::default(),
+            scratch: NotState::default(),
         }
     }
 

@@ -2,16 +2,10 @@
 //! distribution's tail, all on caller-provided scratch space so the hot path
 //! does not allocate.
 
-/// Working space that is not part of a detector's state: skipped by serde
-/// and equal to any other, so snapshots and state comparisons ignore it.
-#[derive(Debug, Clone, Default)]
-pub struct Scratch(pub Vec<f64>);
-
-impl PartialEq for Scratch {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
+/// Working space that is not part of a detector's state: its holders keep
+/// it as a [`NotState`](crate::not_state::NotState), so snapshots and state
+/// comparisons ignore it.
+pub type Scratch = Vec<f64>;
 
 /// `x` as an integer in `f64::total_cmp`'s order: sorting or selecting
 /// among these compares integers, not floats converted twice per

@@ -14,6 +14,7 @@ use super::latch::Latch;
 use super::memory_level::LevelMessages;
 use super::regime::RegimeSeries;
 use super::straggler::StragglerTracker;
+use crate::not_state::NotState;
 use crate::shared::Shared;
 
 /// A user marker (`gpumon.mark`), as a job track keeps it; the API's
@@ -78,7 +79,7 @@ pub struct GpuTrack {
     /// The first minutes' watch for a leak that starts with the job.
     pub(crate) early: EarlyWatch,
     #[serde(skip)]
-    pub(crate) level_messages: LevelMessages,
+    pub(crate) level_messages: NotState<LevelMessages>,
 }
 
 /// One job.
@@ -206,7 +207,7 @@ impl GpuTrack {
             oom_latch: Latch::default(),
             growing: false,
             early: EarlyWatch::default(),
-            level_messages: LevelMessages::default(),
+            level_messages: NotState::default(),
         }
     }
 }

@@ -25,6 +25,7 @@ use gpumon_proto::AllocStats;
 use serde::{Deserialize, Serialize};
 
 use crate::derived_count::DerivedCount;
+use crate::not_state::NotState;
 
 /// Snapshot names kept per job.
 pub const MAX_MEMORY_SNAPSHOTS_PER_JOB: usize = 64;
@@ -83,7 +84,7 @@ pub struct MemorySnapshotBook {
     jobs: BTreeMap<String, BTreeMap<String, MemorySnapshotSet>>,
     /// Rank entries in all.
     #[serde(skip)]
-    entries: DerivedCount,
+    entries: NotState<DerivedCount>,
 }
 
 fn entries_of(sets: &BTreeMap<String, MemorySnapshotSet>) -> usize {

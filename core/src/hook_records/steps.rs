@@ -24,6 +24,7 @@ use gpumon_proto::hook::StepRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::derived_count::DerivedCount;
+use crate::not_state::NotState;
 
 /// One rank's latest step and smoothed times, as the step book keeps them
 /// (and snapshots encode them); the API's `gpumon_proto::api::RankSteps`
@@ -125,7 +126,7 @@ pub struct StepTimes {
     skipped: u64,
     /// Ranks in all.
     #[serde(skip)]
-    ranks: DerivedCount,
+    ranks: NotState<DerivedCount>,
 }
 
 fn smooth(mean: f64, x: f64) -> f64 {

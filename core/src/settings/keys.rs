@@ -10,6 +10,8 @@
 
 use gpumon_proto::api::Severity;
 
+use super::SettingsError;
+
 /// What a key takes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
@@ -296,8 +298,12 @@ fn severity_name(s: Severity) -> &'static str {
 
 /// The value `text` gives `key`, or why it cannot be one; the message names
 /// the key and what it takes.
-pub fn parse(key: &Key, text: &str) -> Result<Value, String> {
-    let bad = || format!("{} = {text:?}: takes {}", key.name, key.bounds());
+pub fn parse(key: &Key, text: &str) -> Result<Value, SettingsError> {
+    let bad = || SettingsError::Value {
+        name: key.name,
+        text: text.to_owned(),
+        bounds: key.bounds(),
+    };
     match key.kind {
         Kind::Number { min, max } => {
             let n: f64 = text.trim().parse().map_err(|_| bad())?;
@@ -349,7 +355,7 @@ mod tests {
         let k = key("straggler.min_loss_ms").unwrap();
         assert_eq!(parse(k, "5").unwrap(), Value::Number(5.0));
         for bad in ["-1", "1e9", "NaN", "inf", "five"] {
-            let err = parse(k, bad).unwrap_err();
+            let err = parse(k, bad).unwrap_err().to_string();
             assert!(
                 err.contains("straggler.min_loss_ms") && err.contains("from 0 to 60000"),
                 "{err}"
@@ -362,6 +368,7 @@ mod tests {
         );
         assert!(parse(s, "loud")
             .unwrap_err()
+            .to_string()
             .contains("warning, high or critical"));
     }
 

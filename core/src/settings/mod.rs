@@ -11,6 +11,7 @@
 //!
 //! Which keys change live, their bounds and where they apply: [`keys`].
 
+mod error;
 pub mod keys;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::config::EngineConfig;
 use crate::limits::MAX_NAME_BYTES;
+pub use error::SettingsError;
 pub use keys::{Key, Kind, Scope, Value, KEYS};
 
 /// Most jobs with settings of their own; a change for one more is refused.
@@ -143,12 +145,12 @@ impl Settings {
     /// Checks `change` against the keys, their bounds and scopes and the
     /// bound on jobs with settings, and what the configuration would become;
     /// the error names the key and what it takes. Nothing changes.
-    pub fn check(&self, change: &SettingsChange) -> Result<(), String> {
+    pub fn check(&self, change: &SettingsChange) -> Result<(), SettingsError> {
         self.changed(change).map(|_| ())
     }
 
     /// Applies `change` whole, or not at all when [`Settings::check`] fails.
-    pub fn apply(&mut self, change: &SettingsChange) -> Result<(), String> {
+    pub fn apply(&mut self, change: &SettingsChange) -> Result<(), SettingsError> {
         let (scope, overrides) = self.changed(change)?;
         match scope {
             None => self.cluster = overrides,
@@ -166,17 +168,17 @@ impl Settings {
     fn changed<'c>(
         &self,
         change: &'c SettingsChange,
-    ) -> Result<(Option<&'c str>, Overrides), String> {
+    ) -> Result<(Option<&'c str>, Overrides), SettingsError> {
         let job = change.job.as_deref();
         if let Some(j) = job {
             if j.is_empty() || j.len() > MAX_NAME_BYTES || j.chars().any(char::is_control) {
-                return Err(format!(
-                    "job {j:?}: a job name is 1 to {MAX_NAME_BYTES} bytes, no control characters"
-                ));
+                return Err(SettingsError::JobName { job: j.to_owned() });
             }
         }
         if change.set.len() + change.reset.len() > 4 * KEYS.len() {
-            return Err(format!("at most {} keys in one change", 4 * KEYS.len()));
+            return Err(SettingsError::TooManyKeys {
+                max: 4 * KEYS.len(),
+            });
         }
         let current = match job {
             None => &self.cluster,
@@ -198,9 +200,7 @@ impl Settings {
         if let Some(j) = job {
             let adds = !overrides.is_empty() && !self.jobs.contains_key(j);
             if adds && self.jobs.len() >= MAX_JOBS_WITH_SETTINGS {
-                return Err(format!(
-                    "{MAX_JOBS_WITH_SETTINGS} jobs already have settings of their own; reset one first (gpumon config reset --job JOB --all)"
-                ));
+                return Err(SettingsError::TooManyJobs);
             }
         }
         let cluster = if job.is_none() {
@@ -217,13 +217,13 @@ impl Settings {
     }
 
     /// Recomputes the effective configurations and the notifier's view.
-    fn rebuild(&mut self) -> Result<(), String> {
+    fn rebuild(&mut self) -> Result<(), SettingsError> {
         self.effective = with_overrides(&self.base, &self.cluster)?;
         self.job_effective = self
             .jobs
             .iter()
             .map(|(job, o)| Ok((job.clone(), with_overrides(&self.effective, o)?)))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, SettingsError>>()?;
         let severity = |o: &Overrides| match o.get("notify.min_severity") {
             Some(Value::Severity(s)) => Some(*s),
             _ => None,
@@ -258,58 +258,55 @@ impl std::ops::Deref for Settings {
 static EMPTY: Overrides = Overrides::new();
 
 /// The key `name`, when it may be set in the scope (`job` `Some`: a job's).
-fn known(name: &str, job: Option<&str>) -> Result<&'static Key, String> {
-    let key = keys::key(name).ok_or_else(|| {
-        let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
-        format!(
-            "no live setting {name:?}; the keys are {}",
-            names.join(", ")
-        )
+fn known(name: &str, job: Option<&str>) -> Result<&'static Key, SettingsError> {
+    let key = keys::key(name).ok_or_else(|| SettingsError::UnknownKey {
+        name: name.to_owned(),
     })?;
     if job.is_some() && key.scope == Scope::Cluster {
-        return Err(format!(
-            "{name} judges GPUs or nodes, not one job's ranks: it is set cluster-wide only"
-        ));
+        return Err(SettingsError::ClusterOnly {
+            name: name.to_owned(),
+        });
     }
     Ok(key)
 }
 
 /// `base` with the engine's overrides in `o` applied.
-fn with_overrides(base: &EngineConfig, o: &Overrides) -> Result<EngineConfig, String> {
+fn with_overrides(base: &EngineConfig, o: &Overrides) -> Result<EngineConfig, SettingsError> {
     if o.keys().all(|k| k.starts_with(keys::NOTIFY_PREFIX)) {
         return Ok(base.clone());
     }
-    let mut table = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+    let mut table = toml::Table::try_from(base)?;
     for (name, value) in o
         .iter()
         .filter(|(k, _)| !k.starts_with(keys::NOTIFY_PREFIX))
     {
-        let (section, field) = name.split_once('.').ok_or("a key has a section")?;
+        let (section, field) = name.split_once('.').ok_or(SettingsError::NoSection)?;
         let inner = table
             .get_mut(section)
             .and_then(toml::Value::as_table_mut)
-            .ok_or_else(|| format!("no [engine.{section}]"))?;
+            .ok_or_else(|| SettingsError::UnknownSection {
+                section: section.to_owned(),
+            })?;
         inner.insert(field.to_owned(), value.toml());
     }
-    toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| e.to_string())
+    Ok(toml::Value::Table(table).try_into()?)
 }
 
 /// What must hold between keys.
-fn check_config(cfg: &EngineConfig) -> Result<(), String> {
+fn check_config(cfg: &EngineConfig) -> Result<(), SettingsError> {
     cfg.memory_levels
         .check()
-        .map_err(|e| format!("memory_levels: {e}"))?;
+        .map_err(SettingsError::MemoryLevels)?;
     cfg.host_memory_levels
         .check()
-        .map_err(|e| format!("host_memory_levels: {e}"))?;
+        .map_err(SettingsError::HostMemoryLevels)?;
     let f = &cfg.forecast;
     if !(f.critical_s <= f.high_s && f.high_s <= f.horizon_s) {
-        return Err(format!(
-            "forecast.critical_s ({}) <= forecast.high_s ({}) <= forecast.horizon_s ({}) must hold",
-            f.critical_s, f.high_s, f.horizon_s
-        ));
+        return Err(SettingsError::ForecastOrder {
+            critical_s: f.critical_s,
+            high_s: f.high_s,
+            horizon_s: f.horizon_s,
+        });
     }
     Ok(())
 }

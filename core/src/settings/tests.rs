@@ -51,22 +51,27 @@ fn a_bad_change_is_refused_whole_naming_the_key() {
         None,
         &[("straggler.min_loss_ms", "5"), ("straggler.h_sigma", "0.5")],
     );
-    let err = s.apply(&bad).unwrap_err();
+    let err = s.apply(&bad).unwrap_err().to_string();
     assert!(
         err.contains("straggler.h_sigma") && err.contains("from 1 to 100"),
         "{err}"
     );
     assert_eq!(s, before, "nothing of a refused change applies");
 
-    let err = s.apply(&set(None, &[("max_jobs", "1")])).unwrap_err();
+    let err = s
+        .apply(&set(None, &[("max_jobs", "1")]))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no live setting \"max_jobs\""), "{err}");
     let err = s
         .apply(&set(Some("j"), &[("forecast.horizon_s", "600")]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cluster-wide only"), "{err}");
     let err = s
         .apply(&set(None, &[("memory_levels.warning_pct", "99")]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("memory_levels"), "{err}");
     assert_eq!(s, before);
 }
@@ -80,7 +85,8 @@ fn jobs_with_settings_of_their_own_are_bounded() {
     }
     let err = s
         .apply(&set(Some("one-more"), &[("straggler.h_sigma", "9")]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("256 jobs already"), "{err}");
     s.apply(&set(Some("j0"), &[("straggler.h_sigma", "8")]))
         .expect("a job that has settings may change them");

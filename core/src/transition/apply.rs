@@ -133,7 +133,7 @@ impl Replicated {
             },
             Err(reason) => Effects {
                 result: CommandResult {
-                    settings_refused: Some(reason),
+                    settings_refused: Some(reason.to_string()),
                     ..CommandResult::default()
                 },
                 ..Effects::default()

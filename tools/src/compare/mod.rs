@@ -21,6 +21,7 @@ use crate::args::CompareArgs;
 use crate::failure::{usage, Failure};
 use crate::sweep::measures::{read_json, report_from};
 use crate::sweep::report::{SweepReport, SWEEP_VERSION};
+use crate::sweep::report_file::ReportFileError;
 use verdict::{Limits, Row, Unit, Verdict, COMPARE_VERSION};
 
 /// One rank of a profile comparison.
@@ -125,7 +126,7 @@ pub fn run(args: CompareArgs) -> Result<(), Failure> {
     };
     let read = read(&args.a).and_then(|a| Ok((a, read(&args.b)?)));
     let (kind, outcome) = match read {
-        Err(why) => ("unknown", not_comparable(why)),
+        Err(why) => ("unknown", not_comparable(why.to_string())),
         Ok((Report::Profile(a), Report::Profile(b))) => {
             ("profile", profiles::compare(&a, &b, limits))
         }
@@ -176,23 +177,21 @@ fn not_comparable(reason: String) -> Outcome {
 }
 
 /// Reads a profile report or a sweep, by its version field.
-fn read(path: &Path) -> Result<Report, String> {
+fn read(path: &Path) -> Result<Report, ReportFileError> {
     let value = read_json(path, "file")?;
     if value.get("gpumon_profile").is_some() {
         return report_from(value, path).map(|r| Report::Profile(Box::new(r)));
     }
-    match value.get("gpumon_sweep").and_then(serde_json::Value::as_u64) {
+    let path = path.to_owned();
+    match value
+        .get("gpumon_sweep")
+        .and_then(serde_json::Value::as_u64)
+    {
         Some(v) if v == u64::from(SWEEP_VERSION) => serde_json::from_value(value)
             .map(|s| Report::Sweep(Box::new(s)))
-            .map_err(|e| format!("the sweep {} is unreadable: {e}", path.display())),
-        Some(v) => Err(format!(
-            "the sweep {} is format {v}, not {SWEEP_VERSION}",
-            path.display()
-        )),
-        None => Err(format!(
-            "{} is neither a profile report (gpumon profile --json) nor a sweep (gpumon sweep --json)",
-            path.display()
-        )),
+            .map_err(|source| ReportFileError::SweepUnreadable { path, source }),
+        Some(found) => Err(ReportFileError::SweepFormat { path, found }),
+        None => Err(ReportFileError::Neither { path }),
     }
 }
 

@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::error::SweepError;
+
 /// Parameters at most.
 pub const MAX_PARAMS: usize = 4;
 /// Points in the grid at most.
@@ -44,27 +46,35 @@ pub fn env_name(name: &str) -> String {
 
 impl Param {
     /// Parses `NAME=V1,V2,...`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SweepError> {
         let Some((name, values)) = text.split_once('=') else {
-            return Err(format!("--param {text:?}: write NAME=V1,V2,..."));
+            return Err(SweepError::ParamForm {
+                text: text.to_owned(),
+            });
         };
         if !is_name(name) {
-            return Err(format!(
-                "--param {text:?}: {name:?} is not a parameter name (letters, digits and _, not first a digit, at most {MAX_NAME_CHARS})"
-            ));
+            return Err(SweepError::ParamName {
+                text: text.to_owned(),
+                name: name.to_owned(),
+            });
         }
         let values: Vec<String> = values.split(',').map(str::to_owned).collect();
+        let name_owned = || name.to_owned();
         for v in &values {
             if v.is_empty() {
-                return Err(format!("--param {name}: an empty value in {text:?}"));
+                return Err(SweepError::EmptyValue {
+                    name: name_owned(),
+                    text: text.to_owned(),
+                });
             }
             if v.chars().any(char::is_control) {
-                return Err(format!("--param {name}: a control character in {v:?}"));
+                return Err(SweepError::ControlCharacter {
+                    name: name_owned(),
+                    value: v.clone(),
+                });
             }
             if v.chars().count() > MAX_VALUE_CHARS {
-                return Err(format!(
-                    "--param {name}: a value longer than {MAX_VALUE_CHARS} characters"
-                ));
+                return Err(SweepError::LongValue { name: name_owned() });
             }
         }
         if let Some(v) = values
@@ -72,7 +82,10 @@ impl Param {
             .enumerate()
             .find_map(|(i, v)| values[..i].contains(v).then_some(v))
         {
-            return Err(format!("--param {name}: {v:?} is given twice"));
+            return Err(SweepError::Twice {
+                name: name_owned(),
+                value: v.clone(),
+            });
         }
         Ok(Self {
             name: name.to_owned(),
@@ -94,42 +107,36 @@ pub type Point = Vec<usize>;
 impl Grid {
     /// Checks the parameters together: how many, distinct names (also once
     /// uppercased, as their variables are), and the size of the grid.
-    pub fn new(params: Vec<Param>) -> Result<Self, String> {
+    pub fn new(params: Vec<Param>) -> Result<Self, SweepError> {
         if params.is_empty() {
-            return Err("give at least one --param NAME=V1,V2,...".to_owned());
+            return Err(SweepError::NoParams);
         }
         if params.len() > MAX_PARAMS {
-            return Err(format!(
-                "{} parameters; a sweep takes at most {MAX_PARAMS}",
-                params.len()
-            ));
+            return Err(SweepError::TooManyParams {
+                count: params.len(),
+            });
         }
         for (i, p) in params.iter().enumerate() {
             if let Some(q) = params[..i]
                 .iter()
                 .find(|q| env_name(&q.name) == env_name(&p.name))
             {
-                return Err(format!(
-                    "--param {} and --param {} would both be {}",
-                    q.name,
-                    p.name,
-                    env_name(&p.name)
-                ));
+                return Err(SweepError::SameVariable {
+                    first: q.name.clone(),
+                    second: p.name.clone(),
+                    variable: env_name(&p.name),
+                });
             }
         }
         let points = params
             .iter()
             .try_fold(1usize, |n, p| n.checked_mul(p.values.len()))
             .filter(|n| *n <= MAX_POINTS)
-            .ok_or_else(|| {
-                let sizes: Vec<String> = params
+            .ok_or_else(|| SweepError::TooManyPoints {
+                sizes: params
                     .iter()
                     .map(|p| format!("{} {}", p.values.len(), p.name))
-                    .collect();
-                format!(
-                    "the grid ({}) has more than {MAX_POINTS} points; sweep fewer values",
-                    sizes.join(" x ")
-                )
+                    .collect(),
             })?;
         Ok(Self { params, points })
     }
@@ -182,8 +189,10 @@ mod tests {
             flags
                 .iter()
                 .map(|f| Param::parse(f))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?,
         )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -211,11 +220,14 @@ mod tests {
             ("bs=8,\u{7}", "control character"),
             ("bs=8,16,8", "\"8\" is given twice"),
         ] {
-            let e = Param::parse(flag).unwrap_err();
+            let e = Param::parse(flag).unwrap_err().to_string();
             assert!(e.contains(says), "{flag:?}: {e}");
         }
         let long = format!("bs={}", "x".repeat(MAX_VALUE_CHARS + 1));
-        assert!(Param::parse(&long).unwrap_err().contains("longer"));
+        assert!(Param::parse(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("longer"));
         assert!(!is_name(&"n".repeat(MAX_NAME_CHARS + 1)));
     }
 

@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::profile::report::{ProfileReport, PROFILE_VERSION};
 
 use super::report::{Measures, Status};
+use super::report_file::ReportFileError;
 
 /// Largest profile report read (its timelines are bounded to a few
 /// thousand points per series; this leaves room for thousands of ranks).
@@ -47,44 +48,64 @@ impl Ended {
 }
 
 /// Reads and checks a profile report.
-pub fn read_report(path: &Path) -> Result<ProfileReport, String> {
+pub fn read_report(path: &Path) -> Result<ProfileReport, ReportFileError> {
     report_from(read_json(path, "report")?, path)
 }
 
 /// Reads the JSON document at `path` (the `what` it should be, for the
 /// errors), at most [`MAX_REPORT_BYTES`].
-pub(crate) fn read_json(path: &Path, what: &str) -> Result<serde_json::Value, String> {
+pub(crate) fn read_json(
+    path: &Path,
+    what: &'static str,
+) -> Result<serde_json::Value, ReportFileError> {
+    let owned = || path.to_owned();
     let size = std::fs::metadata(path)
-        .map_err(|e| format!("no {what} at {}: {e}", path.display()))?
+        .map_err(|source| ReportFileError::Missing {
+            what,
+            path: owned(),
+            source,
+        })?
         .len();
     if size > MAX_REPORT_BYTES {
-        return Err(format!(
-            "the {what} {} holds {size} bytes, more than the {MAX_REPORT_BYTES} read",
-            path.display()
-        ));
+        return Err(ReportFileError::TooLarge {
+            what,
+            path: owned(),
+            size,
+        });
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| format!("the {what} {} is not JSON: {e}", path.display()))
+    let bytes = std::fs::read(path).map_err(|source| ReportFileError::Read {
+        path: owned(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| ReportFileError::NotJson {
+        what,
+        path: owned(),
+        source,
+    })
 }
 
 /// Checks a profile report's version and reads it from `value` (read
 /// from `path`).
-pub(crate) fn report_from(value: serde_json::Value, path: &Path) -> Result<ProfileReport, String> {
+pub(crate) fn report_from(
+    value: serde_json::Value,
+    path: &Path,
+) -> Result<ProfileReport, ReportFileError> {
     match value
         .get("gpumon_profile")
         .and_then(serde_json::Value::as_u64)
     {
         Some(v) if v == u64::from(PROFILE_VERSION) => {}
-        other => {
-            return Err(format!(
-                "the report {} is format {other:?}, not {PROFILE_VERSION}",
-                path.display()
-            ))
+        found => {
+            return Err(ReportFileError::ReportFormat {
+                path: path.to_owned(),
+                found,
+            })
         }
     }
-    serde_json::from_value(value)
-        .map_err(|e| format!("the report {} is unreadable: {e}", path.display()))
+    serde_json::from_value(value).map_err(|source| ReportFileError::ReportUnreadable {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// How the point ended, and why when it was not ok. An out-of-memory is
@@ -337,13 +358,23 @@ mod tests {
         std::fs::write(&path, &good).unwrap();
         assert!(read_report(&path).is_ok());
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        assert!(read_report(&path).unwrap_err().contains("not JSON"));
+        assert!(read_report(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
         std::fs::write(&path, br#"{"gpumon_profile": 99}"#).unwrap();
-        assert!(read_report(&path).unwrap_err().contains("format Some(99)"));
+        assert!(read_report(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("format Some(99)"));
         std::fs::write(&path, br#"{"gpumon_profile": 1}"#).unwrap();
-        assert!(read_report(&path).unwrap_err().contains("unreadable"));
+        assert!(read_report(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("unreadable"));
         assert!(read_report(&dir.path().join("none.json"))
             .unwrap_err()
+            .to_string()
             .contains("no report"));
     }
 }

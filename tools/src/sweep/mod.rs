@@ -12,6 +12,7 @@
 //! sweep was stopped), 2 on bad usage.
 
 mod csv;
+mod error;
 pub(crate) mod grid;
 mod html;
 pub(crate) mod measures;
@@ -20,6 +21,7 @@ mod plan;
 mod point;
 mod progress;
 pub(crate) mod report;
+pub(crate) mod report_file;
 mod template;
 
 use std::collections::BTreeMap;
@@ -105,7 +107,7 @@ async fn run_point(
         timeout_s: args.point_timeout,
     };
     let ended = point::run(&launch, stops).await?;
-    let read = measures::read_report(&report_path);
+    let read = measures::read_report(&report_path).map_err(|e| e.to_string());
     let no_report = read.is_err();
     let (status, mut reason) = measures::classify(&ended, &read);
     if matches!(status, Status::Failed | Status::Timeout) {

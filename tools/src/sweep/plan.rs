@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use super::error::SweepError;
 use super::grid::{env_name, is_name, Grid, Param, Point};
 use super::template::Template;
 
@@ -30,7 +31,7 @@ pub struct PointCommand {
 
 impl Plan {
     /// Checks `--param` flags, the command and `--env NAME=VALUE` flags.
-    pub fn new(params: &[String], command: &[String], env: &[String]) -> Result<Self, String> {
+    pub fn new(params: &[String], command: &[String], env: &[String]) -> Result<Self, SweepError> {
         let params: Vec<Param> = params
             .iter()
             .map(|p| Param::parse(p))
@@ -42,7 +43,7 @@ impl Plan {
             .map(|a| Template::parse(a, &names))
             .collect::<Result<_, _>>()?;
         if env.len() > MAX_ENV {
-            return Err(format!("{} --env flags; at most {MAX_ENV}", env.len()));
+            return Err(SweepError::TooManyEnv { count: env.len() });
         }
         let env: Vec<(String, Template)> = env
             .iter()
@@ -50,10 +51,10 @@ impl Plan {
                 let (var, value) = e
                     .split_once('=')
                     .filter(|(var, _)| is_name(var))
-                    .ok_or_else(|| format!("--env {e:?}: write VAR=VALUE"))?;
+                    .ok_or_else(|| SweepError::EnvForm { flag: e.clone() })?;
                 Ok((var.to_owned(), Template::parse(value, &names)?))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, SweepError>>()?;
         let used: BTreeSet<usize> = command
             .iter()
             .chain(env.iter().map(|(_, t)| t))
@@ -65,9 +66,9 @@ impl Plan {
             .find(|(i, _)| !used.contains(i))
             .map(|(_, n)| n)
         {
-            return Err(format!(
-                "--param {unused} is used nowhere: put {{{unused}}} in the command or in an --env VAR={{{unused}}}"
-            ));
+            return Err(SweepError::Unused {
+                name: (*unused).to_owned(),
+            });
         }
         Ok(Self { grid, command, env })
     }
@@ -136,16 +137,20 @@ mod tests {
             &strings(&["train", "{bs}"]),
             &[],
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--param lr is used nowhere"), "{e}");
         let e = Plan::new(
             &strings(&["bs=8"]),
             &strings(&["train"]),
             &strings(&["1X={bs}"]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--env \"1X={bs}\""), "{e}");
-        let e = Plan::new(&strings(&["bs=8"]), &strings(&["train", "{lr}"]), &[]).unwrap_err();
+        let e = Plan::new(&strings(&["bs=8"]), &strings(&["train", "{lr}"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("{lr}"), "{e}");
     }
 }

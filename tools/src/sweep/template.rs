@@ -4,6 +4,8 @@
 //! (a JSON argument, say) is an error that says how to write it, never a
 //! value silently left out.
 
+use super::error::SweepError;
+
 /// A piece of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
@@ -19,7 +21,7 @@ pub struct Template(Vec<Piece>);
 impl Template {
     /// Parses `text`, resolving each placeholder's name to its index in
     /// `names`.
-    pub fn parse(text: &str, names: &[&str]) -> Result<Self, String> {
+    pub fn parse(text: &str, names: &[&str]) -> Result<Self, SweepError> {
         let mut pieces = Vec::new();
         let mut literal = String::new();
         let mut chars = text.chars().peekable();
@@ -43,19 +45,17 @@ impl Template {
                         }
                     };
                     if !closed || !super::grid::is_name(&name) {
-                        let shown = if closed {
-                            format!("{{{name}}}")
-                        } else {
-                            format!("{{{name}")
-                        };
-                        return Err(format!(
-                            "{shown} in {text:?} is not a placeholder: write {{NAME}} for a parameter, {{{{ and }}}} for literal braces"
-                        ));
+                        return Err(SweepError::NotPlaceholder {
+                            name,
+                            closed,
+                            text: text.to_owned(),
+                        });
                     }
                     let Some(i) = names.iter().position(|n| *n == name) else {
-                        return Err(format!(
-                            "{{{name}}} in {text:?} names no --param (give --param {name}=V1,V2,...)"
-                        ));
+                        return Err(SweepError::UnknownPlaceholder {
+                            name,
+                            text: text.to_owned(),
+                        });
                     };
                     if !literal.is_empty() {
                         pieces.push(Piece::Text(std::mem::take(&mut literal)));
@@ -98,7 +98,9 @@ mod tests {
     const NAMES: [&str; 2] = ["batch_size", "seq"];
 
     fn fill(text: &str) -> Result<String, String> {
-        Template::parse(text, &NAMES).map(|t| t.fill(&["32", "512"]))
+        Template::parse(text, &NAMES)
+            .map(|t| t.fill(&["32", "512"]))
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -38,18 +38,26 @@ impl RankSeries {
 }
 
 impl FromStr for RankSeries {
-    type Err = String;
+    type Err = UnknownRankSeries;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownRankSeries> {
         match s {
             "auto" => Ok(Self::Auto),
             "all" => Ok(Self::All),
             "alerting" => Ok(Self::Alerting),
-            other => Err(format!(
-                "metrics rank series {other:?}: give auto, all or alerting"
-            )),
+            other => Err(UnknownRankSeries {
+                given: other.to_owned(),
+            }),
         }
     }
+}
+
+/// A rank series policy that is none of `auto`, `all` or `alerting`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metrics rank series {given:?}: give auto, all or alerting")]
+pub struct UnknownRankSeries {
+    /// The policy given.
+    pub given: String,
 }
 
 #[cfg(test)]
@@ -68,6 +76,7 @@ mod tests {
         assert!("some"
             .parse::<RankSeries>()
             .unwrap_err()
+            .to_string()
             .contains("auto, all or alerting"));
     }
 }

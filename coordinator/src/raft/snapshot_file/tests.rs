@@ -461,10 +461,10 @@ fn a_sealed_snapshot_is_checked_before_it_is_read() {
     let mut damaged = data.clone();
     let last = damaged.len() - 1;
     damaged[last] ^= 1;
-    let err = check_sealed(&id, &damaged).unwrap_err();
+    let err = check_sealed(&id, &damaged).unwrap_err().to_string();
     assert!(err.contains("damaged"), "{err}");
     let other_format = id.replace(".v12.", ".v13.");
-    let err = check_sealed(&other_format, &data).unwrap_err();
+    let err = check_sealed(&other_format, &data).unwrap_err().to_string();
     assert!(err.contains("format 13"), "{err}");
 
     // A damaged snapshot file is refused at start, naming the file.

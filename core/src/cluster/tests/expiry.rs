@@ -92,11 +92,15 @@ fn what_would_pass_a_limit_is_refused_naming_it() {
     );
 
     let other = other_agent(1, T0);
-    let err = s.admits(&other.agent_id, &other.windows).unwrap_err();
+    let err = s
+        .admits(&other.agent_id, &other.windows)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("agents"), "{err}");
     let third_gpu = batch(2, 1, vec![window(5, T0 + 1_000, vec![])]);
     let err = s
         .admits(&third_gpu.agent_id, &third_gpu.windows)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("GPUs"), "{err}");
 }

@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use super::latch::{Edge, Latch};
 use super::robust_stats::{median_of, scaled_mad, Scratch};
+use crate::not_state::NotState;
 use crate::shared::Shared;
 use arrivals::{ArrivalBook, ArrivalScore, GroupArrivals, StepArrivals};
 use classes::peer_groups;
@@ -291,11 +292,11 @@ pub struct StragglerTracker {
     /// The collectives listed one by one, and who arrived last.
     arrivals: ArrivalBook,
     #[serde(skip)]
-    scratch: Scratch,
+    scratch: NotState<Scratch>,
     #[serde(skip)]
-    index: RowIndex,
+    index: NotState<RowIndex>,
     #[serde(skip)]
-    wait_in: WaitInCache,
+    wait_in: NotState<WaitInCache>,
     /// Stage events of the latest step record, until taken.
     #[serde(skip)]
     stage_events: Vec<StageEvent>,

@@ -100,8 +100,8 @@ impl WaitIn {
 
 /// [`WaitIn::of`] a tracker's section names, remembered while their count
 /// stays the same (names are only ever appended), so a scored step does not
-/// fold every name again. Not state: it is not serialized and compares
-/// equal to any other.
+/// fold every name again. Not state: its tracker holds it as a `NotState`,
+/// not serialized and equal to any other.
 #[derive(Debug, Clone, Default)]
 pub struct WaitInCache(Option<(usize, WaitIn)>);
 
@@ -116,12 +116,6 @@ impl WaitInCache {
                 wait_in
             }
         }
-    }
-}
-
-impl PartialEq for WaitInCache {
-    fn eq(&self, _other: &Self) -> bool {
-        true
     }
 }
 
