@@ -34,6 +34,7 @@ pub fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, MetricsListen
     }
     s.parse().map(Some).map_err(|_| MetricsListenError {
         given: s.to_owned(),
+        example: DEFAULT_METRICS_LISTEN,
     })
 }
 

@@ -5,7 +5,6 @@
 
 use thiserror::Error;
 
-use crate::config::DEFAULT_METRICS_LISTEN;
 use crate::hook_endpoint::HookAddr;
 
 /// A refused agent configuration.
@@ -66,10 +65,12 @@ pub enum ConfigError {
 
 /// A `--metrics-listen` that is neither `IP:PORT` nor `none`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("metrics address {given:?} is not IP:PORT (e.g. {DEFAULT_METRICS_LISTEN}) or none")]
+#[error("metrics address {given:?} is not IP:PORT (e.g. {example}) or none")]
 pub struct MetricsListenError {
     /// The address given.
     pub given: String,
+    /// An address that would do: the default.
+    pub example: std::net::SocketAddr,
 }
 
 /// A `--source` that names no source.

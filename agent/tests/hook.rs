@@ -861,20 +861,23 @@ async fn the_agent_relays_hook_records_actions_acks_host_memory_and_alerts() {
     assert_ok(&c.call(report(vec![record])).await);
 
     // Pushes until one carries the record; windows of the hook device
-    // follow. Every push carries this host's RAM, so it is version 2.
+    // follow. Every push carries this host's RAM, so it is version 2; the
+    // one with the record, which names its device, version 7.
     let mut saw_record = false;
     let mut saw_window = false;
     while !(saw_record && saw_window) {
         let msg = bounded(pushes.recv()).await.unwrap();
         let Some(p) = pushed(&msg) else { continue };
-        assert!(matches!(msg, AgentMessage::V2(_)), "{msg:?}");
         let host = p.host.expect("host memory in every push");
         assert!(host.total_bytes > 0 && host.used_max_bytes <= host.total_bytes);
-        saw_record |= p
+        let mine = p
             .batch
             .hook
             .iter()
             .any(|r| r.subject() == (me.job.as_str(), me.rank));
+        let version = if mine { 7 } else { 2 };
+        assert_eq!(msg.version(), version, "{msg:?}");
+        saw_record |= mine;
         saw_window |= p
             .batch
             .windows

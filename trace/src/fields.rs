@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use super::skip::Skip;
+use super::skip::{Skip, MAX_SETTINGS_KEYS};
 
 use gpumon_core::limits::{MAX_DEVICE_BYTES, MAX_LABEL_BYTES};
 use gpumon_core::records::{AllocRef, EventRef, GpuRef, RankRef, RecordRef, StepRef};
@@ -26,9 +26,6 @@ pub(super) const MIN_T: f64 = -60.0;
 /// Most `sections` the fast parsers take; a longer map takes the careful
 /// path, which keeps their duplicate check linear.
 pub(super) const MAX_FAST_SECTIONS: usize = 32;
-
-/// Most keys one `settings` record sets and resets together.
-pub(super) const MAX_SETTINGS_KEYS: usize = 256;
 
 /// Which record type the current [`Fields`] hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

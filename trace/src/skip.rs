@@ -5,7 +5,8 @@
 use gpumon_core::limits::MAX_LABEL_BYTES;
 use thiserror::Error;
 
-use super::fields::MAX_SETTINGS_KEYS;
+/// Most keys one `settings` record sets and resets together.
+pub(super) const MAX_SETTINGS_KEYS: usize = 256;
 
 /// A skipped line.
 #[derive(Debug, Error)]

@@ -250,7 +250,7 @@ impl HookHub {
         }
         let mut st = self.lock();
         if st.sessions.len() >= MAX_SESSIONS {
-            return Err(HubError::Full);
+            return Err(HubError::Full { max: MAX_SESSIONS });
         }
         st.next_session += 1;
         let id = st.next_session;

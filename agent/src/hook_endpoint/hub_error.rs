@@ -4,8 +4,6 @@
 
 use thiserror::Error;
 
-use super::hub::MAX_SESSIONS;
-
 /// A request the hub refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum HubError {
@@ -21,9 +19,12 @@ pub enum HubError {
         /// The session that holds it.
         session: u64,
     },
-    /// The agent holds [`MAX_SESSIONS`] sessions.
-    #[error("this agent already holds its maximum of {MAX_SESSIONS} sessions")]
-    Full,
+    /// The agent holds as many sessions as it may.
+    #[error("this agent already holds its maximum of {max} sessions")]
+    Full {
+        /// The most it holds.
+        max: usize,
+    },
     /// The session is no longer open.
     #[error("session {session} has ended")]
     Ended {

@@ -61,8 +61,17 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
     };
     match body.get("v") {
         Some(v) if v.as_u64() == Some(HOOK_PROTOCOL_VERSION) => {}
-        Some(v) => return Err(ProtocolError::Version { got: shown(v) }),
-        None => return Err(ProtocolError::NoVersion),
+        Some(v) => {
+            return Err(ProtocolError::Version {
+                got: shown(v),
+                speaks: HOOK_PROTOCOL_VERSION,
+            })
+        }
+        None => {
+            return Err(ProtocolError::NoVersion {
+                speaks: HOOK_PROTOCOL_VERSION,
+            })
+        }
     }
     let op = match body.get("op") {
         Some(Value::String(op)) => match op.as_str() {
@@ -106,7 +115,10 @@ pub(crate) fn parse_registration(body: &Map<String, Value>) -> Result<Registrati
     let local_rank = u32_field(body, "local_rank")?;
     let world_size = u32_field(body, "world_size")?;
     if world_size == 0 || world_size > MAX_WORLD_SIZE {
-        return Err(ProtocolError::WorldSize { world_size });
+        return Err(ProtocolError::WorldSize {
+            world_size,
+            max: MAX_WORLD_SIZE,
+        });
     }
     for (key, rank) in [("rank", rank), ("local_rank", local_rank)] {
         if rank >= world_size {

@@ -6,8 +6,6 @@
 use thiserror::Error;
 
 use super::field_error::FieldError;
-use super::protocol::HOOK_PROTOCOL_VERSION;
-use crate::discovery::MAX_WORLD_SIZE;
 
 /// A refused request.
 #[derive(Debug, Error)]
@@ -23,17 +21,20 @@ pub(crate) enum ProtocolError {
     Json(#[from] serde_json::Error),
     /// `v` names another protocol version.
     #[error(
-        "hook protocol version {got} is not supported: this agent speaks version {HOOK_PROTOCOL_VERSION} (\"v\": {HOOK_PROTOCOL_VERSION}); upgrade the gpumon package or the agent so they match"
+        "hook protocol version {got} is not supported: this agent speaks version {speaks} (\"v\": {speaks}); upgrade the gpumon package or the agent so they match"
     )]
     Version {
         /// The version named, shown short.
         got: String,
+        /// The version this agent speaks.
+        speaks: u64,
     },
     /// `v` is absent.
-    #[error(
-        "missing field v: this agent speaks hook protocol version {HOOK_PROTOCOL_VERSION} (\"v\": {HOOK_PROTOCOL_VERSION})"
-    )]
-    NoVersion,
+    #[error("missing field v: this agent speaks hook protocol version {speaks} (\"v\": {speaks})")]
+    NoVersion {
+        /// The version this agent speaks.
+        speaks: u64,
+    },
     /// `op` names no operation.
     #[error("unknown op {got}: register, report, poll or ack")]
     UnknownOp {
@@ -44,10 +45,12 @@ pub(crate) enum ProtocolError {
     #[error("job is empty")]
     EmptyJob,
     /// `world_size` is 0 or above the bound.
-    #[error("world_size {world_size} is outside 1..={MAX_WORLD_SIZE}")]
+    #[error("world_size {world_size} is outside 1..={max}")]
     WorldSize {
         /// The size given.
         world_size: u32,
+        /// The largest taken.
+        max: u32,
     },
     /// A rank (`rank` or `local_rank`) is not below `world_size`.
     #[error("{key} {rank} is not below world_size {world_size}")]

@@ -9,7 +9,6 @@ use gpumon_proto::MAX_STEP_COLLECTIVES;
 use thiserror::Error;
 
 use super::field_error::FieldError;
-use super::records::{MAX_CLOCK_SKEW_MS, MAX_RECORDS_PER_REPORT};
 
 /// A report refused whole.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -19,11 +18,13 @@ pub(crate) enum ReportError {
     Field(#[from] FieldError),
     /// More records than one report may hold.
     #[error(
-        "a report holds at most {MAX_RECORDS_PER_REPORT} records; this one has {count}: send them in several reports"
+        "a report holds at most {max} records; this one has {count}: send them in several reports"
     )]
     TooMany {
         /// The records it holds.
         count: usize,
+        /// The most one may hold.
+        max: usize,
     },
     /// A record names another job or rank than the session's.
     #[error(
@@ -62,7 +63,7 @@ pub(crate) enum RecordError {
     /// `t` is too far from the agent's clock.
     #[error(
         "t {t} is more than {} s from the agent's clock ({:.3})",
-        MAX_CLOCK_SKEW_MS / 1000,
+        .max_ms / 1000,
         seconds(.now_ms)
     )]
     Skew {
@@ -70,6 +71,8 @@ pub(crate) enum RecordError {
         t: f64,
         /// The agent's clock, ms.
         now_ms: u64,
+        /// The most a record's time may be off, ms.
+        max_ms: u64,
     },
     /// An `alloc` record's device has more used than it holds.
     #[error("device_used ({used}) > device_total ({total})")]

@@ -80,6 +80,7 @@ pub(crate) fn check_report(
     if records.len() > MAX_RECORDS_PER_REPORT {
         return Err(ReportError::TooMany {
             count: records.len(),
+            max: MAX_RECORDS_PER_REPORT,
         });
     }
     for (index, record) in records.iter().enumerate() {
@@ -265,7 +266,11 @@ fn time(obj: &Map<String, Value>, now_ms: u64) -> Result<u64, RecordError> {
     let t_ms = (t * 1000.0).round();
     // Compared in f64 so a huge t cannot wrap; ms precision is plenty here.
     if (t_ms - now_ms as f64).abs() > MAX_CLOCK_SKEW_MS as f64 {
-        return Err(RecordError::Skew { t, now_ms });
+        return Err(RecordError::Skew {
+            t,
+            now_ms,
+            max_ms: MAX_CLOCK_SKEW_MS,
+        });
     }
     Ok(t_ms as u64)
 }

@@ -268,7 +268,12 @@ pub fn assert_refused(answer: &Value, needle: &str) {
 pub fn pushed(msg: &AgentMessage) -> Option<PushBatchV2> {
     match msg {
         AgentMessage::V1(AgentMessageV1::Push(b)) => Some(PushBatchV2::from(b.clone())),
-        AgentMessage::V2(AgentMessageV2::Push(p)) => Some(p.clone()),
+        AgentMessage::V2(AgentMessageV2::Push(p))
+        | AgentMessage::V3(AgentMessageV2::Push(p))
+        | AgentMessage::V4(AgentMessageV2::Push(p))
+        | AgentMessage::V5(AgentMessageV2::Push(p))
+        | AgentMessage::V6(AgentMessageV2::Push(p))
+        | AgentMessage::V7(AgentMessageV2::Push(p)) => Some(p.clone()),
         _ => None,
     }
 }

@@ -214,6 +214,7 @@ impl NotifyConfig {
         if self.receivers.len() > MAX_RECEIVERS {
             return Err(Error::TooManyReceivers {
                 count: self.receivers.len(),
+                max: MAX_RECEIVERS,
             });
         }
         for (i, r) in self.receivers.iter().enumerate() {

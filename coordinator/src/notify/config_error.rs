@@ -4,7 +4,6 @@
 
 use thiserror::Error;
 
-use super::config::MAX_RECEIVERS;
 use crate::remote_write::UrlError;
 
 /// A refused notifier setting.
@@ -48,11 +47,13 @@ pub enum NotifyConfigError {
         /// The sender's reason.
         reason: String,
     },
-    /// More receivers than [`MAX_RECEIVERS`].
-    #[error("{count} notification receivers exceed the maximum of {MAX_RECEIVERS}")]
+    /// More receivers than may be.
+    #[error("{count} notification receivers exceed the maximum of {max}")]
     TooManyReceivers {
         /// The receivers given.
         count: usize,
+        /// The most taken.
+        max: usize,
     },
     /// One URL given twice for one kind of receiver.
     #[error("--notify-{kind} lists the same URL twice ({redacted})")]

@@ -102,6 +102,7 @@ impl RemoteWriteConfig {
         if self.labels.len() > MAX_EXTRA_LABELS {
             return Err(Error::TooManyLabels {
                 count: self.labels.len(),
+                max: MAX_EXTRA_LABELS,
             });
         }
         self.labels
@@ -128,11 +129,13 @@ fn check_label(name: &str, value: &str) -> Result<(), Error> {
     if name.starts_with("__") || OWN_LABELS.contains(&name) {
         return Err(Error::LabelReserved {
             name: name.to_owned(),
+            own: &OWN_LABELS,
         });
     }
     if value.is_empty() || value.len() > MAX_LABEL_VALUE_BYTES {
         return Err(Error::LabelValue {
             name: name.to_owned(),
+            max: MAX_LABEL_VALUE_BYTES,
         });
     }
     Ok(())

@@ -3,8 +3,6 @@
 
 use thiserror::Error;
 
-use super::config::{MAX_EXTRA_LABELS, MAX_LABEL_VALUE_BYTES, OWN_LABELS};
-
 /// What `Url::parse` refuses a URL with.
 pub type UrlError = <reqwest::Url as std::str::FromStr>::Err;
 
@@ -56,11 +54,13 @@ pub enum RemoteWriteConfigError {
         /// `--remote-write-max-samples-per-request`.
         per_request: usize,
     },
-    /// More extra labels than [`MAX_EXTRA_LABELS`].
-    #[error("--remote-write-label: {count} labels, at most {MAX_EXTRA_LABELS}")]
+    /// More extra labels than may be.
+    #[error("--remote-write-label: {count} labels, at most {max}")]
     TooManyLabels {
         /// The labels given.
         count: usize,
+        /// The most taken.
+        max: usize,
     },
     /// A label name that is not `[a-z_][a-zA-Z0-9_]*`.
     #[error("--remote-write-label {name:?}: a label name here is [a-z_][a-zA-Z0-9_]*")]
@@ -71,16 +71,20 @@ pub enum RemoteWriteConfigError {
     /// A label name the sender sets, or Prometheus reserves.
     #[error(
         "--remote-write-label {name:?}: reserved (the sender sets {} and Prometheus __*)",
-        OWN_LABELS.join(", ")
+        .own.join(", ")
     )]
     LabelReserved {
         /// The name.
         name: String,
+        /// The labels the sender sets itself.
+        own: &'static [&'static str],
     },
-    /// A label value empty or longer than [`MAX_LABEL_VALUE_BYTES`].
-    #[error("--remote-write-label {name}: the value must be 1 to {MAX_LABEL_VALUE_BYTES} bytes")]
+    /// A label value empty or longer than may be.
+    #[error("--remote-write-label {name}: the value must be 1 to {max} bytes")]
     LabelValue {
         /// The label's name.
         name: String,
+        /// The longest taken, bytes.
+        max: usize,
     },
 }

@@ -67,7 +67,7 @@ impl Engine {
         let Some(track) = self.nodes.get(g.node).and_then(|n| n.get(&g.gpu)) else {
             return;
         };
-        let ceiling = self.ceiling(track, g.used_high, g.procs);
+        let ceiling = self.ceiling((track.total, &track.ranks), g.used_high, g.procs);
         self.memory_level(g.node, g.gpu, g.t, &ceiling);
         let Some(track) = self.nodes.get_mut(g.node).and_then(|n| n.get_mut(&g.gpu)) else {
             return;

@@ -28,7 +28,6 @@ use std::collections::BTreeMap;
 use gpumon_proto::{api, CapSource, DeviceLimit};
 
 use super::forecast::Room;
-use super::tracks::GpuTrack;
 use super::Engine;
 use crate::records::ProcRecord;
 use crate::units::Bytes;
@@ -262,21 +261,26 @@ impl Engine {
         }
     }
 
-    /// The limit GPU `track` meets first, its highest sample using `used`
-    /// and NVML listing `procs` on it.
-    pub(super) fn ceiling(&self, track: &GpuTrack, used: u64, procs: &[ProcRecord]) -> Ceiling {
+    /// The limit a GPU of `total` bytes holding `ranks` (job, rank, pid)
+    /// meets first, its highest sample using `used` and NVML listing
+    /// `procs` on it.
+    pub(super) fn ceiling(
+        &self,
+        (total, ranks): (u64, &[(String, u32, u32)]),
+        used: u64,
+        procs: &[ProcRecord],
+    ) -> Ceiling {
         let others = procs
             .iter()
-            .filter(|p| !track.ranks.iter().any(|(_, _, pid)| *pid == p.pid))
+            .filter(|p| !ranks.iter().any(|(_, _, pid)| *pid == p.pid))
             .fold((0u64, 0u32), |(bytes, n), p| {
                 (bytes.saturating_add(p.used), n.saturating_add(1))
             });
-        let gpu = Ceiling::gpu(track.total, used, others);
+        let gpu = Ceiling::gpu(total, used, others);
         if self.limits.is_empty() {
             return gpu;
         }
-        let nearest = track
-            .ranks
+        let nearest = ranks
             .iter()
             .flat_map(|(job, rank, _)| self.rank_limits(job, *rank, gpu.gpu_total))
             .flatten()

@@ -5,8 +5,7 @@
 
 use thiserror::Error;
 
-use super::grid::{MAX_NAME_CHARS, MAX_PARAMS, MAX_POINTS, MAX_VALUE_CHARS};
-use super::plan::MAX_ENV;
+use super::bounds::{MAX_ENV, MAX_NAME_CHARS, MAX_PARAMS, MAX_POINTS, MAX_VALUE_CHARS};
 
 /// Refused sweep flags.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -11,14 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::SweepError;
 
-/// Parameters at most.
-pub const MAX_PARAMS: usize = 4;
-/// Points in the grid at most.
-pub const MAX_POINTS: usize = 256;
-/// Characters of a parameter's name at most.
-pub const MAX_NAME_CHARS: usize = 64;
-/// Characters of one value at most.
-pub const MAX_VALUE_CHARS: usize = 256;
+pub use super::bounds::{MAX_NAME_CHARS, MAX_PARAMS, MAX_POINTS, MAX_VALUE_CHARS};
 
 /// One swept parameter and its values, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,9 +10,7 @@ use crate::profile::report::{ProfileReport, PROFILE_VERSION};
 use super::report::{Measures, Status};
 use super::report_file::ReportFileError;
 
-/// Largest profile report read (its timelines are bounded to a few
-/// thousand points per series; this leaves room for thousands of ranks).
-pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+pub use super::report_file::MAX_REPORT_BYTES;
 
 /// How the point's `gpumon profile` process ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,6 +11,7 @@
 //! exits 0 when every point ran, 1 when one failed or timed out (or the
 //! sweep was stopped), 2 on bad usage.
 
+mod bounds;
 mod csv;
 mod error;
 pub(crate) mod grid;

@@ -9,8 +9,7 @@ use super::error::SweepError;
 use super::grid::{env_name, is_name, Grid, Param, Point};
 use super::template::Template;
 
-/// `--env` variables at most.
-pub const MAX_ENV: usize = 32;
+pub use super::bounds::MAX_ENV;
 
 /// See the module docs.
 #[derive(Debug, Clone)]

@@ -6,9 +6,12 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use super::measures::MAX_REPORT_BYTES;
 use super::report::SWEEP_VERSION;
 use crate::profile::report::PROFILE_VERSION;
+
+/// Largest profile report read (its timelines are bounded to a few
+/// thousand points per series; this leaves room for thousands of ranks).
+pub const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 /// A report file that cannot be read.
 #[derive(Debug, Error)]
