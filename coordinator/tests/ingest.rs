@@ -147,14 +147,14 @@ async fn refuses_bad_pushes_with_a_reason_and_counts_them() {
     let url = c.api_url();
     push(&url, &batch(1, GIB)).await;
 
-    // Variant 6 is protocol version 7, which no build speaks yet.
-    let mut v7 = wire::encode(&batch(2, GIB));
-    v7[0] = 6;
-    let resp = post(&url, v7).await;
+    // Variant 7 is protocol version 8, which no build speaks yet.
+    let mut v8 = wire::encode(&batch(2, GIB));
+    v8[0] = 7;
+    let resp = post(&url, v8).await;
     assert_eq!(resp.status(), 400);
     let body: ApiErrorBody = resp.json().await.unwrap();
     assert!(
-        body.message.contains("protocol version 7"),
+        body.message.contains("protocol version 8"),
         "{}",
         body.message
     );
